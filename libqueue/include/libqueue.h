@@ -1,0 +1,358 @@
+/* libqueue: task queues kept in a service's own SQL tables.
+ *
+ * This header is the whole public ABI. Anything not declared here is internal.
+ *
+ * Conventions
+ * - Every fallible call returns an int status: LQ_OK (0) or one of lq_status.
+ *   Results come back through out parameters, which always come first.
+ * - After a failure, lq_errmsg(), lq_errcode_sqlstate() and lq_errcode_native()
+ *   describe it. They are per thread and refer to the last failing call made on
+ *   that thread; every public call clears them on entry.
+ * - Handles are opaque. A handle returned through an out parameter belongs to
+ *   the caller, who releases it with the function named on it. Destructors
+ *   accept NULL and never fail.
+ * - Strings are UTF-8 and NUL-terminated. Byte data is (pointer, length) and is
+ *   copied by the library before the call returns.
+ * - Times are int64_t milliseconds.
+ * - Thread safety is stated on each handle and function; where nothing is said,
+ *   a handle is used by one thread at a time.
+ *
+ * The header is written so that cffi's parser and SWIG read it as it is: no
+ * function-like macros, no varargs, no bitfields, no conditional declarations.
+ */
+#ifndef LIBQUEUE_H
+#define LIBQUEUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef LQ_API
+#define LQ_API __attribute__((visibility("default")))
+#endif
+
+#define LQ_VERSION_MAJOR 0
+#define LQ_VERSION_MINOR 1
+#define LQ_VERSION_PATCH 0
+#define LQ_VERSION_NUMBER 100
+
+/* Status codes. Values are fixed for good; new codes are only appended. */
+typedef enum lq_status {
+    LQ_OK = 0,
+    LQ_ERROR = 1,               /* a failure with no more precise code */
+    LQ_MISUSE = 2,              /* a bad argument, option or call order */
+    LQ_NOMEM = 3,               /* out of memory */
+    LQ_CONNECT = 4,             /* the database could not be reached */
+    LQ_BACKEND = 5,             /* a statement failed on the database */
+    LQ_SCHEMA = 6,              /* the table or one of its columns is missing */
+    LQ_DIALECT = 7,             /* the database cannot serve this description */
+    LQ_SERVER_TOO_OLD = 8,      /* the database is older than the floor */
+    LQ_CONNECTION_LIMIT = 9,    /* more connections than allowed */
+    LQ_TIMEOUT = 10,            /* nothing arrived before the deadline */
+    LQ_CLOSED = 11,             /* the broker or subscription is stopped */
+    LQ_LEASE_LOST = 12,         /* the row is no longer ours: nothing changed */
+    LQ_CONTENTION = 13,         /* the database reported a conflict; retried later */
+    LQ_ALREADY_SUBSCRIBED = 14, /* this queue already has a subscription here */
+    LQ_BATCH_ROLLED_BACK = 15   /* an earlier settlement rolled the batch back */
+} lq_status;
+
+/* Version of the linked library: LQ_VERSION_NUMBER and "major.minor.patch". */
+LQ_API int lq_version_number(void);
+LQ_API const char *lq_version_string(void);
+
+/* The name ("LQ_LEASE_LOST") and a short description of a status code.
+ * Never NULL, also for unknown codes. Static strings. Thread-safe. */
+LQ_API const char *lq_status_name(int status);
+LQ_API const char *lq_status_describe(int status);
+
+/* The last failure on the calling thread.
+ * lq_errcode(): its status (LQ_OK when the last call succeeded).
+ * lq_errmsg(): a message naming what failed ("" when none). Valid until the
+ *   next libqueue call on this thread.
+ * lq_errcode_sqlstate(): the server's five-character SQLSTATE, or "".
+ * lq_errcode_native(): the database's own error number (SQLite extended result
+ *   code, MySQL errno), or 0. Thread-safe: each thread sees its own. */
+LQ_API int lq_errcode(void);
+LQ_API const char *lq_errmsg(void);
+LQ_API const char *lq_errcode_sqlstate(void);
+LQ_API int lq_errcode_native(void);
+
+/* Frees memory the library returned for the caller to free (the SQL of
+ * lq_table_create_sql). NULL is ignored. Thread-safe. */
+LQ_API void lq_free(void *memory);
+
+/* Log messages of the core (warnings such as a retry delay the table cannot
+ * hold, errors of background claims and lease extensions). The function may be
+ * called from any of the library's threads, never with a library lock held.
+ * Without one, warnings and errors go to stderr. Set it before opening
+ * brokers. */
+typedef enum lq_log_level {
+    LQ_LOG_DEBUG = 10,
+    LQ_LOG_INFO = 20,
+    LQ_LOG_WARNING = 30,
+    LQ_LOG_ERROR = 40
+} lq_log_level;
+typedef void (*lq_log_fn)(int level, const char *message, void *userdata);
+LQ_API void lq_set_log(lq_log_fn log, void *userdata);
+
+/* ------------------------------------------------------------------------ */
+/* Options: one opaque set of typed values keyed by a pinned enum. Unset
+ * options take the documented default. A broker reads the broker options, a
+ * subscription the subscription options; setting an option of the other kind
+ * is harmless. Not thread-safe; the library copies what it reads. */
+
+typedef struct lq_options lq_options;
+
+typedef enum lq_option {
+    /* Broker options */
+    LQ_OPT_POOL_SIZE = 1,           /* connections in the pool; default 8 */
+    LQ_OPT_CONNECT_TIMEOUT_MS = 2,  /* deadline for a new connection; default 10000 */
+    LQ_OPT_STATEMENT_TIMEOUT_MS = 3,/* deadline for one statement; default 30000 */
+    LQ_OPT_ACQUIRE_TIMEOUT_MS = 4,  /* wait for a pool connection; default 30000 */
+    LQ_OPT_CONNECTION_LIMIT = 5,    /* most connections in all; default 0 = none */
+    LQ_OPT_LISTEN_NOTIFY = 6,       /* PostgreSQL wake-ups; default 0 */
+    /* Subscription options */
+    LQ_OPT_WORKERS = 20,            /* deliveries in work at once; default 1 */
+    LQ_OPT_WORKERS_BY_KEY = 21,     /* lanes by partition key; default 0 = off */
+    LQ_OPT_BATCH = 22,              /* rows per claim for a batch handler; default 0 */
+    LQ_OPT_POLL_INTERVAL_MS = 23,   /* wait after a short claim; default 1000 */
+    LQ_OPT_LEASE_MS = 24,           /* lease length, whole seconds; default 30000 */
+    LQ_OPT_MAX_ATTEMPTS = 25,       /* dead-letter after this many; default 0 = none */
+    LQ_OPT_TRANSACTIONAL = 26,      /* handler writes commit with the ack; default 0 */
+    LQ_OPT_GROUP = 27               /* string: the group read (group column); none */
+} lq_option;
+
+typedef enum lq_option_type {
+    LQ_OPTION_INT = 1,
+    LQ_OPTION_STRING = 2
+} lq_option_type;
+
+/* Creates an empty option set. Ownership: the caller frees it with
+ * lq_options_free. */
+LQ_API int lq_options_new(lq_options **out);
+LQ_API void lq_options_free(lq_options *options);
+/* Sets an integer or string option. An option of the wrong type, or a value
+ * out of range, fails with LQ_MISUSE. The string is copied. */
+LQ_API int lq_options_set_int(lq_options *options, int option, int64_t value);
+LQ_API int lq_options_set_str(lq_options *options, int option, const char *value);
+/* Looks an option up by its name without the prefix, lower case ("workers",
+ * "poll_interval_ms"), so bindings map keyword arguments mechanically.
+ * Returns LQ_MISUSE for an unknown name. Thread-safe. */
+LQ_API int lq_option_find(int *option_out, int *type_out, const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* The table description. Each role names a column; a role left unset switches
+ * its behaviour off. The form follows from the description:
+ *   a locked_until column          -> lease form
+ *   an advisory lock key template  -> advisory lock form
+ *   neither                        -> row lock form (refused by SQLite)
+ * Nothing is checked against the database here: a subscription checks every
+ * name when it opens. A table is read-only once passed to the library, which
+ * copies what it needs; it may be freed at any time after. Not thread-safe
+ * while being changed. */
+
+typedef struct lq_table lq_table;
+
+typedef enum lq_role {
+    LQ_ROLE_PAYLOAD = 1,        /* bytes (BLOB, BYTEA) or text */
+    LQ_ROLE_ATTEMPT = 2,        /* integer NOT NULL DEFAULT 1 */
+    LQ_ROLE_LOCKED_UNTIL = 3,   /* timestamp, NULL when free: lease form */
+    LQ_ROLE_GROUP = 4,          /* text: subscriptions by group */
+    LQ_ROLE_PARTITION_KEY = 5,  /* text, nullable */
+    LQ_ROLE_PRIORITY = 6,       /* integer, smaller first */
+    LQ_ROLE_RETRY_AFTER = 7,    /* timestamp: due when <= now */
+    LQ_ROLE_PROCESSED_AT = 8,   /* timestamp: acks mark instead of deleting */
+    LQ_ROLE_HEADERS = 9         /* JSON object of strings */
+} lq_role;
+
+typedef enum lq_form {
+    LQ_FORM_ROW_LOCK = 1,
+    LQ_FORM_LEASE = 2,
+    LQ_FORM_ADVISORY = 3
+} lq_form;
+
+typedef enum lq_isolation {
+    LQ_ISOLATION_DEFAULT = 0,
+    LQ_ISOLATION_READ_UNCOMMITTED = 1,
+    LQ_ISOLATION_READ_COMMITTED = 2,
+    LQ_ISOLATION_REPEATABLE_READ = 3,
+    LQ_ISOLATION_SERIALIZABLE = 4
+} lq_isolation;
+
+/* Creates a description of table `name` (unquoted; the library quotes every
+ * identifier). The id column is "id", generated by the database, until
+ * lq_table_set_id says otherwise. Ownership: the caller frees it with
+ * lq_table_free. */
+LQ_API int lq_table_new(lq_table **out, const char *name);
+LQ_API void lq_table_free(lq_table *table);
+/* The schema (PostgreSQL schema, MySQL database) qualifying the table. */
+LQ_API int lq_table_set_schema(lq_table *table, const char *schema);
+/* The id column (an integer), and whether the database generates it. When it
+ * does not, every published message carries its id (lq_message_set_id). */
+LQ_API int lq_table_set_id(lq_table *table, const char *column, int generated);
+/* Gives a role to a column; NULL removes the role. */
+LQ_API int lq_table_set_column(lq_table *table, int role, const char *column);
+/* Makes the group column a FIFO group: one row of a group in work at a time,
+ * in claim order. Needs LQ_ROLE_GROUP; refused with the advisory form. */
+LQ_API int lq_table_set_fifo(lq_table *table, int fifo);
+/* Selects the advisory lock form, with a key template of literal text and
+ * {column} parts, e.g. "accounts-{account}". "{{" and "}}" are literal braces.
+ * A malformed template fails here with LQ_MISUSE; an unknown column fails when
+ * a subscription opens, with LQ_SCHEMA. */
+LQ_API int lq_table_set_advisory_lock(lq_table *table, const char *key_template);
+/* The isolation level of claim and handler transactions. */
+LQ_API int lq_table_set_isolation(lq_table *table, int isolation);
+/* Where dead letters go: a group name when the table has a group column, else
+ * a table of the same columns ("table" or "schema.table"). */
+LQ_API int lq_table_set_dead_letter(lq_table *table, const char *destination);
+/* The form the description selects (an lq_form). */
+LQ_API int lq_table_form(const lq_table *table);
+/* The recommended CREATE TABLE and CREATE INDEX statements for this
+ * description on a dialect ("sqlite", "postgresql", "mysql"), separated by
+ * ";\n". Ownership: the caller frees *sql_out with lq_free. */
+LQ_API int lq_table_create_sql(char **sql_out, const lq_table *table, const char *dialect);
+
+/* ------------------------------------------------------------------------ */
+/* The broker: a connection pool to one database, its dialect, its wake-ups.
+ * Thread-safe: any thread may publish or open subscriptions on it. */
+
+typedef struct lq_broker lq_broker;
+
+/* Opens a broker on a URL:
+ *   sqlite:///absolute/path/jobs.db   sqlite:relative/jobs.db
+ * The dialect is picked from the scheme and checked against the database
+ * (SQLite 3.35 or later). Fails with LQ_MISUSE for a malformed URL,
+ * LQ_DIALECT for an unknown scheme, LQ_CONNECT when the database cannot be
+ * opened, LQ_SERVER_TOO_OLD below the floor. `options` may be NULL.
+ * Ownership: the caller closes it with lq_broker_close. */
+LQ_API int lq_broker_open(lq_broker **out, const char *url, const lq_options *options);
+/* Closes the broker. Subscriptions still open keep it alive until they are
+ * closed; after this call it takes no new publishes or subscriptions. */
+LQ_API void lq_broker_close(lq_broker *broker);
+/* The dialect's name: "sqlite", "postgresql" or "mysql". Static string. */
+LQ_API const char *lq_broker_dialect(const lq_broker *broker);
+
+/* ------------------------------------------------------------------------ */
+/* Publishing. A message is built with setters, then written by lq_publish,
+ * which writes one or many in one transaction and wakes this process's
+ * subscriptions of the table (and group) at once. A message may be reused.
+ * Not thread-safe while being changed. */
+
+typedef struct lq_message lq_message;
+
+LQ_API int lq_message_new(lq_message **out);
+LQ_API void lq_message_free(lq_message *message);
+/* Clears every field, keeping the allocation. */
+LQ_API void lq_message_reset(lq_message *message);
+LQ_API int lq_message_set_payload(lq_message *message, const void *data, size_t size);
+LQ_API int lq_message_set_id(lq_message *message, int64_t id);
+LQ_API int lq_message_set_group(lq_message *message, const char *group);
+LQ_API int lq_message_set_partition_key(lq_message *message, const char *key);
+LQ_API int lq_message_set_priority(lq_message *message, int64_t priority);
+/* Due this many milliseconds from now (needs a retry_after column). */
+LQ_API int lq_message_set_delay_ms(lq_message *message, int64_t delay_ms);
+/* Adds or replaces one header (needs a headers column). */
+LQ_API int lq_message_set_header(lq_message *message, const char *name, const char *value);
+
+/* Writes `count` messages into `table` in one transaction: all or none.
+ * A field the table has no column for fails with LQ_SCHEMA and writes nothing.
+ * ids_out, when not NULL, receives `count` ids. Thread-safe. */
+LQ_API int lq_publish(int64_t *ids_out, lq_broker *broker, const lq_table *table,
+                      lq_message *const *messages, size_t count);
+
+/* ------------------------------------------------------------------------ */
+/* Subscriptions and deliveries. */
+
+typedef struct lq_subscription lq_subscription;
+typedef struct lq_delivery lq_delivery;
+
+/* A push handler. It runs on one of the subscription's threads with a
+ * delivery it borrows for the call. It may settle the delivery; if it does
+ * not, returning LQ_OK acks it and any other value retries it. */
+typedef int (*lq_handler_fn)(lq_delivery *delivery, void *userdata);
+
+/* Opens a subscription on `table`: builds and prepares its statements, so a
+ * missing table or column fails here (LQ_SCHEMA, naming it), and a form the
+ * database cannot serve fails with LQ_DIALECT. No row is claimed before
+ * lq_subscription_run or lq_subscription_next. `options` may be NULL.
+ * Ownership: the caller closes it with lq_subscription_close. Thread-safe
+ * handle: next, stop and close may be called from any thread. */
+LQ_API int lq_subscription_open(lq_subscription **out, lq_broker *broker,
+                                const lq_table *table, const lq_options *options);
+/* Push mode: starts `workers` threads that call `handler` for each delivery.
+ * Returns at once. `userdata` must stay valid until lq_subscription_stop
+ * returns. A subscription runs in one mode: push or pull. */
+LQ_API int lq_subscription_run(lq_subscription *subscription, lq_handler_fn handler,
+                               void *userdata);
+/* Pull mode: waits up to timeout_ms (-1: no limit) for the next claimed
+ * delivery. Returns LQ_TIMEOUT when none came, LQ_CLOSED once stopped. While
+ * the caller holds the delivery the core keeps its lease alive. Ownership:
+ * the caller frees *out with lq_delivery_free. */
+LQ_API int lq_subscription_next(lq_delivery **out, lq_subscription *subscription,
+                                int64_t timeout_ms);
+/* Stops claiming, returns rows claimed but not handed out at once, and waits
+ * for running push handlers to finish. Deliveries the caller holds stay
+ * valid and may still be settled. Idempotent. */
+LQ_API int lq_subscription_stop(lq_subscription *subscription);
+/* Stops and frees the subscription. Deliveries still held by the caller keep
+ * what they need alive until freed. */
+LQ_API void lq_subscription_close(lq_subscription *subscription);
+
+typedef enum lq_stat {
+    LQ_STAT_CLAIMS = 1,         /* claim statements run */
+    LQ_STAT_EMPTY_CLAIMS = 2,   /* claims that took no row */
+    LQ_STAT_DELIVERED = 3,      /* deliveries handed out */
+    LQ_STAT_SETTLED = 4,        /* deliveries settled (any outcome) */
+    LQ_STAT_EXTENSIONS = 5,     /* lease extensions written */
+    LQ_STAT_IN_WORK = 6,        /* deliveries handed out, not yet settled */
+    LQ_STAT_WAITING = 7         /* claimed rows waiting for a worker */
+} lq_stat;
+/* A counter of the subscription's own. Thread-safe. */
+LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);
+
+/* A delivery: one claimed row. Getters return values valid until the delivery
+ * is freed (pull) or the handler returns (push). Settle a delivery once: a
+ * second settlement fails with LQ_MISUSE. A delivery is used by one thread at
+ * a time. */
+LQ_API int64_t lq_delivery_id(const lq_delivery *delivery);
+LQ_API const void *lq_delivery_payload(const lq_delivery *delivery);
+LQ_API size_t lq_delivery_payload_size(const lq_delivery *delivery);
+/* The attempt as counted before this claim: the first delivery reads 1.
+ * 0 when the table has no attempt column. */
+LQ_API int lq_delivery_attempt(const lq_delivery *delivery);
+/* The group and partition key, or NULL when the row has none. */
+LQ_API const char *lq_delivery_group(const lq_delivery *delivery);
+LQ_API const char *lq_delivery_partition_key(const lq_delivery *delivery);
+/* Headers: a count, and the name and value at an index (LQ_MISUSE past the
+ * end); lq_delivery_header returns the value of a name or NULL. */
+LQ_API size_t lq_delivery_header_count(const lq_delivery *delivery);
+LQ_API int lq_delivery_header_at(const char **name_out, const char **value_out,
+                                 const lq_delivery *delivery, size_t index);
+LQ_API const char *lq_delivery_header(const lq_delivery *delivery, const char *name);
+/* The lease token: the expiry in milliseconds since the epoch (lease form),
+ * or 0. It changes when the core extends the lease. */
+LQ_API int64_t lq_delivery_lease_expiry_ms(const lq_delivery *delivery);
+
+/* Outcomes. Ack finishes the row (deletes it, or sets processed_at). Retry
+ * returns it to the queue now; retry_after hides it for delay_ms (needs a
+ * retry_after column; without one it is a plain retry and a logged warning).
+ * Dead letter moves it to the table's dead-letter destination. A failure
+ * outcome of a delivery whose attempt has reached max_attempts dead-letters
+ * it instead. LQ_LEASE_LOST: the lease ran out and another claim holds the
+ * row; nothing changed. */
+LQ_API int lq_delivery_ack(lq_delivery *delivery);
+LQ_API int lq_delivery_retry(lq_delivery *delivery);
+LQ_API int lq_delivery_retry_after(lq_delivery *delivery, int64_t delay_ms);
+LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
+/* Frees a pulled delivery. One never settled goes back to the queue at once,
+ * with no attempt spent. Not for push deliveries, which the core frees. */
+LQ_API void lq_delivery_free(lq_delivery *delivery);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBQUEUE_H */

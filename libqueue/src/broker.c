@@ -1,0 +1,215 @@
+/* The broker: picks the dialect from the URL, owns the pool, keeps the open
+ * subscriptions for in-process wake-ups, and interns statements so every
+ * connection prepares each text once. */
+#include "runtime.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *scheme;
+    const lq_dialect *dialect;
+} schemes[] = {
+    {"sqlite:", &lq__sqlite_dialect},
+};
+
+const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        size_t n = strlen(schemes[i].scheme);
+        if (strncmp(url, schemes[i].scheme, n) == 0) {
+            *rest = url + n;
+            return schemes[i].dialect;
+        }
+    }
+    return NULL;
+}
+
+/* sqlite:///abs/path, sqlite://relative/path (host part empty or a path),
+ * sqlite:path. A query string is refused rather than taken for a file name. */
+static int parse_sqlite_target(lq_broker_target *t, const char *url, const char *rest) {
+    if (strncmp(rest, "//", 2) == 0) rest += 2;
+    if (!*rest || strchr(rest, '?'))
+        return lq__error(LQ_MISUSE, "\"%s\": a SQLite URL names a file, as sqlite:///abs/path.db "
+                                    "or sqlite:relative.db, with no query string",
+                         url);
+    if (strcmp(rest, ":memory:") == 0 || strcmp(rest, "/:memory:") == 0)
+        return lq__error(LQ_MISUSE, "\"%s\": an in-memory SQLite database is private to one "
+                                    "connection; give a file",
+                         url);
+    t->path = lq__strdup(rest);
+    if (!t->path) return lq__error(LQ_NOMEM, "out of memory");
+    return LQ_OK;
+}
+
+/* The canonical file, after the first connection created it. */
+static int resolve_realpath(lq_broker_target *t) {
+    char buf[PATH_MAX];
+    t->realpath = lq__strdup(realpath(t->path, buf) ? buf : t->path);
+    return t->realpath ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+static void target_free(lq_broker_target *t) {
+    free(t->path);
+    free(t->realpath);
+    free(t->url);
+}
+
+static void broker_free(lq_broker *b) {
+    lq__pool_destroy(&b->pool);
+    for (size_t i = 0; i < b->statement_count; i++) free(b->statements[i].sql);
+    free(b->statements);
+    target_free(&b->target);
+    lq_options_free(b->options);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) {
+    lq__error_clear();
+    LQ_CHECK_ARG(out, "out is NULL");
+    LQ_CHECK_ARG(url && *url, "the URL is empty");
+    const char *rest;
+    const lq_dialect *d = lq__dialect_for_url(url, &rest);
+    if (!d)
+        return lq__error(LQ_DIALECT, "\"%s\": unknown scheme; libqueue takes sqlite: URLs", url);
+    lq_broker *b = calloc(1, sizeof *b);
+    if (!b) return lq__error(LQ_NOMEM, "out of memory");
+    atomic_init(&b->refs, 1);
+    b->dialect = d;
+    pthread_mutex_init(&b->mu, NULL);
+    int rc = lq__options_copy(&b->options, options);
+    if (rc == LQ_OK) rc = (b->target.url = lq__strdup(url)) ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    if (rc == LQ_OK) rc = parse_sqlite_target(&b->target, url, rest);
+    if (rc == LQ_OK) rc = lq__pool_init(&b->pool, d, &b->target, b->options);
+    if (rc != LQ_OK) {
+        if (b->pool.idle) broker_free(b);
+        else {
+            target_free(&b->target);
+            lq_options_free(b->options);
+            pthread_mutex_destroy(&b->mu);
+            free(b);
+        }
+        return rc;
+    }
+    /* One connection now: the database is reachable, new enough, and named. */
+    lq_conn *conn;
+    rc = lq__pool_acquire(&conn, &b->pool);
+    if (rc == LQ_OK) {
+        rc = d->check_version(conn);
+        lq__pool_release(&b->pool, conn, rc != LQ_OK);
+    }
+    if (rc == LQ_OK) rc = resolve_realpath(&b->target);
+    if (rc != LQ_OK) {
+        broker_free(b);
+        return rc;
+    }
+    *out = b;
+    return LQ_OK;
+}
+
+void lq__broker_ref(lq_broker *b) { atomic_fetch_add(&b->refs, 1); }
+
+void lq__broker_unref(lq_broker *b) {
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1) broker_free(b);
+}
+
+void lq_broker_close(lq_broker *b) {
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    b->closed = true;
+    pthread_mutex_unlock(&b->mu);
+    lq__broker_unref(b);
+}
+
+const char *lq_broker_dialect(const lq_broker *b) { return b ? b->dialect->name : ""; }
+
+int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
+    if (!stmt->sql) return LQ_OK;
+    pthread_mutex_lock(&b->mu);
+    for (size_t i = 0; i < b->statement_count; i++) {
+        if (strcmp(b->statements[i].sql, stmt->sql) == 0) {
+            stmt->id = b->statements[i].id;
+            pthread_mutex_unlock(&b->mu);
+            return LQ_OK;
+        }
+    }
+    lq_stmt *grown = realloc(b->statements, (b->statement_count + 1) * sizeof *grown);
+    char *copy = lq__strdup(stmt->sql);
+    if (!grown || !copy) {
+        if (grown) b->statements = grown;
+        free(copy);
+        pthread_mutex_unlock(&b->mu);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    b->statements = grown;
+    b->statements[b->statement_count] = *stmt;
+    b->statements[b->statement_count].sql = copy;
+    b->statement_count++;
+    pthread_mutex_unlock(&b->mu);
+    return LQ_OK;
+}
+
+int lq__broker_intern_set(lq_broker *b, lq_sqlset *set) {
+    lq_stmt *all[] = {&set->claim,       &set->take,       &set->ack,        &set->retry, &set->release,
+                      &set->retry_after, &set->dead_group, &set->dead_copy,  &set->dead_clear,
+                      &set->dead_delete, &set->extend};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        int rc = lq__broker_intern(b, all[i]);
+        if (rc != LQ_OK) return rc;
+    }
+    return LQ_OK;
+}
+
+static bool same_queue(const lq_table *a, const lq_table *b) {
+    bool same_schema = (!a->schema && !b->schema) ||
+                       (a->schema && b->schema && strcmp(a->schema, b->schema) == 0);
+    return same_schema && strcmp(a->name, b->name) == 0;
+}
+
+int lq__broker_attach(lq_broker *b, lq_subscription *s) {
+    pthread_mutex_lock(&b->mu);
+    if (b->closed) {
+        pthread_mutex_unlock(&b->mu);
+        return lq__error(LQ_CLOSED, "the broker is closed");
+    }
+    for (lq_subscription *o = b->subscriptions; o; o = o->next_in_broker) {
+        bool same_group = (!o->group && !s->group) ||
+                          (o->group && s->group && strcmp(o->group, s->group) == 0);
+        if (same_queue(o->table, s->table) && same_group) {
+            char label[256];
+            pthread_mutex_unlock(&b->mu);
+            return lq__error(LQ_ALREADY_SUBSCRIBED,
+                             "table %s%s%s already has a subscription on this broker: one queue "
+                             "takes one subscription per process; raise its workers instead",
+                             lq__table_label(s->table, label, sizeof label),
+                             s->group ? ", group " : "", s->group ? s->group : "");
+        }
+    }
+    s->next_in_broker = b->subscriptions;
+    b->subscriptions = s;
+    pthread_mutex_unlock(&b->mu);
+    return LQ_OK;
+}
+
+void lq__broker_detach(lq_broker *b, lq_subscription *s) {
+    pthread_mutex_lock(&b->mu);
+    for (lq_subscription **p = &b->subscriptions; *p; p = &(*p)->next_in_broker) {
+        if (*p == s) {
+            *p = s->next_in_broker;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group) {
+    pthread_mutex_lock(&b->mu);
+    for (lq_subscription *s = b->subscriptions; s; s = s->next_in_broker) {
+        if (!same_queue(s->table, t)) continue;
+        if (group && s->group && strcmp(group, s->group) != 0) continue;
+        lq__subscription_wake(s);
+    }
+    pthread_mutex_unlock(&b->mu);
+}

@@ -1,0 +1,27 @@
+/* Time: the host's wall clock for leases and due times (every settlement
+ * compares the lease the host wrote), a monotonic clock for deadlines, and
+ * the text form SQLite keeps times in. */
+#ifndef LQ_CLOCK_H
+#define LQ_CLOCK_H
+
+#include "internal.h"
+
+#include <time.h>
+
+/* Milliseconds since the epoch, UTC. */
+LQ_HIDDEN int64_t lq__now_ms(void);
+/* Milliseconds of a monotonic clock, for deadlines and waits. */
+LQ_HIDDEN int64_t lq__mono_ms(void);
+/* An absolute CLOCK_MONOTONIC time `ms` from now, for pthread_cond_timedwait
+ * on a condition created by lq__cond_init. */
+LQ_HIDDEN struct timespec lq__deadline_in(int64_t ms);
+
+/* "YYYY-MM-DDTHH:MM:SS.fff+00:00": 29 characters and a NUL. Text in this form
+ * sorts as the times do. */
+#define LQ_TIME_TEXT_SIZE 30
+LQ_HIDDEN void lq__time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms);
+/* Parses the text form (also without fractions, and with a space instead of
+ * the T). Returns false when it is not one. */
+LQ_HIDDEN bool lq__time_parse(int64_t *epoch_ms, const char *text);
+
+#endif

@@ -1,0 +1,142 @@
+/* Deliveries: one claimed row, its getters, and its lifetime. A delivery
+ * holds a reference on its subscription, so a subscription closed while the
+ * caller still holds pulled deliveries lives until they are freed. */
+#include "runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *text_of(const lq_value *v) {
+    if (v->type == LQ_V_NULL) return NULL;
+    char *s = malloc(v->n + 1);
+    if (!s) return NULL;
+    if (v->n) memcpy(s, v->p, v->n);
+    s[v->n] = '\0';
+    return s;
+}
+
+static void delivery_free(lq_delivery *d) {
+    free(d->payload);
+    free(d->group);
+    free(d->partition_key);
+    lq__headers_clear(&d->headers);
+    free(d->key);
+    free(d->due);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols, int count) {
+    if (count < LQ_COL_COUNT) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
+    lq_delivery *d = calloc(1, sizeof *d);
+    if (!d) return lq__error(LQ_NOMEM, "out of memory");
+    pthread_mutex_init(&d->mu, NULL);
+    atomic_init(&d->refs, 1);
+    d->id = cols[LQ_COL_ID].i;
+    const lq_value *p = &cols[LQ_COL_PAYLOAD];
+    d->payload_size = p->type == LQ_V_NULL ? 0 : p->n;
+    d->payload = lq__memdup(p->p, d->payload_size);
+    d->attempt = cols[LQ_COL_ATTEMPT].type == LQ_V_INT ? (int)cols[LQ_COL_ATTEMPT].i : 0;
+    d->group = text_of(&cols[LQ_COL_GROUP]);
+    d->partition_key = text_of(&cols[LQ_COL_PKEY]);
+    d->priority = cols[LQ_COL_PRIORITY].i;
+    d->due = text_of(&cols[LQ_COL_DUE]);
+    bool missing = !d->payload || (cols[LQ_COL_GROUP].type != LQ_V_NULL && !d->group) ||
+                   (cols[LQ_COL_PKEY].type != LQ_V_NULL && !d->partition_key) ||
+                   (cols[LQ_COL_DUE].type != LQ_V_NULL && !d->due);
+    int rc = missing ? lq__error(LQ_NOMEM, "out of memory") : LQ_OK;
+    const lq_value *h = &cols[LQ_COL_HEADERS];
+    if (rc == LQ_OK && h->type != LQ_V_NULL && h->n) {
+        rc = lq__headers_from_json(&d->headers, h->p, h->n);
+        if (rc != LQ_OK) {
+            /* A malformed headers column must not lose the row: deliver it
+             * with no headers and say so. */
+            lq__log(LQ_LOG_WARNING, "row %lld: %s; delivered without headers", (long long)d->id,
+                    lq_errmsg());
+            rc = LQ_OK;
+        }
+    }
+    if (rc != LQ_OK) {
+        delivery_free(d);
+        return rc;
+    }
+    d->sub = s;
+    atomic_fetch_add(&s->refs, 1);
+    *out = d;
+    return LQ_OK;
+}
+
+void lq__delivery_unref(lq_delivery *d) {
+    if (!d || atomic_fetch_sub(&d->refs, 1) != 1) return;
+    lq_subscription *s = d->sub;
+    pthread_mutex_lock(&s->mu);
+    lq__book_remove(&s->book, &d->entry);
+    pthread_mutex_unlock(&s->mu);
+    delivery_free(d);
+    lq__subscription_unref(s);
+}
+
+void lq_delivery_free(lq_delivery *d) {
+    lq__error_clear();
+    if (!d) return;
+    if (!d->settled && lq__settle(d, LQ_RELEASE, 0) != LQ_OK)
+        lq__log_error(LQ_LOG_WARNING, "releasing an unsettled delivery");
+    lq__delivery_unref(d);
+}
+
+int64_t lq_delivery_id(const lq_delivery *d) { return d ? d->id : 0; }
+const void *lq_delivery_payload(const lq_delivery *d) { return d ? d->payload : NULL; }
+size_t lq_delivery_payload_size(const lq_delivery *d) { return d ? d->payload_size : 0; }
+int lq_delivery_attempt(const lq_delivery *d) { return d ? d->attempt : 0; }
+const char *lq_delivery_group(const lq_delivery *d) { return d ? d->group : NULL; }
+const char *lq_delivery_partition_key(const lq_delivery *d) { return d ? d->partition_key : NULL; }
+size_t lq_delivery_header_count(const lq_delivery *d) { return d ? d->headers.count : 0; }
+
+int lq_delivery_header_at(const char **name_out, const char **value_out, const lq_delivery *d,
+                          size_t index) {
+    lq__error_clear();
+    LQ_CHECK_ARG(d, "delivery is NULL");
+    if (index >= d->headers.count)
+        return lq__error(LQ_MISUSE, "header %zu of %zu", index, d->headers.count);
+    if (name_out) *name_out = d->headers.names[index];
+    if (value_out) *value_out = d->headers.values[index];
+    return LQ_OK;
+}
+
+const char *lq_delivery_header(const lq_delivery *d, const char *name) {
+    return d && name ? lq__headers_get(&d->headers, name) : NULL;
+}
+
+int64_t lq_delivery_lease_expiry_ms(const lq_delivery *d) {
+    if (!d) return 0;
+    lq_delivery *m = (lq_delivery *)d;
+    pthread_mutex_lock(&m->mu);
+    int64_t token = m->token;
+    pthread_mutex_unlock(&m->mu);
+    return token;
+}
+
+int lq_delivery_ack(lq_delivery *d) {
+    lq__error_clear();
+    LQ_CHECK_ARG(d, "delivery is NULL");
+    return lq__settle(d, LQ_ACK, 0);
+}
+
+int lq_delivery_retry(lq_delivery *d) {
+    lq__error_clear();
+    LQ_CHECK_ARG(d, "delivery is NULL");
+    return lq__settle(d, LQ_RETRY, 0);
+}
+
+int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
+    lq__error_clear();
+    LQ_CHECK_ARG(d, "delivery is NULL");
+    LQ_CHECK_ARG(delay_ms >= 0, "the delay is negative");
+    return lq__settle(d, LQ_RETRY_AFTER, delay_ms);
+}
+
+int lq_delivery_dead_letter(lq_delivery *d) {
+    lq__error_clear();
+    LQ_CHECK_ARG(d, "delivery is NULL");
+    return lq__settle(d, LQ_DEAD_LETTER, 0);
+}

@@ -1,0 +1,78 @@
+/* The seam between the core and a database: a dialect connects, runs
+ * statements with bound values, and builds the statement shapes its database
+ * needs. The core never splices a value into SQL. */
+#ifndef LQ_DIALECT_H
+#define LQ_DIALECT_H
+
+#include "sql.h"
+
+typedef struct lq_conn lq_conn; /* defined by each dialect */
+typedef struct lq_broker_target lq_broker_target;
+
+/* A value bound to or read from a statement. Text and blobs are borrowed: a
+ * bound value lives until the call returns, a read value until the row
+ * callback returns. LQ_V_TIME is epoch milliseconds, bound in the dialect's
+ * time type. */
+typedef enum lq_value_type { LQ_V_NULL, LQ_V_INT, LQ_V_TEXT, LQ_V_BLOB, LQ_V_TIME } lq_value_type;
+
+typedef struct lq_value {
+    lq_value_type type;
+    int64_t i;
+    const void *p;
+    size_t n;
+} lq_value;
+
+/* Called once per result row; a non-zero return stops the statement and is
+ * returned by exec. */
+typedef int (*lq_row_fn)(void *ctx, const lq_value *columns, int count);
+
+/* What the broker parsed from its URL. */
+struct lq_broker_target {
+    char *path;     /* SQLite: the database file as given */
+    char *realpath; /* SQLite: the canonical file, naming the advisory key space */
+    char *url;      /* the URL as given, for client libraries that parse it */
+};
+
+typedef struct lq_dialect {
+    const char *name;
+    unsigned forms;     /* bit (1 << lq_form) for each form served */
+    bool single_writer; /* one claim in flight at a time, whatever the table */
+    /* Advisory deliveries hold the connection their key's lock lives on. */
+    bool advisory_holds_connection;
+    /* Lease columns keep whole seconds (MySQL DATETIME): expiries fall on one. */
+    bool whole_second_leases;
+
+    /* Opens one connection, with every deadline the options set. */
+    int (*connect)(lq_conn **out, const lq_broker_target *target, const lq_options *options);
+    void (*disconnect)(lq_conn *conn);
+    /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor. */
+    int (*check_version)(lq_conn *conn);
+
+    /* Statement shapes: quoting, placeholders, and the claims. */
+    char quote;
+    void (*placeholder)(lq_strbuf *sb, int position);
+    int (*build_claims)(lq_sqlset *set, const lq_table *table);
+
+    /* Prepares a statement without running it: a missing table or column
+     * fails with LQ_SCHEMA and the database's message. */
+    int (*prepare)(lq_conn *conn, const lq_stmt *stmt);
+    /* Runs a statement with the values of its parameters, taken by symbol
+     * from `args` (indexed by lq_param). `changes` (may be NULL) receives the
+     * rows written. */
+    int (*exec)(int64_t *changes, lq_conn *conn, const lq_stmt *stmt, const lq_value *args,
+                lq_row_fn on_row, void *ctx);
+    int (*begin)(lq_conn *conn, int isolation);
+    int (*commit)(lq_conn *conn);
+    int (*rollback)(lq_conn *conn);
+
+    /* Advisory keys: take without waiting (*taken false when held
+     * elsewhere), and give back (false when the database did not confirm). */
+    int (*try_lock_key)(bool *taken, lq_conn *conn, const lq_broker_target *target, const char *key);
+    bool (*unlock_key)(lq_conn *conn, const lq_broker_target *target, const char *key);
+} lq_dialect;
+
+/* The built-in dialects, and the one a URL names. */
+LQ_HIDDEN extern const lq_dialect lq__sqlite_dialect;
+LQ_HIDDEN const lq_dialect *lq__dialect_for_url(const char *url, const char **rest);
+
+#endif

@@ -1,0 +1,371 @@
+/* The SQLite dialect: WAL mode, a busy timeout, a statement deadline, and
+ * statements prepared once per connection. SQLite has one writer at a time
+ * and no row locks, so it serves the lease and advisory forms; its advisory
+ * keys live in this process (keys.c), one key space per database file. */
+#include "../clock.h"
+#include "../dialect.h"
+#include "../keys.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SQLITE_FLOOR 3035000 /* UPDATE .. RETURNING */
+
+typedef struct cached_stmt {
+    int id;
+    sqlite3_stmt *stmt;
+} cached_stmt;
+
+struct lq_conn {
+    sqlite3 *db;
+    int64_t statement_timeout_ms;
+    int64_t deadline; /* monotonic ms; the progress handler stops a statement past it */
+    cached_stmt *cache;
+    int cache_count, cache_cap;
+};
+
+static int db_error(int status, sqlite3 *db, int rc, const char *what) {
+    int native = db ? sqlite3_extended_errcode(db) : rc;
+    const char *msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) status = LQ_CONTENTION;
+    if (rc == SQLITE_INTERRUPT) {
+        status = LQ_TIMEOUT;
+        msg = "the statement passed its deadline (statement_timeout_ms)";
+    }
+    if (rc == SQLITE_NOMEM) status = LQ_NOMEM;
+    return lq__error_db(status, NULL, native, "sqlite: %s: %s", what, msg);
+}
+
+static int on_progress(void *arg) {
+    lq_conn *c = arg;
+    return c->deadline && lq__mono_ms() > c->deadline;
+}
+
+static int run_plain(lq_conn *c, const char *sql) {
+    c->deadline = lq__mono_ms() + c->statement_timeout_ms;
+    int rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
+    c->deadline = 0;
+    return rc == SQLITE_OK ? LQ_OK : db_error(LQ_BACKEND, c->db, rc, sql);
+}
+
+static void sqlite_disconnect(lq_conn *c) {
+    if (!c) return;
+    for (int i = 0; i < c->cache_count; i++) sqlite3_finalize(c->cache[i].stmt);
+    free(c->cache);
+    sqlite3_close_v2(c->db);
+    free(c);
+}
+
+static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const lq_options *o) {
+    lq_conn *c = calloc(1, sizeof *c);
+    if (!c) return lq__error(LQ_NOMEM, "out of memory");
+    c->statement_timeout_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
+    int rc = sqlite3_open_v2(target->path, &c->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        lq__error_db(LQ_CONNECT, NULL, rc, "sqlite: cannot open \"%s\": %s", target->path,
+                     c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+        sqlite_disconnect(c);
+        return LQ_CONNECT;
+    }
+    sqlite3_extended_result_codes(c->db, 1);
+    /* A double-quoted name that matches no column must fail, not turn into a
+     * string literal: that is how a missing column is caught at open. */
+    sqlite3_db_config(c->db, SQLITE_DBCONFIG_DQS_DML, 0, (int *)NULL);
+    sqlite3_db_config(c->db, SQLITE_DBCONFIG_DQS_DDL, 0, (int *)NULL);
+    /* Lock waits are bounded by the busy timeout, statements by the progress
+     * handler: nothing waits forever. */
+    sqlite3_busy_timeout(c->db, (int)lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS));
+    sqlite3_progress_handler(c->db, 1000, on_progress, c);
+    rc = run_plain(c, "PRAGMA journal_mode = WAL");
+    if (rc == LQ_OK) rc = run_plain(c, "PRAGMA synchronous = NORMAL");
+    if (rc != LQ_OK) {
+        lq__error_prefix("sqlite: \"%s\"", target->path);
+        sqlite_disconnect(c);
+        return rc == LQ_BACKEND ? LQ_CONNECT : rc;
+    }
+    *out = c;
+    return LQ_OK;
+}
+
+static int sqlite_check_version(lq_conn *c) {
+    (void)c;
+    int v = sqlite3_libversion_number();
+    if (v < SQLITE_FLOOR)
+        return lq__error(LQ_SERVER_TOO_OLD, "sqlite: libqueue needs SQLite 3.35 or later; this is %s",
+                         sqlite3_libversion());
+    return LQ_OK;
+}
+
+static void sqlite_placeholder(lq_strbuf *sb, int position) { lq__sb_addf(sb, "?%d", position); }
+
+/* The lease claim: one UPDATE .. RETURNING that leases a row for every
+ * worker asked for. SQLite's single writer keeps two claims apart; the rows
+ * come back in no order, so they carry their claim-order keys. */
+static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__sqlite_dialect, t);
+    lq__sql_add(&b, "UPDATE ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " SET ");
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_LEASE);
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(&b, ", ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " = ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " + 1");
+    }
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " IN (SELECT ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, true);
+    if (t->fifo) {
+        /* FIFO: only the group's head, and only while none of the group is
+         * leased. SQLite's single writer is the guard. */
+        lq__sql_add(&b, " AND NOT EXISTS (SELECT 1 FROM ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " AS \"lq_work\" WHERE \"lq_work\".");
+        lq__sql_col(&b, LQ_ROLE_GROUP);
+        lq__sql_add(&b, " = ");
+        lq__sql_param(&b, LQ_P_GROUP);
+        lq__sql_add(&b, " AND \"lq_work\".");
+        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(&b, " > ");
+        lq__sql_param(&b, LQ_P_LEASE_NOW);
+        lq__sql_add(&b, ")");
+    }
+    lq__sql_add(&b, " ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT ");
+    if (t->fifo) lq__sql_add(&b, "1");
+    else lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_add(&b, ") RETURNING ");
+    lq__sql_row_columns(&b, " - 1");
+    return lq__sql_finish(&b);
+}
+
+/* The advisory key of a row, rendered by the database. */
+static void key_expression(lq_sql *b, const lq_table *t) {
+    lq__sql_add(b, "CAST(");
+    if (t->key.count == 0) lq__sql_add(b, "''");
+    for (size_t i = 0; i < t->key.count; i++) {
+        if (i) lq__sql_add(b, " || ");
+        if (!t->key.parts[i].is_column) {
+            lq__sql_literal(b, t->key.parts[i].text);
+            continue;
+        }
+        lq__sql_add(b, "ifnull(");
+        lq__sql_ident(b, t->key.parts[i].text);
+        lq__sql_add(b, ", '')");
+    }
+    lq__sql_add(b, " AS TEXT)");
+}
+
+/* The advisory claim: candidates with their keys, then a take per row that
+ * counts the attempt and reads the row as it was. */
+static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__sqlite_dialect, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, ", ");
+    key_expression(&b, t);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, false);
+    lq__sql_add(&b, " ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT ");
+    lq__sql_param(&b, LQ_P_LIMIT);
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+
+    lq__sql_start(&b, &set->take, &lq__sqlite_dialect, t);
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(&b, "UPDATE ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " SET ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " = ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " + 1 WHERE ");
+    } else {
+        lq__sql_add(&b, "SELECT ");
+        lq__sql_row_columns(&b, NULL);
+        lq__sql_add(&b, " FROM ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " WHERE ");
+    }
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_ID);
+    lq__sql_add(&b, " AND ");
+    lq__sql_claim_where(&b, false);
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(&b, " RETURNING ");
+        lq__sql_row_columns(&b, " - 1");
+    }
+    return lq__sql_finish(&b);
+}
+
+static int sqlite_build_claims(lq_sqlset *set, const lq_table *t) {
+    switch (lq_table_form(t)) {
+    case LQ_FORM_LEASE: return build_lease_claim(set, t);
+    case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
+    default:
+        return lq__error(LQ_DIALECT,
+                         "sqlite has no row locks, so it cannot serve the row lock form: give the "
+                         "table a locked_until column (lease form) or an advisory lock key "
+                         "template (advisory lock form)");
+    }
+}
+
+/* The connection's prepared copy of a statement, prepared on first use. */
+static int cached(sqlite3_stmt **out, lq_conn *c, const lq_stmt *st) {
+    for (int i = 0; i < c->cache_count; i++) {
+        if (c->cache[i].id == st->id) {
+            *out = c->cache[i].stmt;
+            return LQ_OK;
+        }
+    }
+    if (c->cache_count == c->cache_cap) {
+        int cap = c->cache_cap ? c->cache_cap * 2 : 16;
+        cached_stmt *grown = realloc(c->cache, (size_t)cap * sizeof *grown);
+        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+        c->cache = grown;
+        c->cache_cap = cap;
+    }
+    sqlite3_stmt *stmt;
+    int rc = sqlite3_prepare_v3(c->db, st->sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL);
+    if (rc != SQLITE_OK) return db_error(LQ_SCHEMA, c->db, rc, "cannot prepare a statement");
+    c->cache[c->cache_count].id = st->id;
+    c->cache[c->cache_count].stmt = stmt;
+    c->cache_count++;
+    *out = stmt;
+    return LQ_OK;
+}
+
+static int sqlite_prepare(lq_conn *c, const lq_stmt *st) {
+    sqlite3_stmt *stmt;
+    return cached(&stmt, c, st);
+}
+
+static int bind_value(sqlite3_stmt *stmt, int index, const lq_value *v) {
+    char text[LQ_TIME_TEXT_SIZE];
+    switch (v->type) {
+    case LQ_V_INT: return sqlite3_bind_int64(stmt, index, v->i);
+    case LQ_V_TEXT: return sqlite3_bind_text64(stmt, index, v->p, v->n, SQLITE_STATIC, SQLITE_UTF8);
+    case LQ_V_BLOB: return sqlite3_bind_blob64(stmt, index, v->p ? v->p : "", v->n, SQLITE_STATIC);
+    case LQ_V_TIME:
+        lq__time_text(text, v->i);
+        return sqlite3_bind_text(stmt, index, text, -1, SQLITE_TRANSIENT);
+    default: return sqlite3_bind_null(stmt, index);
+    }
+}
+
+static void read_column(lq_value *v, sqlite3_stmt *stmt, int i) {
+    memset(v, 0, sizeof *v);
+    switch (sqlite3_column_type(stmt, i)) {
+    case SQLITE_INTEGER:
+        v->type = LQ_V_INT;
+        v->i = sqlite3_column_int64(stmt, i);
+        break;
+    case SQLITE_BLOB:
+        v->type = LQ_V_BLOB;
+        v->p = sqlite3_column_blob(stmt, i);
+        v->n = (size_t)sqlite3_column_bytes(stmt, i);
+        break;
+    case SQLITE_NULL: v->type = LQ_V_NULL; break;
+    default:
+        v->type = LQ_V_TEXT;
+        v->p = sqlite3_column_text(stmt, i);
+        v->n = (size_t)sqlite3_column_bytes(stmt, i);
+        if (sqlite3_column_type(stmt, i) == SQLITE_FLOAT) v->i = sqlite3_column_int64(stmt, i);
+    }
+}
+
+static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
+                       lq_row_fn on_row, void *ctx) {
+    sqlite3_stmt *stmt;
+    int rc = cached(&stmt, c, st);
+    if (rc != LQ_OK) return rc;
+    for (int i = 0; i < st->nparams; i++) {
+        int src = bind_value(stmt, i + 1, &args[st->params[i]]);
+        if (src != SQLITE_OK) {
+            sqlite3_reset(stmt);
+            return db_error(LQ_BACKEND, c->db, src, "cannot bind a value");
+        }
+    }
+    c->deadline = lq__mono_ms() + c->statement_timeout_ms;
+    int result = LQ_OK;
+    lq_value row[LQ_COL_COUNT + 4];
+    for (;;) {
+        int step = sqlite3_step(stmt);
+        if (step == SQLITE_DONE) break;
+        if (step != SQLITE_ROW) {
+            result = db_error(LQ_BACKEND, c->db, step, "a statement failed");
+            break;
+        }
+        int n = sqlite3_column_count(stmt);
+        if (n > (int)(sizeof row / sizeof row[0])) n = (int)(sizeof row / sizeof row[0]);
+        for (int i = 0; i < n; i++) read_column(&row[i], stmt, i);
+        if (on_row && (result = on_row(ctx, row, n)) != LQ_OK) break;
+    }
+    c->deadline = 0;
+    if (changes) *changes = sqlite3_changes64(c->db);
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    return result;
+}
+
+static int sqlite_begin(lq_conn *c, int isolation) {
+    (void)isolation; /* SQLite serialises writers: one level */
+    return run_plain(c, "BEGIN IMMEDIATE");
+}
+
+static int sqlite_commit(lq_conn *c) { return run_plain(c, "COMMIT"); }
+
+static int sqlite_rollback(lq_conn *c) {
+    if (sqlite3_get_autocommit(c->db)) return LQ_OK;
+    return run_plain(c, "ROLLBACK");
+}
+
+static int sqlite_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target,
+                               const char *key) {
+    (void)c;
+    return lq__keys_try_lock(taken, target->realpath, key);
+}
+
+static bool sqlite_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
+    (void)c;
+    return lq__keys_unlock(target->realpath, key);
+}
+
+const lq_dialect lq__sqlite_dialect = {
+    .name = "sqlite",
+    .forms = (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
+    .single_writer = true,
+    .advisory_holds_connection = false,
+    .connect = sqlite_connect,
+    .disconnect = sqlite_disconnect,
+    .check_version = sqlite_check_version,
+    .quote = '"',
+    .placeholder = sqlite_placeholder,
+    .build_claims = sqlite_build_claims,
+    .prepare = sqlite_prepare,
+    .exec = sqlite_exec,
+    .begin = sqlite_begin,
+    .commit = sqlite_commit,
+    .rollback = sqlite_rollback,
+    .try_lock_key = sqlite_try_lock_key,
+    .unlock_key = sqlite_unlock_key,
+};

@@ -1,0 +1,99 @@
+/* The advisory lock form: read due rows with their keys, take each key
+ * without waiting (skipping keys in work), then take the row while it is
+ * still claimable, which counts its attempt. The key stays held until the
+ * delivery settles. */
+#include "../clock.h"
+#include "../keys.h"
+#include "../runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct candidate {
+    int64_t id;
+    char *key;
+} candidate;
+
+typedef struct candidates {
+    candidate *items;
+    int count, cap;
+} candidates;
+
+static int on_candidate(void *arg, const lq_value *cols, int count) {
+    candidates *c = arg;
+    if (count < 2) return lq__error(LQ_BACKEND, "the candidate query returned %d columns", count);
+    if (c->count == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 8;
+        candidate *grown = realloc(c->items, (size_t)cap * sizeof *grown);
+        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+        c->items = grown;
+        c->cap = cap;
+    }
+    char *key = malloc(cols[1].n + 1);
+    if (!key) return lq__error(LQ_NOMEM, "out of memory");
+    if (cols[1].n) memcpy(key, cols[1].p, cols[1].n);
+    key[cols[1].n] = '\0';
+    c->items[c->count++] = (candidate){cols[0].i, key};
+    return LQ_OK;
+}
+
+typedef struct take_ctx {
+    lq_subscription *s;
+    lq_delivery *taken;
+} take_ctx;
+
+static int on_taken(void *arg, const lq_value *cols, int count) {
+    take_ctx *ctx = arg;
+    if (ctx->taken) return LQ_OK;
+    return lq__delivery_from_row(&ctx->taken, ctx->s, cols, count);
+}
+
+int lq__advisory_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit) {
+    const lq_dialect *d = s->broker->dialect;
+    const lq_broker_target *target = &s->broker->target;
+    int64_t now = lq__now_ms();
+    lq_value args[LQ_P_COUNT] = {0};
+    if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
+    /* Read past the rows whose keys are in work, so later rows of other keys
+     * are still found without waiting for a poll. */
+    int64_t held = (int64_t)lq__keys_held(target->realpath);
+    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held};
+    candidates c = {0};
+    int rc = d->exec(NULL, conn, &s->sql.claim, args, on_candidate, &c);
+    for (int i = 0; rc == LQ_OK && i < c.count && out->count < limit; i++) {
+        bool locked;
+        rc = d->try_lock_key(&locked, conn, target, c.items[i].key);
+        if (rc != LQ_OK || !locked) continue;
+        take_ctx take = {s, NULL};
+        args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = c.items[i].id};
+        rc = d->exec(NULL, conn, &s->sql.take, args, on_taken, &take);
+        if (rc != LQ_OK || !take.taken) {
+            /* Settled or taken elsewhere since it was read: pass it over. */
+            d->unlock_key(conn, target, c.items[i].key);
+            continue;
+        }
+        take.taken->key = c.items[i].key;
+        c.items[i].key = NULL;
+        lq__claimed_add(out, take.taken);
+    }
+    for (int i = 0; i < c.count; i++) free(c.items[i].key);
+    free(c.items);
+    return rc;
+}
+
+void lq__advisory_release(lq_delivery *dv) {
+    lq_subscription *s = dv->sub;
+    const lq_dialect *d = s->broker->dialect;
+    bool confirmed = true;
+    if (dv->key) {
+        confirmed = d->unlock_key(dv->conn, &s->broker->target, dv->key);
+        free(dv->key);
+        dv->key = NULL;
+    }
+    if (dv->conn) {
+        /* A lock whose release is not confirmed ends with its session. */
+        lq__pool_release(&s->broker->pool, dv->conn, !confirmed);
+        dv->conn = NULL;
+    }
+}

@@ -1,0 +1,130 @@
+/* The lease form: a claim writes the expiry into locked_until and commits at
+ * once, so no connection is held while handlers run. The expiry is the
+ * delivery's token; the keeper extends every lease in the book each half
+ * lease, and settlements name the token they hold. */
+#include "../clock.h"
+#include "../runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The last expiry this process wrote: each new one is later, so a row
+ * claimed again while an earlier holder still runs (its lease backdated, or
+ * cleared by hand) never gets a token equal to the earlier one's. */
+static atomic_llong last_expiry;
+
+int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
+    /* Where the column keeps whole seconds, the expiry falls on one, so the
+     * column holds the token exactly. */
+    bool whole = s->broker->dialect->whole_second_leases;
+    int64_t step = whole ? 1000 : 1;
+    int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
+    long long last = atomic_load(&last_expiry);
+    for (;;) {
+        int64_t next = expiry > last ? expiry : (last + step) / step * step;
+        if (atomic_compare_exchange_weak(&last_expiry, &last, next)) return next;
+    }
+}
+
+typedef struct claim_ctx {
+    lq_claimed *out;
+    lq_subscription *s;
+    int64_t token;
+} claim_ctx;
+
+static int on_claimed_row(void *arg, const lq_value *cols, int count) {
+    claim_ctx *ctx = arg;
+    lq_delivery *d;
+    int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
+    if (rc != LQ_OK) return rc;
+    d->token = ctx->token;
+    lq__claimed_add(ctx->out, d);
+    return LQ_OK;
+}
+
+static int by_claim_order(const void *a, const void *b) {
+    const lq_delivery *x = *(lq_delivery *const *)a, *y = *(lq_delivery *const *)b;
+    if (x->priority != y->priority) return x->priority < y->priority ? -1 : 1;
+    int due = strcmp(x->due ? x->due : "", y->due ? y->due : "");
+    if (due) return due;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Some databases return a claim's rows in no order: put them in claim order. */
+static int sort_claimed(lq_claimed *c) {
+    if (c->count < 2) return LQ_OK;
+    lq_delivery **all = malloc((size_t)c->count * sizeof *all);
+    if (!all) return lq__error(LQ_NOMEM, "out of memory");
+    int n = 0;
+    for (lq_delivery *d = c->head; d; d = d->queue_next) all[n++] = d;
+    qsort(all, (size_t)n, sizeof *all, by_claim_order);
+    c->head = c->tail = NULL;
+    c->count = 0;
+    for (int i = 0; i < n; i++) lq__claimed_add(c, all[i]);
+    free(all);
+    return LQ_OK;
+}
+
+int lq__lease_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit) {
+    int64_t now = lq__now_ms();
+    claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
+    lq_value args[LQ_P_COUNT] = {0};
+    if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
+    args[LQ_P_LEASE_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
+    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit};
+    args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = ctx.token};
+    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK) rc = sort_claimed(out);
+    return rc;
+}
+
+/* Extends one delivery's lease; the new expiry becomes its token. */
+static int extend_one(lq_subscription *s, lq_conn *conn, lq_delivery *d) {
+    int rc = LQ_OK;
+    pthread_mutex_lock(&d->mu);
+    if (!d->settled) {
+        int64_t until = lq__lease_expiry(s, lq__now_ms());
+        lq_value args[LQ_P_COUNT] = {0};
+        args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
+        args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = d->token};
+        args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = until};
+        int64_t changes = 0;
+        rc = s->broker->dialect->exec(&changes, conn, &s->sql.extend, args, NULL, NULL);
+        if (rc == LQ_OK && changes == 1) {
+            d->token = until;
+            atomic_fetch_add(&s->stats[LQ_STAT_EXTENSIONS], 1);
+        } else if (rc == LQ_OK) {
+            lq__log(LQ_LOG_WARNING, "row %lld: its lease was lost before it could be extended",
+                    (long long)d->id);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+int lq__lease_extend(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->book.count;
+    lq_book_entry **entries = n ? malloc(n * sizeof *entries) : NULL;
+    if (n && !entries) {
+        pthread_mutex_unlock(&s->mu);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    n = lq__book_snapshot(&s->book, entries, n);
+    for (size_t i = 0; i < n; i++) atomic_fetch_add(&((lq_delivery *)entries[i])->refs, 1);
+    pthread_mutex_unlock(&s->mu);
+
+    int rc = LQ_OK;
+    lq_conn *conn = NULL;
+    if (n) rc = lq__pool_acquire(&conn, &s->broker->pool);
+    for (size_t i = 0; i < n; i++) {
+        lq_delivery *d = (lq_delivery *)entries[i];
+        if (rc == LQ_OK && (rc = extend_one(s, conn, d)) != LQ_OK)
+            lq__log_error(LQ_LOG_ERROR, "extending a lease");
+        lq__delivery_unref(d);
+    }
+    if (conn) lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    free(entries);
+    return rc;
+}

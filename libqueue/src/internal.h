@@ -1,0 +1,39 @@
+/* Shared by every source file of the core: the internal error setters, the
+ * logger, allocation helpers and the forward declarations of internal types.
+ * Nothing here is exported. */
+#ifndef LQ_INTERNAL_H
+#define LQ_INTERNAL_H
+
+#include "libqueue.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LQ_HIDDEN __attribute__((visibility("hidden")))
+#define LQ_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* Errors: every public entry point calls lq__error_clear() first; a failing
+ * path sets the message once, where it knows the most, and returns the code. */
+LQ_HIDDEN void lq__error_clear(void);
+LQ_HIDDEN int lq__error(int status, const char *fmt, ...) LQ_PRINTF(2, 3);
+/* Like lq__error, with the database's SQLSTATE (may be NULL) and native code. */
+LQ_HIDDEN int lq__error_db(int status, const char *sqlstate, int native, const char *fmt, ...)
+    LQ_PRINTF(4, 5);
+/* Prefixes the current message with context ("subscription jobs: ..."). */
+LQ_HIDDEN void lq__error_prefix(const char *fmt, ...) LQ_PRINTF(1, 2);
+
+LQ_HIDDEN void lq__log(int level, const char *fmt, ...) LQ_PRINTF(2, 3);
+/* Logs the calling thread's last error at `level`, prefixed by `what`. */
+LQ_HIDDEN void lq__log_error(int level, const char *what);
+
+LQ_HIDDEN char *lq__strdup(const char *s);
+LQ_HIDDEN void *lq__memdup(const void *p, size_t n);
+
+#define LQ_CHECK_ARG(cond, what)                                                   \
+    do {                                                                            \
+        if (!(cond))                                                                \
+            return lq__error(LQ_MISUSE, "%s: %s", __func__, what);                  \
+    } while (0)
+
+#endif

@@ -1,0 +1,81 @@
+#include "pool.h"
+
+#include "clock.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int lq__pool_init(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
+                  const lq_options *options) {
+    pthread_condattr_t attr;
+    pool->dialect = d;
+    pool->target = target;
+    pool->options = options;
+    pool->size = (int)lq__opt_int(options, LQ_OPT_POOL_SIZE);
+    pool->acquire_timeout_ms = lq__opt_int(options, LQ_OPT_ACQUIRE_TIMEOUT_MS);
+    pool->idle_count = pool->open = 0;
+    pool->idle = calloc((size_t)pool->size, sizeof *pool->idle);
+    if (!pool->idle) return lq__error(LQ_NOMEM, "out of memory");
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->freed, &attr);
+    pthread_condattr_destroy(&attr);
+    return LQ_OK;
+}
+
+void lq__pool_destroy(lq_pool *pool) {
+    for (int i = 0; i < pool->idle_count; i++) pool->dialect->disconnect(pool->idle[i]);
+    free(pool->idle);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->freed);
+}
+
+int lq__pool_acquire(lq_conn **out, lq_pool *pool) {
+    struct timespec deadline = lq__deadline_in(pool->acquire_timeout_ms);
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        if (pool->idle_count > 0) {
+            *out = pool->idle[--pool->idle_count];
+            pthread_mutex_unlock(&pool->mu);
+            return LQ_OK;
+        }
+        if (pool->open < pool->size) {
+            pool->open++;
+            pthread_mutex_unlock(&pool->mu);
+            int rc = pool->dialect->connect(out, pool->target, pool->options);
+            if (rc != LQ_OK) {
+                pthread_mutex_lock(&pool->mu);
+                pool->open--;
+                pthread_cond_signal(&pool->freed);
+                pthread_mutex_unlock(&pool->mu);
+            }
+            return rc;
+        }
+        if (pthread_cond_timedwait(&pool->freed, &pool->mu, &deadline) == ETIMEDOUT) {
+            int size = pool->size;
+            pthread_mutex_unlock(&pool->mu);
+            return lq__error(LQ_TIMEOUT,
+                             "no pool connection came free in %lld ms: all %d are in use "
+                             "(raise pool_size or lower the workers)",
+                             (long long)pool->acquire_timeout_ms, size);
+        }
+    }
+}
+
+void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken) {
+    if (!conn) return;
+    if (broken) pool->dialect->disconnect(conn);
+    pthread_mutex_lock(&pool->mu);
+    if (broken) pool->open--;
+    else pool->idle[pool->idle_count++] = conn;
+    pthread_cond_signal(&pool->freed);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+int lq__pool_spare(lq_pool *pool) {
+    pthread_mutex_lock(&pool->mu);
+    int spare = pool->idle_count + (pool->size - pool->open);
+    pthread_mutex_unlock(&pool->mu);
+    return spare;
+}

@@ -1,0 +1,34 @@
+/* The broker's connection pool: at most `size` connections, opened on demand,
+ * handed out one at a time with a deadline. */
+#ifndef LQ_POOL_H
+#define LQ_POOL_H
+
+#include "dialect.h"
+
+#include <pthread.h>
+
+typedef struct lq_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t freed;
+    const lq_dialect *dialect;
+    const lq_broker_target *target;
+    const lq_options *options;
+    lq_conn **idle;
+    int idle_count;
+    int open; /* idle and lent */
+    int size;
+    int64_t acquire_timeout_ms;
+} lq_pool;
+
+LQ_HIDDEN int lq__pool_init(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
+                            const lq_options *options);
+LQ_HIDDEN void lq__pool_destroy(lq_pool *pool);
+/* Lends a connection, opening one while the pool has room, else waiting up
+ * to the acquire timeout (LQ_TIMEOUT, with the pool's numbers). */
+LQ_HIDDEN int lq__pool_acquire(lq_conn **out, lq_pool *pool);
+/* Takes a connection back; a broken one is closed instead. */
+LQ_HIDDEN void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken);
+/* Idle connections plus room for new ones. */
+LQ_HIDDEN int lq__pool_spare(lq_pool *pool);
+
+#endif

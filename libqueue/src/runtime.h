@@ -1,0 +1,121 @@
+/* The structures the broker, the subscription runtime, the forms and the
+ * settlements share. Lock order: broker mu, then subscription mu; a
+ * delivery's mu is never taken while holding either. */
+#ifndef LQ_RUNTIME_H
+#define LQ_RUNTIME_H
+
+#include "headers.h"
+#include "lease_book.h"
+#include "pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct lq_broker {
+    atomic_int refs; /* the caller's, and one per open subscription */
+    const lq_dialect *dialect;
+    lq_broker_target target;
+    lq_options *options;
+    lq_pool pool;
+    pthread_mutex_t mu;
+    bool closed;
+    lq_subscription *subscriptions; /* open ones, for wake-ups */
+    lq_stmt *statements;            /* interned, so prepared copies are reused */
+    size_t statement_count;
+};
+
+typedef enum lq_outcome { LQ_ACK, LQ_RETRY, LQ_RETRY_AFTER, LQ_DEAD_LETTER, LQ_RELEASE } lq_outcome;
+
+struct lq_delivery {
+    lq_book_entry entry; /* first: the lease book links deliveries through it */
+    lq_subscription *sub;
+    atomic_int refs;
+    pthread_mutex_t mu; /* a settlement and an extension of this row take turns */
+    int64_t id;
+    unsigned char *payload;
+    size_t payload_size;
+    int attempt;
+    char *group, *partition_key;
+    lq_headers headers;
+    int64_t token; /* the lease expiry the row holds (lease form) */
+    char *key;     /* the advisory key held (advisory form) */
+    lq_conn *conn; /* a connection the delivery holds, if its form holds one */
+    int64_t priority;
+    char *due;     /* retry_after as read: with priority, the claim order */
+    bool settled;
+    bool handed; /* counted in the subscription's in_work */
+    lq_delivery *queue_next; /* waiting for a worker */
+};
+
+typedef enum lq_mode { LQ_MODE_NONE, LQ_MODE_PUSH, LQ_MODE_PULL } lq_mode;
+
+struct lq_subscription {
+    atomic_int refs; /* the caller's, and one per live delivery */
+    lq_broker *broker;
+    lq_table *table;
+    lq_sqlset sql;
+    int form;
+    char *group;
+    int workers;
+    int64_t poll_ms, lease_ms;
+    int max_attempts;
+
+    pthread_mutex_t mu;
+    pthread_cond_t claim_cv; /* the claimer: a worker came free, a wake-up, stop */
+    pthread_cond_t ready_cv; /* workers and next(): a delivery is waiting, stop */
+    pthread_cond_t keeper_cv;
+    lq_mode mode;
+    bool started, stopping, stopped, closing, woken;
+    lq_delivery *queue_head, *queue_tail;
+    int waiting; /* claimed, not yet handed out */
+    int in_work; /* handed out, not yet settled */
+    int seen;    /* the most workers seen busy at once */
+    lq_lease_book book;
+
+    pthread_t claimer, keeper;
+    bool has_keeper;
+    pthread_t *threads;
+    int thread_count;
+    lq_handler_fn handler;
+    void *userdata;
+
+    atomic_llong stats[LQ_STAT_WAITING + 1];
+    lq_subscription *next_in_broker;
+};
+
+/* Broker internals. */
+LQ_HIDDEN void lq__broker_ref(lq_broker *b);
+LQ_HIDDEN void lq__broker_unref(lq_broker *b);
+/* Gives a freshly built statement the id of an identical one built before. */
+LQ_HIDDEN int lq__broker_intern(lq_broker *b, lq_stmt *stmt);
+LQ_HIDDEN int lq__broker_intern_set(lq_broker *b, lq_sqlset *set);
+LQ_HIDDEN int lq__broker_attach(lq_broker *b, lq_subscription *s);
+LQ_HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
+/* Wakes the subscriptions of a table (and group) after a publish. */
+LQ_HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
+LQ_HIDDEN void lq__subscription_wake(lq_subscription *s);
+
+/* Deliveries. */
+/* Makes a delivery from a row in LQ_COL_* order. */
+LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols,
+                                    int count);
+LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
+/* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
+LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
+LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
+
+/* The forms: each claims up to `limit` rows on `conn` and appends the
+ * deliveries to `*tail`, returning how many it took in `*taken`. */
+typedef struct lq_claimed {
+    lq_delivery *head, *tail;
+    int count;
+} lq_claimed;
+LQ_HIDDEN int lq__lease_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit);
+LQ_HIDDEN int lq__lease_extend(lq_subscription *s);
+LQ_HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
+LQ_HIDDEN int lq__advisory_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit);
+LQ_HIDDEN void lq__advisory_release(lq_delivery *d);
+LQ_HIDDEN void lq__claimed_add(lq_claimed *c, lq_delivery *d);
+LQ_HIDDEN void lq__claimed_free(lq_claimed *c);
+
+#endif

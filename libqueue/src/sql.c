@@ -1,0 +1,414 @@
+/* The statement builder, and the statements every dialect shares: the
+ * settlements, the lease extension and the insert. */
+#include "sql.h"
+
+#include "dialect.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_int next_stmt_id = 1;
+
+void lq__sql_start(lq_sql *b, lq_stmt *stmt, const lq_dialect *d, const lq_table *t) {
+    memset(&b->sb, 0, sizeof b->sb);
+    memset(stmt, 0, sizeof *stmt);
+    b->stmt = stmt;
+    b->dialect = d;
+    b->table = t;
+}
+
+int lq__sql_finish(lq_sql *b) {
+    if (b->stmt->nparams > LQ_MAX_PARAMS) {
+        lq__sb_free(&b->sb);
+        return lq__error(LQ_MISUSE, "a statement has more than %d parameters", LQ_MAX_PARAMS);
+    }
+    b->stmt->sql = lq__sb_take(&b->sb);
+    if (!b->stmt->sql) return lq__error(LQ_NOMEM, "out of memory");
+    b->stmt->id = atomic_fetch_add(&next_stmt_id, 1);
+    return LQ_OK;
+}
+
+void lq__sql_add(lq_sql *b, const char *text) { lq__sb_add(&b->sb, text); }
+
+void lq__sql_ident(lq_sql *b, const char *name) { lq__sb_add_quoted(&b->sb, name, b->dialect->quote); }
+
+void lq__sql_qualified(lq_sql *b, const char *schema, const char *name) {
+    if (schema) {
+        lq__sql_ident(b, schema);
+        lq__sql_add(b, ".");
+    }
+    lq__sql_ident(b, name);
+}
+
+void lq__sql_table(lq_sql *b) { lq__sql_qualified(b, b->table->schema, b->table->name); }
+
+void lq__sql_col(lq_sql *b, int role) { lq__sql_ident(b, b->table->columns[role]); }
+
+void lq__sql_id(lq_sql *b) { lq__sql_ident(b, b->table->id); }
+
+void lq__sql_param(lq_sql *b, lq_param p) {
+    lq_stmt *s = b->stmt;
+    if (s->nparams < LQ_MAX_PARAMS) s->params[s->nparams] = (unsigned char)p;
+    s->nparams++;
+    b->dialect->placeholder(&b->sb, s->nparams);
+}
+
+void lq__sql_literal(lq_sql *b, const char *text) { lq__sb_add_quoted(&b->sb, text, '\''); }
+
+void lq__sql_claim_where(lq_sql *b, bool lease_free) {
+    const lq_table *t = b->table;
+    const char *and = "";
+    if (lq__has(t, LQ_ROLE_GROUP)) {
+        lq__sql_col(b, LQ_ROLE_GROUP);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ_P_GROUP);
+        and = " AND ";
+    }
+    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) {
+        lq__sql_add(b, and);
+        lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
+        lq__sql_add(b, " <= ");
+        lq__sql_param(b, LQ_P_NOW);
+        and = " AND ";
+    }
+    if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, and);
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " IS NULL");
+        and = " AND ";
+    }
+    if (lease_free) {
+        lq__sql_add(b, and);
+        lq__sql_add(b, "(");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " IS NULL OR ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " <= ");
+        lq__sql_param(b, LQ_P_LEASE_NOW);
+        lq__sql_add(b, ")");
+        and = " AND ";
+    }
+    if (!*and) lq__sql_add(b, "1 = 1");
+}
+
+void lq__sql_claim_order(lq_sql *b) {
+    if (lq__has(b->table, LQ_ROLE_PRIORITY)) {
+        lq__sql_col(b, LQ_ROLE_PRIORITY);
+        lq__sql_add(b, ", ");
+    }
+    if (lq__has(b->table, LQ_ROLE_RETRY_AFTER)) {
+        lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
+        lq__sql_add(b, ", ");
+    }
+    lq__sql_id(b);
+}
+
+static void col_or_null(lq_sql *b, int role) {
+    if (lq__has(b->table, role)) lq__sql_col(b, role);
+    else lq__sql_add(b, "NULL");
+}
+
+void lq__sql_row_columns(lq_sql *b, const char *attempt_expr) {
+    lq__sql_id(b);
+    lq__sql_add(b, ", ");
+    col_or_null(b, LQ_ROLE_PAYLOAD);
+    lq__sql_add(b, ", ");
+    if (attempt_expr && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, attempt_expr);
+    } else {
+        col_or_null(b, LQ_ROLE_ATTEMPT);
+    }
+    const int rest[] = {LQ_ROLE_GROUP, LQ_ROLE_PARTITION_KEY, LQ_ROLE_HEADERS, LQ_ROLE_PRIORITY,
+                        LQ_ROLE_RETRY_AFTER};
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) {
+        lq__sql_add(b, ", ");
+        col_or_null(b, rest[i]);
+    }
+}
+
+/* "WHERE id = ?" and, in the lease form, the token. */
+static void where_held(lq_sql *b) {
+    lq__sql_add(b, " WHERE ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_ID);
+    if (lq_table_form(b->table) == LQ_FORM_LEASE) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ_P_HELD);
+    }
+}
+
+/* The SET list's tail every update of a settled row shares: the lease is
+ * cleared, and in the row lock form a retry counts its attempt. */
+static void settle_tail(lq_sql *b, bool counts) {
+    int form = lq_table_form(b->table);
+    if (form == LQ_FORM_LEASE) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = NULL");
+    }
+    if (counts && form == LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " + 1");
+    }
+}
+
+static int build_ack(lq_sql *b) {
+    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, "UPDATE ");
+        lq__sql_table(b);
+        lq__sql_add(b, " SET ");
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ_P_NOW);
+        settle_tail(b, false);
+    } else {
+        lq__sql_add(b, "DELETE FROM ");
+        lq__sql_table(b);
+    }
+    where_held(b);
+    return lq__sql_finish(b);
+}
+
+/* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>. */
+static int build_update(lq_sql *b, int role, lq_param value, bool settles, bool counts) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, role);
+    lq__sql_add(b, " = ");
+    if (value) lq__sql_param(b, value);
+    else lq__sql_add(b, "NULL");
+    if (settles) settle_tail(b, counts);
+    where_held(b);
+    return lq__sql_finish(b);
+}
+
+static int build_retry(lq_sql *b) {
+    int form = lq_table_form(b->table);
+    if (form == LQ_FORM_LEASE) return build_update(b, LQ_ROLE_LOCKED_UNTIL, 0, false, false);
+    if (form == LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, "UPDATE ");
+        lq__sql_table(b);
+        lq__sql_add(b, " SET ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " + 1");
+        where_held(b);
+        return lq__sql_finish(b);
+    }
+    lq__sb_free(&b->sb);
+    return LQ_OK; /* no statement: the rollback or the key's release returns the row */
+}
+
+/* A row handed back unsettled (a stopping subscription's waiting rows, a
+ * delivery freed unsettled) spends no attempt: the lease and advisory forms
+ * counted one at the claim, so the release takes it back. In the row lock
+ * form the rollback undoes everything. */
+static int build_release(lq_sql *b) {
+    int form = lq_table_form(b->table);
+    bool counted = form != LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT);
+    if (form != LQ_FORM_LEASE && !counted) {
+        lq__sb_free(&b->sb);
+        return LQ_OK;
+    }
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    const char *sep = "";
+    if (form == LQ_FORM_LEASE) {
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = NULL");
+        sep = ", ";
+    }
+    if (counted) {
+        lq__sql_add(b, sep);
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " - 1");
+    }
+    where_held(b);
+    return lq__sql_finish(b);
+}
+
+/* Splits "schema.table" or "table"; more parts are refused. */
+static int split_destination(char **schema, char **name, const char *dest) {
+    const char *dot = strchr(dest, '.');
+    *schema = *name = NULL;
+    if (dot && strchr(dot + 1, '.'))
+        return lq__error(LQ_MISUSE, "dead-letter table \"%s\": give \"table\" or \"schema.table\"",
+                         dest);
+    if (dot && (dot == dest || !dot[1]))
+        return lq__error(LQ_MISUSE, "dead-letter table \"%s\" has an empty part", dest);
+    if (dot) {
+        *schema = lq__memdup(dest, (size_t)(dot - dest) + 1);
+        if (*schema) (*schema)[dot - dest] = '\0';
+        *name = lq__strdup(dot + 1);
+    } else {
+        *name = lq__strdup(dest);
+    }
+    if ((dot && !*schema) || !*name) {
+        free(*schema);
+        free(*name);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    return LQ_OK;
+}
+
+/* Dead letter into a table of the same columns: copy the row as it is, clear
+ * its lease in the copy, delete it here; the three run in one transaction. */
+static int build_dead_table(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
+    char *schema, *name;
+    int rc = split_destination(&schema, &name, t->dead_letter);
+    if (rc != LQ_OK) return rc;
+    lq_sql b;
+    lq__sql_start(&b, &set->dead_copy, d, t);
+    lq__sql_add(&b, "INSERT INTO ");
+    lq__sql_qualified(&b, schema, name);
+    lq__sql_add(&b, " SELECT * FROM ");
+    lq__sql_table(&b);
+    where_held(&b);
+    rc = lq__sql_finish(&b);
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->dead_clear, d, t);
+        lq__sql_add(&b, "UPDATE ");
+        lq__sql_qualified(&b, schema, name);
+        lq__sql_add(&b, " SET ");
+        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(&b, " = NULL WHERE ");
+        lq__sql_id(&b);
+        lq__sql_add(&b, " = ");
+        lq__sql_param(&b, LQ_P_ID);
+        rc = lq__sql_finish(&b);
+    }
+    if (rc == LQ_OK) {
+        lq__sql_start(&b, &set->dead_delete, d, t);
+        lq__sql_add(&b, "DELETE FROM ");
+        lq__sql_table(&b);
+        where_held(&b);
+        rc = lq__sql_finish(&b);
+    }
+    free(schema);
+    free(name);
+    return rc;
+}
+
+static int build_insert(lq_sql *b) {
+    const lq_table *t = b->table;
+    struct {
+        int role;
+        lq_param param;
+    } const fields[] = {
+        {LQ_ROLE_PAYLOAD, LQ_P_PAYLOAD},   {LQ_ROLE_GROUP, LQ_P_MSG_GROUP},
+        {LQ_ROLE_PARTITION_KEY, LQ_P_PKEY}, {LQ_ROLE_PRIORITY, LQ_P_PRIORITY},
+        {LQ_ROLE_RETRY_AFTER, LQ_P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ_P_HEADERS},
+    };
+    const size_t nfields = sizeof fields / sizeof fields[0];
+    lq__sql_add(b, "INSERT INTO ");
+    lq__sql_table(b);
+    lq__sql_add(b, " (");
+    const char *sep = "";
+    if (!t->id_generated) {
+        lq__sql_id(b);
+        sep = ", ";
+    }
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, sep);
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        sep = ", ";
+    }
+    for (size_t i = 0; i < nfields; i++) {
+        if (!lq__has(t, fields[i].role)) continue;
+        lq__sql_add(b, sep);
+        lq__sql_col(b, fields[i].role);
+        sep = ", ";
+    }
+    if (!*sep) {
+        /* Every column has a default: rewrite the start as DEFAULT VALUES. */
+        b->sb.len = strlen("INSERT INTO ");
+        lq__sql_table(b);
+        lq__sql_add(b, " DEFAULT VALUES");
+    } else {
+        lq__sql_add(b, ") VALUES (");
+        sep = "";
+        if (!t->id_generated) {
+            lq__sql_param(b, LQ_P_ID);
+            sep = ", ";
+        }
+        if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+            lq__sql_add(b, sep);
+            lq__sql_add(b, "1");
+            sep = ", ";
+        }
+        for (size_t i = 0; i < nfields; i++) {
+            if (!lq__has(t, fields[i].role)) continue;
+            lq__sql_add(b, sep);
+            lq__sql_param(b, fields[i].param);
+            sep = ", ";
+        }
+        lq__sql_add(b, ")");
+    }
+    lq__sql_add(b, " RETURNING ");
+    lq__sql_id(b);
+    return lq__sql_finish(b);
+}
+
+int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
+    lq_sql b;
+    int rc;
+    memset(set, 0, sizeof *set);
+    lq__sql_start(&b, &set->ack, d, t);
+    rc = build_ack(&b);
+    if (rc == LQ_OK) {
+        lq__sql_start(&b, &set->retry, d, t);
+        rc = build_retry(&b);
+    }
+    if (rc == LQ_OK) {
+        lq__sql_start(&b, &set->release, d, t);
+        rc = build_release(&b);
+    }
+    if (rc == LQ_OK && lq__has(t, LQ_ROLE_RETRY_AFTER)) {
+        lq__sql_start(&b, &set->retry_after, d, t);
+        rc = build_update(&b, LQ_ROLE_RETRY_AFTER, LQ_P_RETRY_AFTER, true, true);
+    }
+    if (rc == LQ_OK && t->dead_letter) {
+        if (lq__has(t, LQ_ROLE_GROUP)) {
+            lq__sql_start(&b, &set->dead_group, d, t);
+            rc = build_update(&b, LQ_ROLE_GROUP, LQ_P_DEST, true, false);
+        } else {
+            rc = build_dead_table(set, d, t);
+        }
+    }
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->extend, d, t);
+        rc = build_update(&b, LQ_ROLE_LOCKED_UNTIL, LQ_P_LEASE, false, false);
+    }
+    if (rc == LQ_OK) rc = d->build_claims(set, t);
+    if (rc != LQ_OK) lq__sqlset_free(set);
+    return rc;
+}
+
+int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, insert, d, t);
+    return build_insert(&b);
+}
+
+void lq__sqlset_free(lq_sqlset *set) {
+    lq_stmt *all[] = {&set->claim,     &set->take,      &set->ack,         &set->retry, &set->release,
+                      &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
+                      &set->dead_delete, &set->extend};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        free(all[i]->sql);
+        all[i]->sql = NULL;
+    }
+}

@@ -1,0 +1,95 @@
+/* Statements: SQL text with its parameters named by symbol, so the code that
+ * runs a statement binds values by meaning and each dialect keeps its own
+ * placeholders and parameter order. */
+#ifndef LQ_SQL_H
+#define LQ_SQL_H
+
+#include "strbuf.h"
+#include "table.h"
+
+#include "options.h"
+
+typedef enum lq_param {
+    LQ_P_GROUP = 1,   /* the subscription's group */
+    LQ_P_NOW,         /* due comparison */
+    LQ_P_LEASE_NOW,   /* lease-ended comparison */
+    LQ_P_LIMIT,       /* rows to claim */
+    LQ_P_LEASE,       /* the new lease expiry */
+    LQ_P_HELD,        /* the lease the delivery holds: its token */
+    LQ_P_ID,
+    LQ_P_RETRY_AFTER, /* the time a retried row is due again */
+    LQ_P_DEST,        /* the dead-letter group */
+    LQ_P_PAYLOAD,
+    LQ_P_PKEY,
+    LQ_P_PRIORITY,
+    LQ_P_HEADERS,
+    LQ_P_MSG_GROUP,   /* the group a publish writes */
+    LQ_P_COUNT
+} lq_param;
+
+#define LQ_MAX_PARAMS 24
+
+typedef struct lq_stmt {
+    char *sql;  /* NULL: the outcome runs no statement */
+    int id;     /* process-wide, for the per-connection cache of prepared statements */
+    int nparams;
+    unsigned char params[LQ_MAX_PARAMS];
+} lq_stmt;
+
+/* Columns of every statement that returns rows of the queue, in this order;
+ * a role the table lacks reads as NULL. */
+enum { LQ_COL_ID, LQ_COL_PAYLOAD, LQ_COL_ATTEMPT, LQ_COL_GROUP, LQ_COL_PKEY, LQ_COL_HEADERS,
+       LQ_COL_PRIORITY, LQ_COL_DUE, LQ_COL_COUNT };
+
+/* Every statement a subscription runs, built once when it opens. */
+typedef struct lq_sqlset {
+    lq_stmt claim;       /* lease: claims and stamps rows; advisory: candidates (id, key) */
+    lq_stmt take;        /* advisory: counts the attempt of one candidate and reads it */
+    lq_stmt ack;
+    lq_stmt retry;       /* NULL sql in the advisory form: releasing the key is the retry */
+    lq_stmt release;     /* gives back a row never settled, undoing the claim's count */
+    lq_stmt retry_after;
+    lq_stmt dead_group;  /* dead letter into another group */
+    lq_stmt dead_copy;   /* dead letter into another table: copy, clear the lease, delete */
+    lq_stmt dead_clear;
+    lq_stmt dead_delete;
+    lq_stmt extend;
+} lq_sqlset;
+
+/* A statement under construction. */
+typedef struct lq_sql {
+    lq_strbuf sb;
+    lq_stmt *stmt;
+    const struct lq_dialect *dialect;
+    const lq_table *table;
+} lq_sql;
+
+LQ_HIDDEN void lq__sql_start(lq_sql *b, lq_stmt *stmt, const struct lq_dialect *d, const lq_table *t);
+/* Finishes the statement; LQ_NOMEM or LQ_MISUSE (too many parameters). */
+LQ_HIDDEN int lq__sql_finish(lq_sql *b);
+LQ_HIDDEN void lq__sql_add(lq_sql *b, const char *text);
+LQ_HIDDEN void lq__sql_ident(lq_sql *b, const char *name);
+LQ_HIDDEN void lq__sql_table(lq_sql *b);
+LQ_HIDDEN void lq__sql_qualified(lq_sql *b, const char *schema, const char *name);
+LQ_HIDDEN void lq__sql_col(lq_sql *b, int role);
+LQ_HIDDEN void lq__sql_id(lq_sql *b);
+LQ_HIDDEN void lq__sql_param(lq_sql *b, lq_param p);
+/* "a = b AND ..." for due, unprocessed rows of the group; with the lease
+ * condition when `lease_free`. Writes "1 = 1" when there is nothing to say. */
+LQ_HIDDEN void lq__sql_claim_where(lq_sql *b, bool lease_free);
+/* "priority, retry_after, id" for the columns the table has. */
+LQ_HIDDEN void lq__sql_claim_order(lq_sql *b);
+/* The LQ_COL_* list; `attempt_expr` replaces the attempt column when set
+ * (e.g. "attempt - 1" after a count). */
+LQ_HIDDEN void lq__sql_row_columns(lq_sql *b, const char *attempt_expr);
+/* A string literal in single quotes. */
+LQ_HIDDEN void lq__sql_literal(lq_sql *b, const char *text);
+
+/* Builds the settlements and the extension every dialect shares, then the
+ * dialect's claims. */
+LQ_HIDDEN int lq__sqlset_build(lq_sqlset *set, const struct lq_dialect *d, const lq_table *t);
+LQ_HIDDEN void lq__sqlset_free(lq_sqlset *set);
+/* The insert a publish runs: one row, returning its id. */
+LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
+
+#endif

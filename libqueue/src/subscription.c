@@ -1,0 +1,373 @@
+/* The subscription runtime. One claimer thread keeps a claim going while a
+ * worker is free; claimed rows wait in a queue (and, in the lease form, in
+ * the lease book, where the keeper thread extends them) until a push worker
+ * or a caller of next() takes them. After a claim that came back short, the
+ * claimer waits for the poll interval or a wake-up, so an empty table sees
+ * one claim per wait. */
+#include "clock.h"
+#include "runtime.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAILED_CLAIM_WAIT_MS 1000
+
+static void cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static void subscription_free(lq_subscription *s) {
+    lq__sqlset_free(&s->sql);
+    lq_table_free(s->table);
+    free(s->group);
+    free(s->threads);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->claim_cv);
+    pthread_cond_destroy(&s->ready_cv);
+    pthread_cond_destroy(&s->keeper_cv);
+    lq_broker *b = s->broker;
+    free(s);
+    lq__broker_unref(b);
+}
+
+void lq__subscription_unref(lq_subscription *s) {
+    if (s && atomic_fetch_sub(&s->refs, 1) == 1) subscription_free(s);
+}
+
+void lq__subscription_wake(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    s->woken = true;
+    pthread_cond_signal(&s->claim_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* What the table and options declare must fit together before any statement
+ * is built. */
+static int check_declaration(lq_subscription *s, const lq_options *o) {
+    const lq_table *t = s->table;
+    char label[256];
+    lq__table_label(t, label, sizeof label);
+    if (!(s->broker->dialect->forms & (1u << s->form)) && s->form != LQ_FORM_ROW_LOCK)
+        return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
+                         s->broker->dialect->name);
+    if (lq__has(t, LQ_ROLE_GROUP) && !s->group)
+        return lq__error(LQ_MISUSE, "table %s has a group column: name the group to read (option group)",
+                         label);
+    if (!lq__has(t, LQ_ROLE_GROUP) && s->group)
+        return lq__error(LQ_MISUSE, "table %s has no group column, so option group does not apply",
+                         label);
+    if (t->fifo && !lq__has(t, LQ_ROLE_GROUP))
+        return lq__error(LQ_MISUSE, "table %s: fifo needs a group column", label);
+    if (s->max_attempts > 0 && !lq__has(t, LQ_ROLE_ATTEMPT))
+        return lq__error(LQ_MISUSE, "table %s: max_attempts needs an attempt column", label);
+    if (s->max_attempts > 0 && !t->dead_letter)
+        return lq__error(LQ_MISUSE,
+                         "table %s: max_attempts needs a dead-letter destination, declared together",
+                         label);
+    if (lq__opt_int(o, LQ_OPT_BATCH) > 0 || lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY) > 0 ||
+        lq__opt_int(o, LQ_OPT_TRANSACTIONAL))
+        return lq__error(LQ_MISUSE, "table %s: batch, workers_by_key and transactional "
+                                    "subscriptions are not available in this version",
+                         label);
+    return LQ_OK;
+}
+
+/* Prepares every statement on one connection: a missing table or column
+ * fails here, naming it. */
+static int prepare_all(lq_subscription *s) {
+    lq_conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
+    const struct {
+        const char *what;
+        const lq_stmt *stmt;
+    } all[] = {
+        {"claim", &s->sql.claim},          {"take", &s->sql.take},
+        {"ack", &s->sql.ack},              {"retry", &s->sql.retry},
+        {"release", &s->sql.release},
+        {"retry_after", &s->sql.retry_after}, {"dead letter", &s->sql.dead_group},
+        {"dead letter", &s->sql.dead_copy}, {"dead letter", &s->sql.dead_clear},
+        {"dead letter", &s->sql.dead_delete}, {"lease extension", &s->sql.extend},
+    };
+    for (size_t i = 0; rc == LQ_OK && i < sizeof all / sizeof all[0]; i++) {
+        if (!all[i].stmt->sql) continue;
+        rc = s->broker->dialect->prepare(conn, all[i].stmt);
+        if (rc != LQ_OK) lq__error_prefix("the %s statement", all[i].what);
+    }
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    return rc;
+}
+
+int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *table,
+                         const lq_options *o) {
+    lq__error_clear();
+    LQ_CHECK_ARG(out && b && table, "an argument is NULL");
+    lq_subscription *s = calloc(1, sizeof *s);
+    if (!s) return lq__error(LQ_NOMEM, "out of memory");
+    atomic_init(&s->refs, 1);
+    lq__broker_ref(b);
+    s->broker = b;
+    pthread_mutex_init(&s->mu, NULL);
+    cond_init(&s->claim_cv);
+    cond_init(&s->ready_cv);
+    cond_init(&s->keeper_cv);
+    lq__book_init(&s->book);
+    s->workers = (int)lq__opt_int(o, LQ_OPT_WORKERS);
+    s->poll_ms = lq__opt_int(o, LQ_OPT_POLL_INTERVAL_MS);
+    s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
+    s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
+    s->seen = 1;
+
+    int rc = lq__table_copy(&s->table, table);
+    if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
+        !(s->group = lq__strdup(lq__opt_str(o, LQ_OPT_GROUP))))
+        rc = lq__error(LQ_NOMEM, "out of memory");
+    if (rc == LQ_OK) {
+        s->form = lq_table_form(s->table);
+        rc = check_declaration(s, o);
+    }
+    if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
+    if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
+    if (rc == LQ_OK) rc = prepare_all(s);
+    if (rc == LQ_OK) rc = lq__broker_attach(b, s);
+    if (rc != LQ_OK) {
+        if (s->table) {
+            char label[256];
+            lq__error_prefix("subscription to %s", lq__table_label(s->table, label, sizeof label));
+        }
+        subscription_free(s);
+        return rc;
+    }
+    *out = s;
+    return LQ_OK;
+}
+
+/* Waits on the claimer's condition until woken, stopping, or `ms` passed. */
+static void claimer_wait(lq_subscription *s, int64_t ms) {
+    struct timespec deadline = lq__deadline_in(ms);
+    while (!s->woken && !s->stopping)
+        if (pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline) == ETIMEDOUT) break;
+}
+
+/* Rows to ask for. A single-writer database claims a row for every worker
+ * seen in one statement, and the rows past the free workers wait in the lease
+ * book; others claim for the free workers. */
+static int claim_size(const lq_subscription *s, int free_workers) {
+    if (s->broker->dialect->single_writer && s->form == LQ_FORM_LEASE)
+        return free_workers > s->seen ? free_workers : s->seen;
+    return free_workers;
+}
+
+static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
+    lq_conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
+    if (s->form == LQ_FORM_LEASE) rc = lq__lease_claim(got, s, conn, limit);
+    else rc = lq__advisory_claim(got, s, conn, limit);
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    return rc;
+}
+
+static void *claimer_main(void *arg) {
+    lq_subscription *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        int free_workers = s->workers - s->in_work - s->waiting;
+        if (free_workers <= 0 || s->waiting > 0) {
+            pthread_cond_wait(&s->claim_cv, &s->mu);
+            continue;
+        }
+        int limit = claim_size(s, free_workers);
+        s->woken = false;
+        pthread_mutex_unlock(&s->mu);
+
+        lq_claimed got = {0};
+        int rc = run_claim(&got, s, limit);
+        atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
+        if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
+        if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
+
+        pthread_mutex_lock(&s->mu);
+        for (lq_delivery *d = got.head; d; d = d->queue_next) lq__book_add(&s->book, &d->entry);
+        if (got.count) {
+            if (s->queue_tail) s->queue_tail->queue_next = got.head;
+            else s->queue_head = got.head;
+            s->queue_tail = got.tail;
+            s->waiting += got.count;
+            pthread_cond_broadcast(&s->ready_cv);
+        }
+        if (rc != LQ_OK) claimer_wait(s, FAILED_CLAIM_WAIT_MS);
+        else if (got.count < limit) claimer_wait(s, s->poll_ms);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void *keeper_main(void *arg) {
+    lq_subscription *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->closing) {
+        struct timespec deadline = lq__deadline_in(s->lease_ms / 2);
+        while (!s->closing)
+            if (pthread_cond_timedwait(&s->keeper_cv, &s->mu, &deadline) == ETIMEDOUT) break;
+        if (s->closing) break;
+        pthread_mutex_unlock(&s->mu);
+        lq__lease_extend(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Starts the claimer (and the keeper, for leases) once; s->mu held. */
+static int start_locked(lq_subscription *s, lq_mode mode) {
+    if (s->stopping) return lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (s->mode != LQ_MODE_NONE && s->mode != mode)
+        return lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)");
+    if (s->started) return LQ_OK;
+    s->mode = mode;
+    if (pthread_create(&s->claimer, NULL, claimer_main, s) != 0)
+        return lq__error(LQ_ERROR, "cannot start the claim thread");
+    s->started = true;
+    if (s->form == LQ_FORM_LEASE) {
+        if (pthread_create(&s->keeper, NULL, keeper_main, s) != 0)
+            return lq__error(LQ_ERROR, "cannot start the lease keeper thread");
+        s->has_keeper = true;
+    }
+    return LQ_OK;
+}
+
+/* Hands the next waiting delivery out; s->mu held, queue not empty. */
+static lq_delivery *pop_locked(lq_subscription *s) {
+    lq_delivery *d = s->queue_head;
+    s->queue_head = d->queue_next;
+    if (!s->queue_head) s->queue_tail = NULL;
+    d->queue_next = NULL;
+    s->waiting--;
+    s->in_work++;
+    d->handed = true;
+    pthread_cond_signal(&s->claim_cv); /* the queue drained: the claimer may go again */
+    if (s->in_work + 1 > s->seen) s->seen = s->in_work + 1 > s->workers ? s->workers : s->in_work + 1;
+    atomic_fetch_add(&s->stats[LQ_STAT_DELIVERED], 1);
+    return d;
+}
+
+static void *worker_main(void *arg) {
+    lq_subscription *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stopping && !s->queue_head) pthread_cond_wait(&s->ready_cv, &s->mu);
+        if (s->stopping) break;
+        lq_delivery *d = pop_locked(s);
+        pthread_mutex_unlock(&s->mu);
+
+        int status = s->handler(d, s->userdata);
+        if (!d->settled) {
+            int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
+            if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
+        }
+        lq__delivery_unref(d);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdata) {
+    lq__error_clear();
+    LQ_CHECK_ARG(s && handler, "an argument is NULL");
+    pthread_mutex_lock(&s->mu);
+    if (s->mode == LQ_MODE_PUSH) {
+        pthread_mutex_unlock(&s->mu);
+        return lq__error(LQ_MISUSE, "the subscription is already running");
+    }
+    s->handler = handler;
+    s->userdata = userdata;
+    int rc = start_locked(s, LQ_MODE_PUSH);
+    if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
+        rc = lq__error(LQ_NOMEM, "out of memory");
+    for (int i = 0; rc == LQ_OK && i < s->workers; i++) {
+        if (pthread_create(&s->threads[i], NULL, worker_main, s) != 0)
+            rc = lq__error(LQ_ERROR, "cannot start worker thread %d", i + 1);
+        else s->thread_count++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc != LQ_OK) lq_subscription_stop(s);
+    return rc;
+}
+
+int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_ms) {
+    lq__error_clear();
+    LQ_CHECK_ARG(out && s, "an argument is NULL");
+    *out = NULL;
+    pthread_mutex_lock(&s->mu);
+    int rc = start_locked(s, LQ_MODE_PULL);
+    struct timespec deadline = lq__deadline_in(timeout_ms);
+    while (rc == LQ_OK && !s->stopping && !s->queue_head) {
+        if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
+            rc = lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
+    }
+    if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (rc == LQ_OK) *out = pop_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int lq_subscription_stop(lq_subscription *s) {
+    lq__error_clear();
+    LQ_CHECK_ARG(s, "subscription is NULL");
+    pthread_mutex_lock(&s->mu);
+    if (s->stopped || s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return LQ_OK;
+    }
+    s->stopping = true;
+    bool started = s->started;
+    pthread_cond_broadcast(&s->claim_cv);
+    pthread_cond_broadcast(&s->ready_cv);
+    pthread_mutex_unlock(&s->mu);
+
+    if (started) pthread_join(s->claimer, NULL);
+    for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
+
+    /* Rows claimed but never handed out go back at once. */
+    pthread_mutex_lock(&s->mu);
+    lq_claimed left = {s->queue_head, s->queue_tail, s->waiting};
+    s->queue_head = s->queue_tail = NULL;
+    s->waiting = 0;
+    s->stopped = true;
+    pthread_mutex_unlock(&s->mu);
+    lq__claimed_free(&left);
+    return LQ_OK;
+}
+
+void lq_subscription_close(lq_subscription *s) {
+    if (!s) return;
+    lq_subscription_stop(s);
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    pthread_cond_broadcast(&s->keeper_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->has_keeper) pthread_join(s->keeper, NULL);
+    lq__broker_detach(s->broker, s);
+    lq__subscription_unref(s);
+}
+
+int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
+    if (!s) return 0;
+    lq_subscription *m = (lq_subscription *)s;
+    if (stat == LQ_STAT_IN_WORK || stat == LQ_STAT_WAITING) {
+        pthread_mutex_lock(&m->mu);
+        int64_t v = stat == LQ_STAT_IN_WORK ? m->in_work : m->waiting;
+        pthread_mutex_unlock(&m->mu);
+        return v;
+    }
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXTENSIONS) return 0;
+    return atomic_load(&m->stats[stat]);
+}

@@ -1,0 +1,108 @@
+"""libqueue: task queues kept in a service's own SQL tables.
+
+Quick start::
+
+    import libqueue
+
+    jobs = libqueue.Table("jobs", payload="payload", attempt="attempt",
+                          locked_until="locked_until")
+    with libqueue.Broker("sqlite:///var/lib/app/app.db") as broker:
+        broker.publish(jobs, b"hello")
+        with broker.subscribe(jobs) as sub:
+            with sub.next(timeout=5) as delivery:
+                print(delivery.payload)
+                delivery.ack()
+
+The C core logs through ``logging.getLogger("libqueue")``.
+"""
+
+from __future__ import annotations
+
+import atexit as _atexit
+
+from libqueue._ffi import lib as _lib, text as _text
+from libqueue import logs as _logs
+from libqueue.broker import Broker, Message, Payload
+from libqueue.delivery import Delivery
+from libqueue.enums import Form, Isolation, LogLevel, Option, Role, Stat, Status
+from libqueue.errors import (  # Error and one class per lq_status, made from the enum
+    AlreadySubscribed,
+    BackendError,
+    BatchRolledBack,
+    Closed,
+    ConnectError,
+    ConnectionLimit,
+    Contention,
+    DialectError,
+    Error,
+    LeaseLost,
+    Misuse,
+    NoMemory,
+    SchemaError,
+    ServerTooOld,
+    Timeout,
+)
+from libqueue.subscription import Subscription, stop_all as _stop_all
+from libqueue.table import Table
+
+#: The linked core's version, "major.minor.patch".
+__version__: str = _text(_lib.lq_version_string())
+#: The version of the header the binding was compiled against.
+HEADER_VERSION = (_lib.LQ_VERSION_MAJOR, _lib.LQ_VERSION_MINOR, _lib.LQ_VERSION_PATCH)
+
+
+def _check_version() -> None:
+    number = _lib.lq_version_number()
+    major = number // 10000
+    if major != _lib.LQ_VERSION_MAJOR:
+        raise ImportError(
+            "libqueue: the linked core is version %s (%d), the binding was built for "
+            "major version %d" % (__version__, number, _lib.LQ_VERSION_MAJOR))
+
+
+_check_version()
+_logs.install()
+
+
+def _at_exit() -> None:
+    # Stop every subscription while the interpreter still works, then give
+    # the core its own logging back: no core thread may call into Python
+    # once it finalises.
+    _stop_all()
+    _logs.uninstall()
+
+
+_atexit.register(_at_exit)
+
+__all__ = [
+    "Broker",
+    "Delivery",
+    "Subscription",
+    "Table",
+    "Message",
+    "Payload",
+    "Form",
+    "Isolation",
+    "LogLevel",
+    "Option",
+    "Role",
+    "Stat",
+    "Status",
+    "HEADER_VERSION",
+    "__version__",
+    "Error",
+    "AlreadySubscribed",
+    "BackendError",
+    "BatchRolledBack",
+    "Closed",
+    "ConnectError",
+    "ConnectionLimit",
+    "Contention",
+    "DialectError",
+    "LeaseLost",
+    "Misuse",
+    "NoMemory",
+    "SchemaError",
+    "ServerTooOld",
+    "Timeout",
+]

@@ -1,0 +1,164 @@
+"""``Broker``: a connection pool to one database; publishes and subscribes."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List, Mapping, Optional, Union
+
+from libqueue._ffi import ctext, ffi, lib, text
+from libqueue.errors import check, make_error
+from libqueue.options import build_options
+from libqueue.subscription import Subscription
+from libqueue.table import Table
+
+__all__ = ["Broker", "Message", "Payload"]
+
+Payload = Union[bytes, bytearray, memoryview, str]
+#: A message for ``publish_many``: a payload alone, or a dict of the keyword
+#: arguments of ``Broker.publish`` (``{"payload": b"..", "group": "g"}``).
+Message = Union[Payload, Mapping[str, Any]]
+
+_MESSAGE_FIELDS = ("payload", "group", "partition_key", "priority", "delay_ms", "headers", "id")
+
+
+def _payload_buffer(payload: Payload) -> Any:
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError("payload must be bytes-like or str, got %s" % type(payload).__name__)
+    return ffi.from_buffer(payload)
+
+
+def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
+    """An owned ``lq_message *`` with ``fields`` set."""
+    unknown = set(fields) - set(_MESSAGE_FIELDS)
+    if unknown:
+        raise TypeError("unknown message field(s): %s" % ", ".join(sorted(unknown)))
+    out = ffi.new("lq_message **")
+    check(lib.lq_message_new(out), "lq_message_new")
+    m = ffi.gc(out[0], lib.lq_message_free)
+
+    payload = fields.get("payload")
+    if payload is not None:
+        data = _payload_buffer(payload)
+        # An empty payload is only written to a table that has a payload
+        # column, so publishing to one without works with the default b"".
+        if len(data) or table.has("payload"):
+            check(lib.lq_message_set_payload(m, data, len(data)), "payload")
+    if fields.get("id") is not None:
+        check(lib.lq_message_set_id(m, int(fields["id"])), "id")
+    if fields.get("group") is not None:
+        check(lib.lq_message_set_group(m, ctext(fields["group"])), "group")
+    if fields.get("partition_key") is not None:
+        check(lib.lq_message_set_partition_key(m, ctext(fields["partition_key"])), "partition_key")
+    if fields.get("priority") is not None:
+        check(lib.lq_message_set_priority(m, int(fields["priority"])), "priority")
+    if fields.get("delay_ms") is not None:
+        check(lib.lq_message_set_delay_ms(m, int(fields["delay_ms"])), "delay_ms")
+    headers: Optional[Mapping[str, str]] = fields.get("headers")
+    if headers:
+        for name, value in headers.items():
+            if not isinstance(value, str):
+                raise TypeError("header %r: values are str, got %s" % (name, type(value).__name__))
+            check(lib.lq_message_set_header(m, ctext(name), ctext(value)), "header %r" % name)
+    return m
+
+
+class Broker:
+    """A connection pool to one database (``lq_broker``).
+
+    ``url`` is ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` (and, with a
+    core built for them, PostgreSQL and MySQL URLs). Keyword options are
+    passed by name to the core (``pool_size=4``, ``connect_timeout_ms=...``,
+    ``statement_timeout_ms``, ``acquire_timeout_ms``, ``connection_limit``,
+    ``listen_notify``).
+
+    Thread-safe: any thread may publish or subscribe. Use as a context
+    manager, or call ``close()``; open subscriptions keep the pool alive until
+    they are closed.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.url = url
+        opts = build_options(options)
+        out = ffi.new("lq_broker **")
+        check(lib.lq_broker_open(out, ctext(url), opts), "open %s" % url)
+        self._ptr: Any = ffi.gc(out[0], lib.lq_broker_close)
+
+    def _live(self) -> Any:
+        if self._ptr is None:
+            raise make_error(lib.LQ_CLOSED, "broker is closed")
+        return self._ptr
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._ptr is None
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"``, ``"postgresql"`` or ``"mysql"``."""
+        return text(lib.lq_broker_dialect(self._live()))
+
+    def close(self) -> None:
+        """Close the broker (idempotent). It takes no new publishes or
+        subscriptions; open subscriptions go on until closed."""
+        pointer, self._ptr = self._ptr, None
+        if pointer is not None:
+            ffi.release(pointer)
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- publishing -------------------------------------------------------
+
+    def publish(self, table: Table, payload: Optional[Payload] = b"", *,
+                group: Optional[str] = None, partition_key: Optional[str] = None,
+                priority: Optional[int] = None, delay_ms: Optional[int] = None,
+                headers: Optional[Mapping[str, str]] = None,
+                id: Optional[int] = None) -> int:
+        """Write one message into ``table``; returns its id.
+
+        A field the table has no column for raises ``SchemaError`` and writes
+        nothing. Wakes this process's subscriptions of the table at once."""
+        fields = dict(payload=payload, group=group, partition_key=partition_key,
+                      priority=priority, delay_ms=delay_ms, headers=headers, id=id)
+        return self._publish(table, [fields])[0]
+
+    def publish_many(self, table: Table, messages: Iterable[Message]) -> List[int]:
+        """Write many messages in one transaction (all or none); returns their
+        ids in order. Each message is a payload or a dict of ``publish``'s
+        keyword arguments."""
+        batch: List[Mapping[str, Any]] = []
+        for message in messages:
+            if isinstance(message, Mapping):
+                batch.append(message)
+            else:
+                batch.append({"payload": message})
+        return self._publish(table, batch) if batch else []
+
+    def _publish(self, table: Table, batch: List[Mapping[str, Any]]) -> List[int]:
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        built = [_build_message(table, fields) for fields in batch]
+        array = ffi.new("lq_message *[]", built)
+        ids = ffi.new("int64_t[]", len(built))
+        check(lib.lq_publish(ids, self._live(), table._ptr, array, len(built)),
+              "publish to %r" % table.name)
+        return list(ids)
+
+    # -- subscribing ------------------------------------------------------
+
+    def subscribe(self, table: Table, **options: Any) -> Subscription:
+        """Open a subscription on ``table``. Options by name: ``workers``,
+        ``workers_by_key``, ``batch``, ``poll_interval_ms``, ``lease_ms``,
+        ``max_attempts``, ``transactional``, ``group`` (required when the table
+        has a group column)."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        return Subscription(self, table, build_options(options))
+
+    def __repr__(self) -> str:
+        return "<Broker %s%s>" % (self.url, " closed" if self._ptr is None else "")

@@ -1,0 +1,190 @@
+"""``Delivery``: one claimed row, handed out by a subscription."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from libqueue._ffi import ffi, lib, text
+from libqueue.errors import check, make_error
+
+__all__ = ["Delivery"]
+
+_UNSET: Any = object()
+
+
+class Delivery:
+    """One claimed row.
+
+    Settle it once with ``ack()``, ``retry()``, ``retry_after(ms)`` or
+    ``dead_letter()``.
+
+    *Pulled* deliveries (from ``Subscription.next``) are owned: release them
+    with ``release()``/``close()`` or a ``with`` block (else the garbage
+    collector does). One released unsettled goes back to the queue at once,
+    with no attempt spent.
+
+    *Pushed* deliveries (given to a ``run`` handler) are borrowed: they die when
+    the handler returns, and any later use raises ``Misuse``.
+    """
+
+    __slots__ = ("_ptr", "_owned", "_dead", "_subscription", "_settled",
+                 "_id", "_payload", "_attempt", "_group", "_partition_key", "_headers",
+                 "__weakref__")
+
+    def __init__(self, pointer: Any, subscription: Any, owned: bool) -> None:
+        if owned:
+            pointer = ffi.gc(pointer, lib.lq_delivery_free)
+        self._ptr = pointer
+        self._owned = owned
+        self._dead: Optional[str] = None
+        self._subscription = subscription  # keeps the subscription alive while held
+        self._settled = False
+        self._id = self._payload = self._attempt = _UNSET
+        self._group = self._partition_key = self._headers = _UNSET
+
+    # -- life -------------------------------------------------------------
+
+    def _live(self) -> Any:
+        if self._dead is not None:
+            raise make_error(lib.LQ_MISUSE, "delivery used after %s" % self._dead)
+        return self._ptr
+
+    def _kill(self, why: str) -> None:
+        """Mark dead: later use raises instead of touching freed memory."""
+        if self._dead is None:
+            self._dead = why
+            if self._owned:
+                ffi.release(self._ptr)
+            self._ptr = None
+
+    def release(self) -> None:
+        """Free a pulled delivery now (idempotent). Unsettled, it goes back to
+        the queue at once. For a pushed delivery this does nothing: the core
+        frees it when the handler returns."""
+        if self._owned:
+            self._kill("it was released")
+
+    close = release
+
+    @property
+    def alive(self) -> bool:
+        """False once released (pulled) or once its handler returned (pushed)."""
+        return self._dead is None
+
+    @property
+    def pulled(self) -> bool:
+        """True for a delivery from ``Subscription.next`` (owned by the caller)."""
+        return self._owned
+
+    @property
+    def settled(self) -> bool:
+        """True once settled through this object."""
+        return self._settled
+
+    def __enter__(self) -> "Delivery":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    # -- the row ----------------------------------------------------------
+
+    @property
+    def id(self) -> int:
+        """The row's id."""
+        if self._id is _UNSET:
+            self._id = int(lib.lq_delivery_id(self._live()))
+        self._live()
+        return self._id
+
+    @property
+    def payload(self) -> bytes:
+        """The payload (``b""`` when the table has no payload column)."""
+        if self._payload is _UNSET:
+            p = self._live()
+            size = lib.lq_delivery_payload_size(p)
+            data = lib.lq_delivery_payload(p)
+            self._payload = b"" if size == 0 or data == ffi.NULL else bytes(ffi.buffer(data, size))
+        self._live()
+        return self._payload
+
+    @property
+    def attempt(self) -> int:
+        """The attempt counted before this claim (first delivery: 1; 0 without
+        an attempt column)."""
+        if self._attempt is _UNSET:
+            self._attempt = int(lib.lq_delivery_attempt(self._live()))
+        self._live()
+        return self._attempt
+
+    @property
+    def group(self) -> Optional[str]:
+        """The row's group, or None."""
+        if self._group is _UNSET:
+            g = lib.lq_delivery_group(self._live())
+            self._group = None if g == ffi.NULL else text(g)
+        self._live()
+        return self._group
+
+    @property
+    def partition_key(self) -> Optional[str]:
+        """The row's partition key, or None."""
+        if self._partition_key is _UNSET:
+            k = lib.lq_delivery_partition_key(self._live())
+            self._partition_key = None if k == ffi.NULL else text(k)
+        self._live()
+        return self._partition_key
+
+    @property
+    def headers(self) -> Dict[str, str]:
+        """The row's headers (a new dict each time)."""
+        if self._headers is _UNSET:
+            p = self._live()
+            name = ffi.new("const char **")
+            value = ffi.new("const char **")
+            headers: Dict[str, str] = {}
+            for i in range(lib.lq_delivery_header_count(p)):
+                check(lib.lq_delivery_header_at(name, value, p, i), "header %d" % i)
+                headers[text(name[0])] = text(value[0])
+            self._headers = headers
+        self._live()
+        return dict(self._headers)
+
+    @property
+    def lease_expiry_ms(self) -> int:
+        """The lease expiry, ms since the epoch (lease form), or 0. Changes when
+        the core extends the lease."""
+        return int(lib.lq_delivery_lease_expiry_ms(self._live()))
+
+    # -- outcomes -----------------------------------------------------------
+
+    def _settle(self, what: str, fn: Any, *args: Any) -> None:
+        row = self.id  # read before: the error state must be the settlement's
+        status = fn(self._live(), *args)
+        # A failed settlement (LeaseLost, ...) still counts as the caller's
+        # one settlement: the core refuses a second one with Misuse.
+        self._settled = True
+        check(status, "%s of row %d" % (what, row))
+
+    def ack(self) -> None:
+        """Finish the row: delete it, or set processed_at."""
+        self._settle("ack", lib.lq_delivery_ack)
+
+    def retry(self) -> None:
+        """Return the row to the queue now."""
+        self._settle("retry", lib.lq_delivery_retry)
+
+    def retry_after(self, delay_ms: int) -> None:
+        """Hide the row for ``delay_ms`` milliseconds (a plain retry, with a
+        logged warning, when the table has no retry_after column)."""
+        self._settle("retry_after", lib.lq_delivery_retry_after, int(delay_ms))
+
+    def dead_letter(self) -> None:
+        """Move the row to the table's dead-letter destination."""
+        self._settle("dead_letter", lib.lq_delivery_dead_letter)
+
+    def __repr__(self) -> str:
+        if self._dead is not None:
+            return "<Delivery (dead: %s)>" % self._dead
+        return "<Delivery id=%d attempt=%d%s>" % (
+            self.id, self.attempt, " pulled" if self._owned else "")

@@ -1,0 +1,307 @@
+"""``Subscription``: reads a queue table, in push mode (``run``) or pull mode
+(``next`` / iteration)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterator, Optional, Set, TypeVar, Union
+
+from libqueue._ffi import ffi, lib
+from libqueue.delivery import Delivery
+from libqueue.enums import Stat
+from libqueue.errors import check, last_error, make_error
+from libqueue.logs import logger
+
+__all__ = ["Subscription", "Handler", "stop_all"]
+
+Handler = Callable[[Delivery], Any]
+H = TypeVar("H", bound=Handler)
+
+#: Longest single wait in C, so that signals (Ctrl-C) are seen while waiting.
+_WAIT_SLICE_S = 0.5
+
+#: Subscriptions running in push mode. A strong reference: the core holds a
+#: handle to each until its stop returns, so none may be collected before.
+_running: Set["Subscription"] = set()
+#: Every open subscription, for the exit hook.
+_open: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
+_registry_lock = threading.Lock()
+#: The subscription whose handler runs on this thread, if any.
+_tls = threading.local()
+
+
+def _handler_error(exc_type: Any, exc_value: Any, tb: Any) -> None:
+    # Last resort of the trampoline (e.g. the wrapper itself failed): log; the
+    # C side then gets the error value 1, a retry.
+    try:
+        logger.error("libqueue handler trampoline failed; the delivery will be retried",
+                     exc_info=(exc_type, exc_value, tb))
+    except BaseException:
+        pass
+
+
+@ffi.def_extern(error=1, onerror=_handler_error)
+def _lq_py_handler(pointer: Any, userdata: Any) -> int:
+    """Called by the core's worker threads for each pushed delivery."""
+    subscription: Subscription = ffi.from_handle(userdata)
+    delivery = Delivery(pointer, subscription, owned=False)
+    previous = getattr(_tls, "subscription", None)
+    _tls.subscription = subscription
+    try:
+        handler = subscription._handler
+        if handler is None:  # raced with stop: leave the row to the queue
+            return 1
+        handler(delivery)
+        return 0
+    except Exception:
+        logger.exception("handler %s raised on row %s; it will be retried",
+                         getattr(subscription._handler, "__qualname__", subscription._handler),
+                         delivery._id if delivery.alive else "?")
+        return 1
+    finally:
+        _tls.subscription = previous
+        delivery._kill("its handler returned")
+
+
+class Subscription:
+    """A subscription to one queue table; made by ``Broker.subscribe``.
+
+    Opening it checks the table (a missing table or column raises
+    ``SchemaError``; a form the database cannot serve ``DialectError``) but
+    claims nothing. Then use it in one mode:
+
+    * push: ``run(handler)`` starts the core's worker threads, which call
+      ``handler(delivery)``; returning normally acks the delivery unless the
+      handler settled it, raising logs the exception (logger ``"libqueue"``)
+      and retries it;
+    * pull: ``next(timeout)``, ``for d in sub``, ``sub.deliveries(timeout)``.
+
+    ``stop()`` stops claiming and returns claimed rows not yet handed out;
+    ``close()`` (or leaving a ``with`` block) stops and frees it.
+    """
+
+    def __init__(self, broker: Any, table: Any, options_ptr: Any) -> None:
+        out = ffi.new("lq_subscription **")
+        check(lib.lq_subscription_open(out, broker._live(), table._ptr, options_ptr),
+              "subscription to %r" % table.name)
+        self._ptr: Any = ffi.gc(out[0], lib.lq_subscription_close)
+        self._broker = broker
+        self.table = table
+        self._handler: Optional[Handler] = None
+        self._handle: Any = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        # Calls in C on the pointer right now; close() waits for them.
+        self._busy = 0
+        self._idle = threading.Condition()
+        with _registry_lock:
+            _open.add(self)
+
+    # -- state ------------------------------------------------------------
+
+    def _live(self) -> Any:
+        if self._ptr is None:
+            raise make_error(lib.LQ_CLOSED, "subscription to %r is closed" % self.table.name)
+        return self._ptr
+
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[Any]:
+        """The live pointer, which close() will not free while in use."""
+        with self._idle:
+            pointer = self._live()
+            self._busy += 1
+        try:
+            yield pointer
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._ptr is None
+
+    @property
+    def running(self) -> bool:
+        """True while in push mode and not stopped."""
+        return self._handle is not None
+
+    def stat(self, name: Union[str, int, Stat]) -> int:
+        """A counter of this subscription: ``"claims"``, ``"empty_claims"``,
+        ``"delivered"``, ``"settled"``, ``"extensions"``, ``"in_work"``,
+        ``"waiting"`` (or a ``Stat`` member)."""
+        if isinstance(name, str):
+            try:
+                which = int(Stat[name.upper()])
+            except KeyError:
+                raise make_error(lib.LQ_MISUSE, "unknown stat %r (one of %s)" % (
+                    name, ", ".join(s.name.lower() for s in Stat))) from None
+        else:
+            which = int(name)
+        with self._using() as pointer:
+            return int(lib.lq_subscription_stat(pointer, which))
+
+    # -- push mode --------------------------------------------------------
+
+    def run(self, handler: H) -> H:
+        """Start push mode: the core's workers call ``handler(delivery)``.
+
+        Returns at once, and returns ``handler``, so it also serves as a
+        decorator::
+
+            @subscription.run
+            def handle(delivery): ...
+        """
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        with self._lock:
+            pointer = self._live()
+            if self._handle is not None:
+                raise make_error(lib.LQ_MISUSE, "subscription is already running")
+            self._handler = handler
+            self._handle = ffi.new_handle(self)
+            with _registry_lock:
+                _running.add(self)
+            status = lib.lq_subscription_run(pointer, lib._lq_py_handler, self._handle)
+            if status != lib.LQ_OK:
+                error = last_error(status, "run")
+                self._handler = None
+                self._handle = None
+                with _registry_lock:
+                    _running.discard(self)
+                raise error
+        return handler
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until ``stop()``/``close()`` (True) or ``timeout`` seconds
+        pass (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
+            if left <= 0:
+                return self._stopped.is_set()
+            if self._stopped.wait(left):
+                return True
+
+    # -- pull mode --------------------------------------------------------
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Delivery]:
+        """The next claimed delivery, waiting up to ``timeout`` seconds (None:
+        no limit). Returns None when none came in time; raises ``Closed`` once
+        the subscription is stopped. The delivery is the caller's: settle it
+        and release it (``with`` block, ``release()``, or the garbage
+        collector)."""
+        out = ffi.new("lq_delivery **")
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            if deadline is None:
+                wait_s = _WAIT_SLICE_S
+            else:
+                wait_s = min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
+            with self._using() as pointer:
+                status = lib.lq_subscription_next(out, pointer, int(wait_s * 1000))
+                if status == lib.LQ_OK:
+                    return Delivery(out[0], self, owned=True)
+                if status != lib.LQ_TIMEOUT:
+                    check(status, "next")
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def deliveries(self, timeout: Optional[float] = None) -> Iterator[Delivery]:
+        """Pulled deliveries until one does not come within ``timeout``
+        seconds (None: until stopped)."""
+        while True:
+            try:
+                delivery = self.next(timeout)
+            except Exception as e:
+                if getattr(e, "status", None) == lib.LQ_CLOSED:
+                    return
+                raise
+            if delivery is None:
+                return
+            yield delivery
+
+    def __iter__(self) -> Iterator[Delivery]:
+        """Pulled deliveries until the subscription is stopped."""
+        return self.deliveries(None)
+
+    # -- ending -----------------------------------------------------------
+
+    def _in_own_handler(self) -> bool:
+        return getattr(_tls, "subscription", None) is self
+
+    def stop(self) -> None:
+        """Stop claiming, return claimed rows not handed out, and wait for
+        running handlers to finish. Deliveries held stay valid. Idempotent.
+
+        Called from one of this subscription's own handlers, it cannot wait for
+        that handler: the stop then proceeds on another thread and this call
+        returns at once."""
+        if self._ptr is None:
+            return
+        if self._in_own_handler():
+            threading.Thread(target=self._stop, name="libqueue-stop", daemon=True).start()
+            return
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._ptr is None:
+            return
+        with self._using() as pointer:
+            check(lib.lq_subscription_stop(pointer), "stop")
+        # Only now may the handle (the C userdata) go.
+        self._handler = None
+        self._handle = None
+        with _registry_lock:
+            _running.discard(self)
+        self._stopped.set()
+
+    def close(self) -> None:
+        """Stop and free the subscription (idempotent). Pulled deliveries
+        still held stay usable."""
+        if self._ptr is None:
+            return
+        if self._in_own_handler():
+            threading.Thread(target=self.close, name="libqueue-close", daemon=True).start()
+            return
+        try:
+            self._stop()  # also wakes pulls waiting in other threads
+        finally:
+            with self._idle:
+                while self._busy:
+                    self._idle.wait()
+                pointer, self._ptr = self._ptr, None
+            if pointer is not None:
+                ffi.release(pointer)
+            self._handler = None
+            self._handle = None
+            with _registry_lock:
+                _running.discard(self)
+                _open.discard(self)
+            self._stopped.set()
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._ptr is None else ("running" if self.running else "open")
+        return "<Subscription %r %s>" % (self.table.name, state)
+
+
+def stop_all() -> None:
+    """Stop every open subscription (the exit hook), so that no core thread
+    calls into a finalising interpreter."""
+    with _registry_lock:
+        subscriptions = list(_running) + [s for s in _open if s not in _running]
+    for subscription in subscriptions:
+        try:
+            subscription._stop()
+        except Exception:  # noqa: BLE001 - exiting: nothing to do about it
+            logger.debug("stopping %r at exit failed", subscription, exc_info=True)

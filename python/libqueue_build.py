@@ -1,0 +1,144 @@
+"""cffi build script: the ``libqueue._lq`` extension (API mode, out of line).
+
+The cdef is generated from the public header by ``bindings/gen_cdef.py``; the
+C core (``libqueue/src/*.c``, ``src/forms/*.c``, ``src/dialects/*.c``) is
+compiled into the extension itself.
+
+Where the sources are: the repository root is the parent of this directory,
+or ``$LQ_SOURCE_DIR`` when set (for builds from a copy of ``python/`` alone).
+
+Extra native libraries (beyond sqlite3 and pthread):
+
+* ``$LQ_EXTRA_LIBS``: names or ``-l`` flags, separated by spaces or commas,
+  e.g. ``LQ_EXTRA_LIBS="pq mariadb"``;
+* detected: a core source that includes ``libpq-fe.h`` brings libpq, one that
+  includes ``mysql.h`` brings libmariadb (flags from ``pkg-config`` when it
+  knows the package; see ``DETECTED_LIBS``);
+* ``$LQ_EXTRA_CFLAGS`` / ``$LQ_EXTRA_LDFLAGS``: more compiler / linker flags.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+from typing import Dict, List, Tuple
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.environ.get("LQ_SOURCE_DIR") or os.path.join(HERE, os.pardir))
+SRC = os.path.join(ROOT, "libqueue", "src")
+INCLUDE = os.path.join(ROOT, "libqueue", "include")
+BINDINGS = os.path.join(ROOT, "bindings")
+HEADER = os.path.join(INCLUDE, "libqueue.h")
+
+#: Always linked.
+BASE_LIBS = ["sqlite3", "pthread"]
+
+#: Header included by a core source -> (pkg-config package, fallback library).
+DETECTED_LIBS: Dict[str, Tuple[str, str]] = {
+    "libpq-fe.h": ("libpq", "pq"),
+    "mysql.h": ("libmariadb", "mariadb"),
+}
+
+for path in (SRC, HEADER, os.path.join(BINDINGS, "gen_cdef.py")):
+    if not os.path.exists(path):
+        sys.exit(
+            "libqueue: %s not found. Build from a checkout of the libqueue "
+            "repository (pip install ./python), or set LQ_SOURCE_DIR to the "
+            "repository root." % path
+        )
+
+sys.path.insert(0, BINDINGS)
+import gen_cdef  # noqa: E402
+
+sys.path.remove(BINDINGS)
+
+
+def core_sources() -> List[str]:
+    """Every C source of the core, sorted, as absolute paths."""
+    found: List[str] = []
+    for sub in ("", "forms", "dialects"):
+        found += sorted(glob.glob(os.path.join(SRC, sub, "*.c")))
+    return found
+
+
+def _split_words(value: str) -> List[str]:
+    return [w for w in re.split(r"[\s,]+", value) if w]
+
+
+def _pkg_config(package: str) -> Tuple[List[str], List[str]] | None:
+    """(cflags, libs) of a pkg-config package, or None when unknown."""
+    try:
+        cflags = subprocess.run(["pkg-config", "--cflags", package], capture_output=True,
+                                text=True, check=True).stdout
+        libs = subprocess.run(["pkg-config", "--libs", package], capture_output=True,
+                              text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return shlex.split(cflags), shlex.split(libs)
+
+
+def native_flags(sources: List[str]) -> Tuple[List[str], List[str], List[str], List[str]]:
+    """(libraries, include_dirs, extra_compile_args, extra_link_args) beyond the base."""
+    libraries: List[str] = []
+    include_dirs: List[str] = []
+    cflags: List[str] = []
+    ldflags: List[str] = []
+
+    def add_lib(name: str) -> None:
+        if name not in libraries and name not in BASE_LIBS:
+            libraries.append(name)
+
+    needed = set()
+    for source in sources:
+        with open(source, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for header in DETECTED_LIBS:
+            if re.search(r'#\s*include\s*[<"](?:[\w-]+/)?%s[>"]' % re.escape(header), text):
+                needed.add(header)
+    for header in sorted(needed):
+        package, fallback = DETECTED_LIBS[header]
+        flags = _pkg_config(package)
+        if flags is None:
+            add_lib(fallback)
+            continue
+        for flag in flags[0]:
+            if flag.startswith("-I"):
+                include_dirs.append(flag[2:])
+            else:
+                cflags.append(flag)
+        for flag in flags[1]:
+            if flag.startswith("-l"):
+                add_lib(flag[2:])
+            else:
+                ldflags.append(flag)
+
+    for word in _split_words(os.environ.get("LQ_EXTRA_LIBS", "")):
+        add_lib(word[2:] if word.startswith("-l") else word)
+    cflags += shlex.split(os.environ.get("LQ_EXTRA_CFLAGS", ""))
+    ldflags += shlex.split(os.environ.get("LQ_EXTRA_LDFLAGS", ""))
+    return libraries, include_dirs, cflags, ldflags
+
+
+SOURCES = core_sources()
+_libs, _incs, _cflags, _ldflags = native_flags(SOURCES)
+
+ffibuilder = FFI()
+ffibuilder.cdef(gen_cdef.cdef_from_header(HEADER))
+ffibuilder.set_source(
+    "libqueue._lq",
+    '#include "libqueue.h"\n',
+    sources=SOURCES,
+    include_dirs=[INCLUDE, SRC, BINDINGS] + _incs,
+    libraries=BASE_LIBS + _libs,
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + _cflags,
+    extra_link_args=_ldflags,
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

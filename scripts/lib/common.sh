@@ -1,0 +1,41 @@
+# Shared by scripts/demo and scripts/test: install missing Debian packages,
+# build the library, and install the Python package into a private venv.
+# Sourced, not run.
+
+LQ_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LQ_PYTHON=/usr/bin/python3
+
+# The Debian packages every build and test needs.
+LQ_PACKAGES=(cmake gcc make pkg-config libsqlite3-dev python3 python3-dev python3-cffi
+             python3-setuptools python3-pytest python3-venv python3-pip valgrind)
+
+lq_install_packages() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$pkg")
+    done
+    ((${#missing[@]})) || return 0
+    echo "installing: ${missing[*]}"
+    local sudo=()
+    [[ $(id -u) == 0 ]] || sudo=(sudo)
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# lq_build <build dir> [cmake args...]
+lq_build() {
+    local dir=$1
+    shift
+    cmake -S "$LQ_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake --build "$dir" -j"$(nproc)" >/dev/null
+}
+
+# lq_python_env <venv dir>: a venv that sees Debian's cffi and pytest, with the
+# package built from this tree (no package index is needed or reached).
+lq_python_env() {
+    local venv=$1
+    [[ -x $venv/bin/python ]] || "$LQ_PYTHON" -m venv --system-site-packages "$venv"
+    "$venv/bin/pip" install --quiet --no-index --no-build-isolation --force-reinstall \
+        --no-deps "$LQ_ROOT/python" >/dev/null
+}

@@ -1,0 +1,87 @@
+/* The statement builder: quoting, placeholders by symbol, and the shapes of
+ * the SQLite statements for each form. */
+#include "check.h"
+#include "dialect.h"
+
+#include <stdlib.h>
+
+static lq_table *jobs(void) {
+    lq_table *t;
+    lq_table_new(&t, "we\"ird");
+    lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
+    lq_table_set_column(t, LQ_ROLE_ATTEMPT, "attempt");
+    lq_table_set_column(t, LQ_ROLE_RETRY_AFTER, "order");
+    return t;
+}
+
+int main(void) {
+    const lq_dialect *d = &lq__sqlite_dialect;
+    lq_table *t = jobs();
+    lq_sqlset set;
+
+    /* No form column: SQLite refuses, naming the two forms it serves. */
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_DIALECT);
+    CHECK_CONTAINS(lq_errmsg(), "lease form");
+    CHECK_CONTAINS(lq_errmsg(), "advisory lock form");
+
+    lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);
+    CHECK_CONTAINS(set.claim.sql, "UPDATE \"we\"\"ird\" SET \"locked_until\" = ?1");
+    CHECK_CONTAINS(set.claim.sql, "\"order\" <= ?");
+    CHECK_CONTAINS(set.claim.sql, "RETURNING \"id\", \"payload\", \"attempt\" - 1");
+    CHECK(set.claim.params[0] == LQ_P_LEASE);
+    CHECK_STR(set.ack.sql, "DELETE FROM \"we\"\"ird\" WHERE \"id\" = ?1 AND \"locked_until\" = ?2");
+    CHECK(set.ack.nparams == 2 && set.ack.params[0] == LQ_P_ID && set.ack.params[1] == LQ_P_HELD);
+    CHECK_STR(set.retry.sql,
+              "UPDATE \"we\"\"ird\" SET \"locked_until\" = NULL WHERE \"id\" = ?1 AND \"locked_until\" = ?2");
+    CHECK_STR(set.extend.sql,
+              "UPDATE \"we\"\"ird\" SET \"locked_until\" = ?1 WHERE \"id\" = ?2 AND \"locked_until\" = ?3");
+    CHECK(set.retry_after.sql != NULL);
+    CHECK(set.dead_group.sql == NULL && set.dead_copy.sql == NULL);
+    lq__sqlset_free(&set);
+
+    /* Dead letters into a table: copy, clear the lease, delete. */
+    lq_table_set_dead_letter(t, "app.dead");
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);
+    CHECK_CONTAINS(set.dead_copy.sql, "INSERT INTO \"app\".\"dead\" SELECT * FROM \"we\"\"ird\"");
+    CHECK_CONTAINS(set.dead_clear.sql, "UPDATE \"app\".\"dead\" SET \"locked_until\" = NULL");
+    CHECK_CONTAINS(set.dead_delete.sql, "DELETE FROM \"we\"\"ird\"");
+    lq__sqlset_free(&set);
+    lq_table_set_dead_letter(t, "a.b.c");
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_MISUSE);
+
+    /* The advisory form: candidates with their rendered key, then a take. */
+    lq_table_set_dead_letter(t, NULL);
+    lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, NULL);
+    CHECK(lq_table_set_advisory_lock(t, "acct-{account}'s") == LQ_OK);
+    CHECK(lq_table_form(t) == LQ_FORM_ADVISORY);
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);
+    CHECK_CONTAINS(set.claim.sql, "CAST('acct-' || ifnull(\"account\", '') || '''s' AS TEXT)");
+    CHECK_CONTAINS(set.take.sql, "SET \"attempt\" = \"attempt\" + 1 WHERE \"id\" = ?1");
+    CHECK(set.retry.sql == NULL);
+    CHECK_STR(set.ack.sql, "DELETE FROM \"we\"\"ird\" WHERE \"id\" = ?1");
+    lq__sqlset_free(&set);
+
+    /* processed_at marks instead of deleting. */
+    lq_table_set_column(t, LQ_ROLE_PROCESSED_AT, "done_at");
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);
+    CHECK_STR(set.ack.sql, "UPDATE \"we\"\"ird\" SET \"done_at\" = ?1 WHERE \"id\" = ?2");
+    CHECK_CONTAINS(set.claim.sql, "\"done_at\" IS NULL");
+    lq__sqlset_free(&set);
+
+    /* The insert: roles the table has, attempt 1, the id returned. */
+    lq_stmt insert;
+    CHECK(lq__sqlset_build_insert(&insert, d, t) == LQ_OK);
+    CHECK_STR(insert.sql, "INSERT INTO \"we\"\"ird\" (\"attempt\", \"payload\", \"order\") VALUES "
+                          "(1, ?1, ?2) RETURNING \"id\"");
+    free(insert.sql);
+
+    char *create;
+    CHECK(lq_table_create_sql(&create, t, "sqlite") == LQ_OK);
+    CHECK_CONTAINS(create, "CREATE TABLE IF NOT EXISTS \"we\"\"ird\"");
+    CHECK_CONTAINS(create, "\"attempt\" INTEGER NOT NULL DEFAULT 1");
+    lq_free(create);
+    CHECK(lq_table_create_sql(&create, t, "oracle") == LQ_DIALECT);
+    lq_table_free(t);
+    CHECK_DONE();
+}

@@ -1,0 +1,138 @@
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+/* End to end on a real SQLite file through the public ABI: publish, pull,
+ * settle, a lost lease, push workers, and a clean close. */
+#include "check.h"
+
+#include <libqueue.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static char path[4096];
+
+static void sql(const char *text) {
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    sqlite3_busy_timeout(db, 5000);
+    char *err = NULL;
+    if (sqlite3_exec(db, text, NULL, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "sql: %s: %s\n", text, err);
+        check_failures++;
+    }
+    sqlite3_free(err);
+    sqlite3_close(db);
+}
+
+static long long count_rows(const char *text) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long long n = -1;
+    sqlite3_open(path, &db);
+    if (sqlite3_prepare_v2(db, text, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+static atomic_int handled;
+
+static int handler(lq_delivery *d, void *userdata) {
+    (void)userdata;
+    atomic_fetch_add(&handled, 1);
+    return lq_delivery_attempt(d) >= 1 ? LQ_OK : LQ_ERROR;
+}
+
+int main(int argc, char **argv) {
+    snprintf(path, sizeof path, "%s/e2e-%d.db", argc > 1 ? argv[1] : ".", (int)getpid());
+    char url[4200];
+    snprintf(url, sizeof url, "sqlite:%s", path);
+
+    lq_table *t;
+    lq_table_new(&t, "jobs");
+    lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
+    lq_table_set_column(t, LQ_ROLE_ATTEMPT, "attempt");
+    lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
+    char *create;
+    CHECK(lq_table_create_sql(&create, t, "sqlite") == LQ_OK);
+    sql(create);
+    lq_free(create);
+
+    lq_broker *b;
+    CHECK(lq_broker_open(&b, url, NULL) == LQ_OK);
+    CHECK_STR(lq_broker_dialect(b), "sqlite");
+
+    lq_message *m;
+    lq_message_new(&m);
+    lq_message_set_payload(m, "hello", 5);
+    int64_t id = 0;
+    CHECK(lq_publish(&id, b, t, &m, 1) == LQ_OK);
+    CHECK(id == 1);
+
+    lq_options *o;
+    lq_options_new(&o);
+    lq_options_set_int(o, LQ_OPT_POLL_INTERVAL_MS, 20);
+    lq_options_set_int(o, LQ_OPT_WORKERS, 2); /* room for the second claim below */
+    lq_subscription *s;
+    CHECK(lq_subscription_open(&s, b, t, o) == LQ_OK);
+
+    /* Pull, then lose the lease to a second claim before settling. */
+    lq_delivery *d;
+    CHECK(lq_subscription_next(&d, s, 5000) == LQ_OK);
+    CHECK(lq_delivery_id(d) == 1);
+    CHECK(lq_delivery_attempt(d) == 1);
+    CHECK(lq_delivery_payload_size(d) == 5);
+    CHECK(lq_delivery_lease_expiry_ms(d) > (int64_t)time(NULL) * 1000);
+    sql("UPDATE jobs SET locked_until = '2000-01-01T00:00:00.000+00:00'");
+    lq_delivery *again;
+    CHECK(lq_subscription_next(&again, s, 5000) == LQ_OK);
+    CHECK(lq_delivery_attempt(again) == 2);
+    CHECK(lq_delivery_ack(d) == LQ_LEASE_LOST);
+    CHECK_CONTAINS(lq_errmsg(), "lease");
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 1);
+    CHECK(lq_delivery_ack(d) == LQ_MISUSE); /* settled once, even when lost */
+    CHECK(lq_delivery_ack(again) == LQ_OK);
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
+    lq_delivery_free(d);
+    lq_delivery_free(again);
+    CHECK(lq_subscription_next(&d, s, 50) == LQ_TIMEOUT);
+    CHECK(lq_subscription_run(s, handler, NULL) == LQ_MISUSE);
+    lq_subscription_close(s);
+
+    /* Push: four workers drain fifty rows. */
+    lq_message *batch[50];
+    for (int i = 0; i < 50; i++) {
+        lq_message_new(&batch[i]);
+        lq_message_set_payload(batch[i], "x", 1);
+    }
+    CHECK(lq_publish(NULL, b, t, batch, 50) == LQ_OK);
+    for (int i = 0; i < 50; i++) lq_message_free(batch[i]);
+    lq_options_set_int(o, LQ_OPT_WORKERS, 4);
+    CHECK(lq_subscription_open(&s, b, t, o) == LQ_OK);
+    lq_subscription *twice;
+    CHECK(lq_subscription_open(&twice, b, t, o) == LQ_ALREADY_SUBSCRIBED);
+    CHECK(lq_subscription_run(s, handler, NULL) == LQ_OK);
+    for (int i = 0; i < 500 && count_rows("SELECT count(*) FROM jobs") > 0; i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
+    CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == 50);
+    lq_subscription_close(s);
+
+    /* Misdescribed tables fail when a subscription opens, naming what is wrong. */
+    lq_table *bad;
+    lq_table_new(&bad, "nope");
+    lq_table_set_column(bad, LQ_ROLE_LOCKED_UNTIL, "locked_until");
+    CHECK(lq_subscription_open(&s, b, bad, NULL) == LQ_SCHEMA);
+    CHECK_CONTAINS(lq_errmsg(), "nope");
+    lq_table_free(bad);
+
+    lq_message_free(m);
+    lq_options_free(o);
+    lq_table_free(t);
+    lq_broker_close(b);
+    unlink(path);
+    CHECK_DONE();
+}

@@ -1,0 +1,128 @@
+"""Helpers shared by the tests of the Python binding (see conftest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, List, Optional, Sequence
+
+import pytest
+
+import libqueue
+
+#: How long a test waits for something that should happen "at once".
+WAIT_S = 10.0
+#: Poll interval of the subscriptions in tests (ms).
+POLL_MS = 50
+
+
+class SqliteDB:
+    """A SQLite database file, driven through the stdlib ``sqlite3`` module."""
+
+    dialect = "sqlite"
+    #: A time long gone, as the core stores times on SQLite.
+    past = "'2000-01-01T00:00:00.000+00:00'"
+
+    #: Column types of the recommended SQLite table, by role.
+    ROLE_TYPES = {
+        "payload": "BLOB NOT NULL DEFAULT x''",
+        "attempt": "INTEGER NOT NULL DEFAULT 1",
+        "locked_until": "TEXT",
+        "retry_after": "TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00','now'))",
+        "processed_at": "TEXT",
+        "group": "TEXT",
+        "partition_key": "TEXT",
+        "priority": "INTEGER NOT NULL DEFAULT 0",
+        "headers": "TEXT",
+    }
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.url = "sqlite://" + path  # path is absolute: sqlite:///abs/...
+
+    def connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        with contextlib.closing(self.connect()) as conn:
+            conn.execute(sql, params)
+
+    def executescript(self, sql: str) -> None:
+        with contextlib.closing(self.connect()) as conn:
+            conn.executescript(sql)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
+        with contextlib.closing(self.connect()) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    @staticmethod
+    def quote(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def create_table(self, table: libqueue.Table, name: Optional[str] = None,
+                     extra: Sequence[str] = ()) -> None:
+        """CREATE TABLE for ``table`` (or a same-shaped table ``name``), written
+        here rather than by the core, so that tests of the core do not lean on
+        ``create_sql``. ``extra``: more column definitions."""
+        cols = ["%s INTEGER PRIMARY KEY" % self.quote(table.id)]
+        for role, column in table.columns.items():
+            cols.append("%s %s" % (self.quote(column), self.ROLE_TYPES[role]))
+        cols += list(extra)
+        self.execute("CREATE TABLE %s (%s)" % (self.quote(name or table.name), ", ".join(cols)))
+
+    def count(self, table: str, where: str = "1=1") -> int:
+        return int(self.scalar("SELECT count(*) FROM %s WHERE %s" % (self.quote(table), where)))
+
+
+FORMS = ("lease", "advisory")
+
+
+def make_table(form: str, name: str = "jobs", *, payload: str = "payload",
+               attempt: Optional[str] = "attempt", **roles: Any) -> libqueue.Table:
+    """A Table of the given form: lease (a locked_until column) or advisory
+    (``advisory_lock="job-{<id column>}"`` unless given)."""
+    if form == "lease":
+        roles.setdefault("locked_until", "locked_until")
+    elif form == "advisory":
+        roles.setdefault("advisory_lock", "job-{%s}" % roles.get("id", "id"))
+    else:
+        raise ValueError(form)
+    return libqueue.Table(name, payload=payload, attempt=attempt, **roles)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = WAIT_S, what: str = "") -> Any:
+    """Poll ``predicate`` until it is truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting for %s" % (what or predicate))
+        time.sleep(0.02)
+
+
+class Recorder:
+    """Thread-safe record of what push handlers saw."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: List[Any] = []
+
+    def add(self, item: Any) -> None:
+        with self.lock:
+            self.items.append(item)
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self.items)
+
+    def snapshot(self) -> List[Any]:
+        with self.lock:
+            return list(self.items)

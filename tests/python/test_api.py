@@ -1,0 +1,190 @@
+"""The binding itself: errors, enums, tables, options, version."""
+
+from __future__ import annotations
+
+import pytest
+
+import libqueue
+from libqueue._ffi import ffi, lib
+
+from helpers import SqliteDB, make_table
+
+EXPECTED_CLASSES = {
+    "LQ_MISUSE": "Misuse",
+    "LQ_NOMEM": "NoMemory",
+    "LQ_CONNECT": "ConnectError",
+    "LQ_BACKEND": "BackendError",
+    "LQ_SCHEMA": "SchemaError",
+    "LQ_DIALECT": "DialectError",
+    "LQ_SERVER_TOO_OLD": "ServerTooOld",
+    "LQ_CONNECTION_LIMIT": "ConnectionLimit",
+    "LQ_TIMEOUT": "Timeout",
+    "LQ_CLOSED": "Closed",
+    "LQ_LEASE_LOST": "LeaseLost",
+    "LQ_CONTENTION": "Contention",
+    "LQ_ALREADY_SUBSCRIBED": "AlreadySubscribed",
+    "LQ_BATCH_ROLLED_BACK": "BatchRolledBack",
+}
+
+
+def test_one_exception_class_per_status() -> None:
+    for c_name, value in ffi.typeof("lq_status").relements.items():
+        if c_name in ("LQ_OK", "LQ_ERROR"):
+            continue
+        cls = getattr(libqueue, EXPECTED_CLASSES[c_name])
+        assert issubclass(cls, libqueue.Error)
+        assert cls.status == value
+        assert libqueue.errors.error_class(value) is cls
+    assert libqueue.errors.error_class(lib.LQ_ERROR) is libqueue.Error
+    assert libqueue.errors.error_class(9999) is libqueue.Error
+
+
+def test_error_carries_status_and_codes() -> None:
+    e = libqueue.errors.make_error(lib.LQ_SCHEMA, "column x is missing", "42703", 7)
+    assert isinstance(e, libqueue.SchemaError)
+    assert (e.status, e.sqlstate, e.native_code) == (libqueue.Status.SCHEMA, "42703", 7)
+    assert e.status_name == "LQ_SCHEMA"
+    assert "column x is missing" in str(e)
+
+
+def test_version() -> None:
+    assert libqueue.HEADER_VERSION[0] == lib.lq_version_number() // 10000
+    assert libqueue.__version__ == "%d.%d.%d" % libqueue.HEADER_VERSION
+
+
+def test_enums_come_from_the_header() -> None:
+    assert libqueue.Form.LEASE == lib.LQ_FORM_LEASE
+    assert libqueue.Form.ADVISORY == lib.LQ_FORM_ADVISORY
+    assert libqueue.Stat.WAITING == lib.LQ_STAT_WAITING
+    assert libqueue.LogLevel.WARNING == 30
+
+
+@pytest.mark.parametrize("form, expected", [("lease", libqueue.Form.LEASE),
+                                            ("advisory", libqueue.Form.ADVISORY)])
+def test_table_form(form: str, expected: libqueue.Form) -> None:
+    assert make_table(form).form == expected
+
+
+def test_table_without_form_column_is_row_lock() -> None:
+    assert libqueue.Table("jobs", payload="payload").form == libqueue.Form.ROW_LOCK
+
+
+def test_malformed_advisory_template_is_misuse() -> None:
+    with pytest.raises(libqueue.Misuse):
+        libqueue.Table("jobs", advisory_lock="job-{id")
+
+
+def test_unknown_isolation_name_is_misuse() -> None:
+    with pytest.raises(libqueue.Misuse):
+        libqueue.Table("jobs", locked_until="locked_until", isolation="sloppy")
+
+
+def test_isolation_by_name() -> None:
+    t = libqueue.Table("jobs", locked_until="locked_until", isolation="serializable")
+    assert t.form == libqueue.Form.LEASE
+
+
+@pytest.mark.parametrize("form", ["lease", "advisory"])
+def test_create_sql_runs_on_sqlite(tmp_path, form: str) -> None:
+    table = make_table(form, retry_after="retry_after", processed_at="processed_at",
+                       group="grp", partition_key="partition_key", priority="priority",
+                       headers="headers")
+    sql = table.create_sql("sqlite")
+    assert "jobs" in sql
+    db = SqliteDB(str(tmp_path / "c.db"))
+    db.executescript(sql)
+    columns = {row[1] for row in db.query("PRAGMA table_info(jobs)")}
+    assert set(table.columns.values()) | {"id"} <= columns
+    # And a broker can work with it.
+    with libqueue.Broker(db.url) as broker:
+        broker.publish(table, b"x", group="g")
+        with broker.subscribe(table, group="g", poll_interval_ms=50) as sub:
+            with sub.next(5) as d:
+                assert d.payload == b"x"
+                d.ack()
+
+
+def test_create_sql_unknown_dialect() -> None:
+    with pytest.raises(libqueue.Error):
+        make_table("lease").create_sql("oracle")
+
+
+def test_broker_options_by_name(db) -> None:
+    with libqueue.Broker(db.url, pool_size=4, connect_timeout_ms=5000) as broker:
+        assert broker.dialect == "sqlite"
+
+
+def test_unknown_option_is_misuse(db) -> None:
+    with pytest.raises(libqueue.Misuse) as info:
+        libqueue.Broker(db.url, no_such_option=1)
+    assert "no_such_option" in str(info.value)
+
+
+def test_option_of_wrong_type(db) -> None:
+    with pytest.raises(TypeError):
+        libqueue.Broker(db.url, pool_size="four")
+
+
+def test_subscription_option_by_name(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse):
+        broker.subscribe(table, wrokers=2)
+    with broker.subscribe(table, workers=2, poll_interval_ms=50, lease_ms=30000) as sub:
+        assert sub.stat("claims") >= 0
+        with pytest.raises(libqueue.Misuse):
+            sub.stat("no_such_stat")
+
+
+def test_closed_broker_and_subscription(db) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    broker = libqueue.Broker(db.url)
+    sub = broker.subscribe(table, poll_interval_ms=50)
+    sub.close()
+    sub.close()  # idempotent
+    with pytest.raises(libqueue.Closed):
+        sub.next(0)
+    broker.close()
+    broker.close()
+    with pytest.raises(libqueue.Closed):
+        broker.publish(table, b"x")
+    with pytest.raises(libqueue.Closed):
+        broker.subscribe(table)
+
+
+def test_publish_needs_a_table(broker) -> None:
+    with pytest.raises(TypeError):
+        broker.publish("jobs", b"x")  # type: ignore[arg-type]
+
+
+def test_unknown_message_field(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(TypeError):
+        broker.publish_many(table, [{"payload": b"x", "colour": "red"}])
+    assert db.count("jobs") == 0
+
+
+def test_one_subscription_per_queue_and_broker(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with broker.subscribe(table, poll_interval_ms=50):
+        with pytest.raises(libqueue.AlreadySubscribed):
+            broker.subscribe(table)
+    with broker.subscribe(table, poll_interval_ms=50):  # free again once closed
+        pass
+
+
+def test_wait_times_out_while_running(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with broker.subscribe(table, poll_interval_ms=50) as sub:
+        assert sub.wait(0.05) is False
+        sub.run(lambda d: None)
+        assert sub.running
+        with pytest.raises(libqueue.Misuse):
+            sub.run(lambda d: None)
+        sub.stop()
+        assert sub.wait(0) is True
+        assert not sub.running

@@ -1,0 +1,183 @@
+"""Every outcome of a delivery, in both forms."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, make_table
+
+
+def one(sub: libqueue.Subscription, timeout: float = 5) -> libqueue.Delivery:
+    d = sub.next(timeout)
+    assert d is not None, "no delivery within %ss" % timeout
+    return d
+
+
+def test_ack_deletes(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    row = broker.publish(table, b"hello")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            assert (d.id, d.payload) == (row, b"hello")
+            d.ack()
+        assert db.count("jobs") == 0
+        assert sub.next(0.2) is None
+
+
+def test_ack_with_processed_at_keeps_the_row(db, broker, form) -> None:
+    table = make_table(form, processed_at="processed_at")
+    db.create_table(table)
+    row = broker.publish(table, b"keep")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.ack()
+        assert db.query("SELECT id FROM jobs WHERE processed_at IS NOT NULL") == [(row,)]
+        assert sub.next(0.2) is None, "a processed row was delivered again"
+
+
+def test_retry_returns_the_row(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    row = broker.publish(table, b"again")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.retry()
+        if form == "lease":
+            assert db.scalar("SELECT locked_until FROM jobs") is None
+        with one(sub) as d:
+            assert d.id == row
+            assert d.attempt == 2
+            d.ack()
+    assert db.count("jobs") == 0
+
+
+def test_retry_after_hides_the_row_until_due(db, broker, form) -> None:
+    table = make_table(form, retry_after="retry_after")
+    db.create_table(table)
+    row = broker.publish(table, b"later")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.retry_after(3_600_000)
+        assert db.count("jobs") == 1
+        assert sub.next(0.3) is None, "a row due in an hour was delivered"
+        db.execute("UPDATE jobs SET retry_after = %s" % db.past)
+        with one(sub) as d:
+            assert d.id == row
+            d.ack()
+
+
+def test_retry_after_without_column_is_a_retry(db, broker, form, caplog) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    row = broker.publish(table, b"x")
+    caplog.set_level(logging.WARNING, logger="libqueue")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.retry_after(3_600_000)
+        with one(sub) as d:
+            assert d.id == row
+            d.ack()
+    warnings = [r for r in caplog.records if r.name == "libqueue" and r.levelno >= logging.WARNING]
+    assert warnings, "no warning logged for a retry_after the table cannot hold"
+
+
+def test_delayed_publish(db, broker, form) -> None:
+    table = make_table(form, retry_after="retry_after")
+    db.create_table(table)
+    broker.publish(table, b"later", delay_ms=3_600_000)
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        assert sub.next(0.3) is None
+        db.execute("UPDATE jobs SET retry_after = %s" % db.past)
+        with one(sub) as d:
+            assert d.payload == b"later"
+            d.ack()
+
+
+def test_dead_letter_to_a_group(db, broker, form) -> None:
+    table = make_table(form, group="grp", dead_letter="dead")
+    db.create_table(table)
+    row = broker.publish(table, b"bad", group="work")
+    with broker.subscribe(table, group="work", poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.dead_letter()
+        assert db.query("SELECT id, grp FROM jobs") == [(row, "dead")]
+        assert sub.next(0.2) is None
+    with broker.subscribe(table, group="dead", poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            assert (d.id, d.group, d.payload) == (row, "dead", b"bad")
+            d.ack()
+
+
+def test_dead_letter_to_a_table(db, broker, form) -> None:
+    table = make_table(form, dead_letter="jobs_dead")
+    db.create_table(table)
+    db.create_table(table, name="jobs_dead")
+    broker.publish(table, b"bad")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.dead_letter()
+    assert db.count("jobs") == 0
+    assert db.query("SELECT payload FROM jobs_dead") == [(b"bad",)]
+
+
+@pytest.mark.parametrize("outcome", ["retry", "retry_after"])
+def test_max_attempts_dead_letters(db, broker, form, outcome) -> None:
+    table = make_table(form, dead_letter="jobs_dead", retry_after="retry_after")
+    db.create_table(table)
+    db.create_table(table, name="jobs_dead")
+    broker.publish(table, b"poison")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS, max_attempts=2) as sub:
+        for attempt in (1, 2):
+            with one(sub) as d:
+                assert d.attempt == attempt
+                if outcome == "retry":
+                    d.retry()
+                else:
+                    d.retry_after(0)
+        assert sub.next(0.2) is None
+    assert db.count("jobs") == 0
+    assert db.query("SELECT payload FROM jobs_dead") == [(b"poison",)]
+
+
+def test_max_attempts_needs_a_dead_letter_destination(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse):
+        broker.subscribe(table, max_attempts=3)
+
+
+def test_max_attempts_needs_an_attempt_column(db, broker, form) -> None:
+    table = make_table(form, attempt=None, dead_letter="jobs_dead")
+    db.create_table(table)
+    db.create_table(table, name="jobs_dead")
+    with pytest.raises(libqueue.Misuse):
+        broker.subscribe(table, max_attempts=3)
+
+
+def test_settling_twice_is_misuse(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            d.ack()
+            with pytest.raises(libqueue.Misuse):
+                d.ack()
+
+
+def test_released_delivery_refuses_use(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = one(sub)
+        d.ack()
+        d.release()
+        d.release()  # idempotent
+        with pytest.raises(libqueue.Misuse):
+            d.payload
