@@ -74,6 +74,17 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     const lq_dialect *d = lq__dialect_for_url(url, &rest);
     if (!d)
         return lq__error(LQ_DIALECT, "\"%s\": unknown scheme; libqueue takes sqlite: URLs", url);
+    int64_t pool_size = lq__opt_int(options, LQ_OPT_POOL_SIZE);
+    int64_t limit = lq__opt_int(options, LQ_OPT_CONNECTION_LIMIT);
+    if (limit > 0 && pool_size > limit)
+        return lq__error(LQ_CONNECTION_LIMIT,
+                         "a pool of %lld connections passes connection_limit %lld",
+                         (long long)pool_size, (long long)limit);
+    if (lq__opt_int(options, LQ_OPT_LISTEN_NOTIFY) && !d->listen_notify)
+        return lq__error(LQ_DIALECT,
+                         "listen_notify needs a database that notifies (PostgreSQL); %s wakes "
+                         "subscriptions when this process publishes, and polls otherwise",
+                         d->name);
     lq_broker *b = calloc(1, sizeof *b);
     if (!b) return lq__error(LQ_NOMEM, "out of memory");
     atomic_init(&b->refs, 1);

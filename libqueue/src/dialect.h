@@ -41,6 +41,8 @@ typedef struct lq_dialect {
     bool advisory_holds_connection;
     /* Lease columns keep whole seconds (MySQL DATETIME): expiries fall on one. */
     bool whole_second_leases;
+    /* Wakes subscriptions on rows other processes write (LISTEN/NOTIFY). */
+    bool listen_notify;
 
     /* Opens one connection, with every deadline the options set. */
     int (*connect)(lq_conn **out, const lq_broker_target *target, const lq_options *options);

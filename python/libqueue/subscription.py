@@ -57,9 +57,9 @@ def _lq_py_handler(pointer: Any, userdata: Any) -> int:
         handler(delivery)
         return 0
     except Exception:
-        logger.exception("handler %s raised on row %s; it will be retried",
-                         getattr(subscription._handler, "__qualname__", subscription._handler),
-                         delivery._id if delivery.alive else "?")
+        handler_name = getattr(subscription._handler, "__qualname__", repr(subscription._handler))
+        logger.exception("handler %s raised on row %d of %r; the row will be retried",
+                         handler_name, delivery.id, subscription.table.name)
         return 1
     finally:
         _tls.subscription = previous
@@ -158,8 +158,7 @@ class Subscription:
         """
         if not callable(handler):
             raise TypeError("handler must be callable")
-        with self._lock:
-            pointer = self._live()
+        with self._lock, self._using() as pointer:
             if self._handle is not None:
                 raise make_error(lib.LQ_MISUSE, "subscription is already running")
             self._handler = handler

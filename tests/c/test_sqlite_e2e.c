@@ -129,6 +129,19 @@ int main(int argc, char **argv) {
     CHECK_CONTAINS(lq_errmsg(), "nope");
     lq_table_free(bad);
 
+    /* Broker options that cannot hold are refused, with the numbers. */
+    lq_broker *refused;
+    lq_options *bo;
+    lq_options_new(&bo);
+    lq_options_set_int(bo, LQ_OPT_POOL_SIZE, 8);
+    lq_options_set_int(bo, LQ_OPT_CONNECTION_LIMIT, 4);
+    CHECK(lq_broker_open(&refused, url, bo) == LQ_CONNECTION_LIMIT);
+    CHECK_CONTAINS(lq_errmsg(), "8");
+    lq_options_set_int(bo, LQ_OPT_CONNECTION_LIMIT, 0);
+    lq_options_set_int(bo, LQ_OPT_LISTEN_NOTIFY, 1);
+    CHECK(lq_broker_open(&refused, url, bo) == LQ_DIALECT);
+    lq_options_free(bo);
+
     lq_message_free(m);
     lq_options_free(o);
     lq_table_free(t);
