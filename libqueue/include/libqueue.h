@@ -263,6 +263,15 @@ LQ_API int lq_message_set_header(lq_message *message, const char *name, const ch
 LQ_API int lq_publish(int64_t *ids_out, lq_broker *broker, const lq_table *table,
                       lq_message *const *messages, size_t count);
 
+/* Writes `count` messages on a connection the caller owns and keeps open, in
+ * whatever transaction it has open there, so a task is written in the same
+ * commit as the data it serves: a PGconn * on PostgreSQL, a MYSQL * on MySQL,
+ * a sqlite3 * on SQLite. Nothing is committed here and no subscription is
+ * woken (the caller's commit decides; LISTEN/NOTIFY wakes other processes when
+ * the broker listens). The connection is used by this call only. */
+LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
+                         const lq_table *table, lq_message *const *messages, size_t count);
+
 /* ------------------------------------------------------------------------ */
 /* Subscriptions and deliveries. */
 
@@ -347,6 +356,14 @@ LQ_API int lq_delivery_ack(lq_delivery *delivery);
 LQ_API int lq_delivery_retry(lq_delivery *delivery);
 LQ_API int lq_delivery_retry_after(lq_delivery *delivery, int64_t delay_ms);
 LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
+/* Transactional mode: runs one statement of the handler's own on the
+ * delivery's transaction, with text parameters in the database's own
+ * placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a NULL entry is SQL
+ * NULL). An ack commits these statements with the settlement; every other
+ * outcome rolls them back. changes_out (may be NULL) receives the rows
+ * written. LQ_MISUSE outside transactional mode. */
+LQ_API int lq_delivery_exec(int64_t *changes_out, lq_delivery *delivery, const char *sql,
+                            const char *const *params, size_t count);
 /* Frees a pulled delivery. One never settled goes back to the queue at once,
  * with no attempt spent. Not for push deliveries, which the core frees. */
 LQ_API void lq_delivery_free(lq_delivery *delivery);

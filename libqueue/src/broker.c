@@ -3,7 +3,6 @@
  * connection prepares each text once. */
 #include "runtime.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,8 @@ static const struct {
     const lq_dialect *dialect;
 } schemes[] = {
     {"sqlite:", &lq__sqlite_dialect},
+    {"postgresql://", &lq__postgres_dialect},
+    {"postgres://", &lq__postgres_dialect},
 };
 
 const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
@@ -26,37 +27,19 @@ const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
     return NULL;
 }
 
-/* sqlite:///abs/path, sqlite://relative/path (host part empty or a path),
- * sqlite:path. A query string is refused rather than taken for a file name. */
-static int parse_sqlite_target(lq_broker_target *t, const char *url, const char *rest) {
-    if (strncmp(rest, "//", 2) == 0) rest += 2;
-    if (!*rest || strchr(rest, '?'))
-        return lq__error(LQ_MISUSE, "\"%s\": a SQLite URL names a file, as sqlite:///abs/path.db "
-                                    "or sqlite:relative.db, with no query string",
-                         url);
-    if (strcmp(rest, ":memory:") == 0 || strcmp(rest, "/:memory:") == 0)
-        return lq__error(LQ_MISUSE, "\"%s\": an in-memory SQLite database is private to one "
-                                    "connection; give a file",
-                         url);
-    t->path = lq__strdup(rest);
-    if (!t->path) return lq__error(LQ_NOMEM, "out of memory");
-    return LQ_OK;
-}
-
-/* The canonical file, after the first connection created it. */
-static int resolve_realpath(lq_broker_target *t) {
-    char buf[PATH_MAX];
-    t->realpath = lq__strdup(realpath(t->path, buf) ? buf : t->path);
-    return t->realpath ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
-}
-
 static void target_free(lq_broker_target *t) {
     free(t->path);
     free(t->realpath);
     free(t->url);
+    free(t->database);
+    free(t->host);
+    free(t->user);
+    free(t->password);
+    free(t->socket);
 }
 
 static void broker_free(lq_broker *b) {
+    lq__listener_stop(b);
     lq__pool_destroy(&b->pool);
     for (size_t i = 0; i < b->statement_count; i++) free(b->statements[i].sql);
     free(b->statements);
@@ -73,7 +56,9 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     const char *rest;
     const lq_dialect *d = lq__dialect_for_url(url, &rest);
     if (!d)
-        return lq__error(LQ_DIALECT, "\"%s\": unknown scheme; libqueue takes sqlite: URLs", url);
+        return lq__error(LQ_DIALECT, "\"%s\": unknown scheme; libqueue takes sqlite:, "
+                                     "postgresql:// and postgres:// URLs",
+                         url);
     int64_t pool_size = lq__opt_int(options, LQ_OPT_POOL_SIZE);
     int64_t limit = lq__opt_int(options, LQ_OPT_CONNECTION_LIMIT);
     if (limit > 0 && pool_size > limit)
@@ -92,7 +77,7 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     pthread_mutex_init(&b->mu, NULL);
     int rc = lq__options_copy(&b->options, options);
     if (rc == LQ_OK) rc = (b->target.url = lq__strdup(url)) ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
-    if (rc == LQ_OK) rc = parse_sqlite_target(&b->target, url, rest);
+    if (rc == LQ_OK) rc = d->parse_url(&b->target, url, rest);
     if (rc == LQ_OK) rc = lq__pool_init(&b->pool, d, &b->target, b->options);
     if (rc != LQ_OK) {
         if (b->pool.idle) broker_free(b);
@@ -108,10 +93,10 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     lq_conn *conn;
     rc = lq__pool_acquire(&conn, &b->pool);
     if (rc == LQ_OK) {
-        rc = d->check_version(conn);
+        rc = d->check_version(conn, NULL);
         lq__pool_release(&b->pool, conn, rc != LQ_OK);
     }
-    if (rc == LQ_OK) rc = resolve_realpath(&b->target);
+    if (rc == LQ_OK && lq__opt_int(b->options, LQ_OPT_LISTEN_NOTIFY)) rc = lq__listener_start(b);
     if (rc != LQ_OK) {
         broker_free(b);
         return rc;
@@ -198,10 +183,13 @@ int lq__broker_attach(lq_broker *b, lq_subscription *s) {
                              s->group ? ", group " : "", s->group ? s->group : "");
         }
     }
-    s->next_in_broker = b->subscriptions;
-    b->subscriptions = s;
+    int rc = lq__listener_add(b, s->table);
+    if (rc == LQ_OK) {
+        s->next_in_broker = b->subscriptions;
+        b->subscriptions = s;
+    }
     pthread_mutex_unlock(&b->mu);
-    return LQ_OK;
+    return rc;
 }
 
 void lq__broker_detach(lq_broker *b, lq_subscription *s) {
@@ -211,6 +199,23 @@ void lq__broker_detach(lq_broker *b, lq_subscription *s) {
             *p = s->next_in_broker;
             break;
         }
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+void lq__broker_wake_all(lq_broker *b) {
+    pthread_mutex_lock(&b->mu);
+    for (lq_subscription *s = b->subscriptions; s; s = s->next_in_broker) lq__subscription_wake(s);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *group) {
+    char label[256];
+    pthread_mutex_lock(&b->mu);
+    for (lq_subscription *s = b->subscriptions; s; s = s->next_in_broker) {
+        if (strcmp(lq__table_label(s->table, label, sizeof label), channel) != 0) continue;
+        if (group && s->group && strcmp(group, s->group) != 0) continue;
+        lq__subscription_wake(s);
     }
     pthread_mutex_unlock(&b->mu);
 }

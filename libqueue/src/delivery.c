@@ -140,3 +140,34 @@ int lq_delivery_dead_letter(lq_delivery *d) {
     LQ_CHECK_ARG(d, "delivery is NULL");
     return lq__settle(d, LQ_DEAD_LETTER, 0);
 }
+
+int lq__delivery_begin(lq_delivery *d) {
+    lq_subscription *s = d->sub;
+    const lq_dialect *dialect = s->broker->dialect;
+    int rc = LQ_OK;
+    if (s->form == LQ_FORM_ROW_LOCK) {
+        /* The claim's transaction goes on; a failure outcome rolls back to here. */
+        rc = dialect->execute(NULL, d->conn, "SAVEPOINT lq_claim", NULL, 0);
+    } else {
+        if (!d->conn) rc = lq__pool_acquire(&d->conn, &s->broker->pool);
+        if (rc == LQ_OK) rc = dialect->begin(d->conn, s->table->isolation);
+    }
+    if (rc == LQ_OK) d->tx = true;
+    return rc;
+}
+
+int lq_delivery_exec(int64_t *changes_out, lq_delivery *d, const char *sql,
+                     const char *const *params, size_t count) {
+    lq__error_clear();
+    LQ_CHECK_ARG(d && sql, "an argument is NULL");
+    if (changes_out) *changes_out = 0;
+    pthread_mutex_lock(&d->mu);
+    int rc;
+    if (d->settled) rc = lq__error(LQ_MISUSE, "row %lld is already settled", (long long)d->id);
+    else if (!d->tx)
+        rc = lq__error(LQ_MISUSE, "lq_delivery_exec needs a transactional subscription "
+                                  "(option transactional)");
+    else rc = d->sub->broker->dialect->execute(changes_out, d->conn, sql, params, (int)count);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}

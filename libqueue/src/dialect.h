@@ -31,6 +31,9 @@ struct lq_broker_target {
     char *path;     /* SQLite: the database file as given */
     char *realpath; /* SQLite: the canonical file, naming the advisory key space */
     char *url;      /* the URL as given, for client libraries that parse it */
+    char *database; /* MySQL: the database named in the URL */
+    char *host, *user, *password, *socket;
+    unsigned port;
 };
 
 typedef struct lq_dialect {
@@ -44,15 +47,21 @@ typedef struct lq_dialect {
     /* Wakes subscriptions on rows other processes write (LISTEN/NOTIFY). */
     bool listen_notify;
 
+    /* Reads the URL's part after the scheme into the target. */
+    int (*parse_url)(lq_broker_target *target, const char *url, const char *rest);
     /* Opens one connection, with every deadline the options set. */
     int (*connect)(lq_conn **out, const lq_broker_target *target, const lq_options *options);
     void (*disconnect)(lq_conn *conn);
-    /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor. */
-    int (*check_version)(lq_conn *conn);
+    /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor for
+     * `table` (its form and FIFO groups), or below every floor when NULL. */
+    int (*check_version)(lq_conn *conn, const lq_table *table);
 
     /* Statement shapes: quoting, placeholders, and the claims. */
     char quote;
     void (*placeholder)(lq_strbuf *sb, int position);
+    /* A cast after each LQ_COL_* column of a returned row (NULL: none), so
+     * rows come back in the types the core reads. */
+    const char *row_casts[LQ_COL_COUNT];
     int (*build_claims)(lq_sqlset *set, const lq_table *table);
 
     /* Prepares a statement without running it: a missing table or column
@@ -63,9 +72,26 @@ typedef struct lq_dialect {
      * rows written. */
     int (*exec)(int64_t *changes, lq_conn *conn, const lq_stmt *stmt, const lq_value *args,
                 lq_row_fn on_row, void *ctx);
+    /* Runs SQL text of the caller's own, with text parameters in the
+     * database's own placeholders (NULL entries are SQL NULL). */
+    int (*execute)(int64_t *changes, lq_conn *conn, const char *sql, const char *const *params,
+                   int count);
+    /* Wraps a connection the caller owns (PGconn *, MYSQL *, sqlite3 *) for
+     * the duration of one call; release_borrowed frees the wrapper only. */
+    int (*borrow)(lq_conn **out, void *native);
+    void (*release_borrowed)(lq_conn *conn);
     int (*begin)(lq_conn *conn, int isolation);
     int (*commit)(lq_conn *conn);
     int (*rollback)(lq_conn *conn);
+
+    /* Wake-ups across processes (NULL where the database has none): send on
+     * a channel, listen to one, and wait up to timeout_ms for notifications,
+     * calling on_note for each. */
+    int (*notify)(lq_conn *conn, const char *channel, const char *payload);
+    int (*listen)(lq_conn *conn, const char *channel);
+    int (*wait_notes)(lq_conn *conn, int64_t timeout_ms,
+                      void (*on_note)(void *ctx, const char *channel, const char *payload),
+                      void *ctx);
 
     /* Advisory keys: take without waiting (*taken false when held
      * elsewhere), and give back (false when the database did not confirm). */
@@ -75,6 +101,7 @@ typedef struct lq_dialect {
 
 /* The built-in dialects, and the one a URL names. */
 LQ_HIDDEN extern const lq_dialect lq__sqlite_dialect;
+LQ_HIDDEN extern const lq_dialect lq__postgres_dialect;
 LQ_HIDDEN const lq_dialect *lq__dialect_for_url(const char *url, const char **rest);
 
 #endif

@@ -32,7 +32,11 @@ void lq__pool_destroy(lq_pool *pool) {
 }
 
 int lq__pool_acquire(lq_conn **out, lq_pool *pool) {
-    struct timespec deadline = lq__deadline_in(pool->acquire_timeout_ms);
+    return lq__pool_acquire_within(out, pool, pool->acquire_timeout_ms);
+}
+
+int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms) {
+    struct timespec deadline = lq__deadline_in(timeout_ms);
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         if (pool->idle_count > 0) {
@@ -58,7 +62,7 @@ int lq__pool_acquire(lq_conn **out, lq_pool *pool) {
             return lq__error(LQ_TIMEOUT,
                              "no pool connection came free in %lld ms: all %d are in use "
                              "(raise pool_size or lower the workers)",
-                             (long long)pool->acquire_timeout_ms, size);
+                             (long long)timeout_ms, size);
         }
     }
 }

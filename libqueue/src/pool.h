@@ -26,6 +26,8 @@ LQ_HIDDEN void lq__pool_destroy(lq_pool *pool);
 /* Lends a connection, opening one while the pool has room, else waiting up
  * to the acquire timeout (LQ_TIMEOUT, with the pool's numbers). */
 LQ_HIDDEN int lq__pool_acquire(lq_conn **out, lq_pool *pool);
+/* The same, waiting at most `timeout_ms` (0: only what is free now). */
+LQ_HIDDEN int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms);
 /* Takes a connection back; a broken one is closed instead. */
 LQ_HIDDEN void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken);
 /* Idle connections plus room for new ones. */

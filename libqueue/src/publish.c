@@ -52,12 +52,26 @@ static int insert_one(int64_t *id, lq_broker *b, lq_conn *conn, const lq_stmt *i
     return rc;
 }
 
-int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *const *messages,
-               size_t count) {
-    lq__error_clear();
+/* Checks every message, then inserts them on `conn`; the caller owns the
+ * transaction. */
+static int insert_all(int64_t *ids_out, lq_broker *b, lq_conn *conn, const lq_table *t,
+                      lq_message *const *messages, size_t count) {
+    lq_stmt insert;
+    int rc = lq__sqlset_build_insert(&insert, b->dialect, t);
+    if (rc == LQ_OK) rc = lq__broker_intern(b, &insert);
+    int64_t now = lq__now_ms();
+    for (size_t i = 0; rc == LQ_OK && i < count; i++) {
+        int64_t id = 0;
+        rc = insert_one(&id, b, conn, &insert, messages[i], now);
+        if (rc == LQ_OK && ids_out) ids_out[i] = id;
+    }
+    free(insert.sql);
+    return rc;
+}
+
+static int check_call(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {
     LQ_CHECK_ARG(b && t, "the broker or table is NULL");
     LQ_CHECK_ARG(messages || count == 0, "messages is NULL");
-    if (count == 0) return LQ_OK;
     for (size_t i = 0; i < count; i++) {
         LQ_CHECK_ARG(messages[i], "a message is NULL");
         int rc = check_message(t, messages[i], i);
@@ -66,34 +80,10 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
     pthread_mutex_lock(&b->mu);
     bool closed = b->closed;
     pthread_mutex_unlock(&b->mu);
-    if (closed) return lq__error(LQ_CLOSED, "the broker is closed");
+    return closed ? lq__error(LQ_CLOSED, "the broker is closed") : LQ_OK;
+}
 
-    lq_stmt insert;
-    int rc = lq__sqlset_build_insert(&insert, b->dialect, t);
-    if (rc != LQ_OK) return rc;
-    rc = lq__broker_intern(b, &insert);
-    lq_conn *conn = NULL;
-    if (rc == LQ_OK) rc = lq__pool_acquire(&conn, &b->pool);
-    bool in_tx = false;
-    if (rc == LQ_OK && count > 1) in_tx = (rc = b->dialect->begin(conn, LQ_ISOLATION_DEFAULT)) == LQ_OK;
-    int64_t now = lq__now_ms();
-    for (size_t i = 0; rc == LQ_OK && i < count; i++) {
-        int64_t id = 0;
-        rc = insert_one(&id, b, conn, &insert, messages[i], now);
-        if (rc == LQ_OK && ids_out) ids_out[i] = id;
-    }
-    if (in_tx) {
-        if (rc == LQ_OK) rc = b->dialect->commit(conn);
-        if (rc != LQ_OK) b->dialect->rollback(conn);
-    }
-    if (conn) lq__pool_release(&b->pool, conn, false);
-    free(insert.sql);
-    if (rc != LQ_OK) {
-        char label[256];
-        lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
-        return rc;
-    }
-    /* Wake each group once. */
+static void wake_groups(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {
     for (size_t i = 0; i < count; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++) {
@@ -102,5 +92,45 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
         }
         if (!seen) lq__broker_wake(b, t, messages[i]->group);
     }
+}
+
+int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *const *messages,
+               size_t count) {
+    lq__error_clear();
+    int rc = check_call(b, t, messages, count);
+    if (rc != LQ_OK || count == 0) return rc;
+    lq_conn *conn;
+    if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
+    bool in_tx = count > 1;
+    if (in_tx) rc = b->dialect->begin(conn, LQ_ISOLATION_DEFAULT);
+    if (rc == LQ_OK) rc = insert_all(ids_out, b, conn, t, messages, count);
+    if (rc == LQ_OK) rc = lq__notify_publish(b, conn, t, messages, count);
+    if (in_tx && rc == LQ_OK) rc = b->dialect->commit(conn);
+    if (in_tx && rc != LQ_OK) b->dialect->rollback(conn);
+    lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+    if (rc != LQ_OK) {
+        char label[256];
+        lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
+        return rc;
+    }
+    wake_groups(b, t, messages, count);
     return LQ_OK;
+}
+
+int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_table *t,
+                  lq_message *const *messages, size_t count) {
+    lq__error_clear();
+    LQ_CHECK_ARG(connection, "the connection is NULL");
+    int rc = check_call(b, t, messages, count);
+    if (rc != LQ_OK || count == 0) return rc;
+    lq_conn *conn;
+    if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;
+    rc = insert_all(ids_out, b, conn, t, messages, count);
+    if (rc == LQ_OK) rc = lq__notify_publish(b, conn, t, messages, count);
+    b->dialect->release_borrowed(conn);
+    if (rc != LQ_OK) {
+        char label[256];
+        lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
+    }
+    return rc;
 }

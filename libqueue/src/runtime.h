@@ -22,6 +22,7 @@ struct lq_broker {
     lq_subscription *subscriptions; /* open ones, for wake-ups */
     lq_stmt *statements;            /* interned, so prepared copies are reused */
     size_t statement_count;
+    struct lq_listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
 };
 
 typedef enum lq_outcome { LQ_ACK, LQ_RETRY, LQ_RETRY_AFTER, LQ_DEAD_LETTER, LQ_RELEASE } lq_outcome;
@@ -40,6 +41,7 @@ struct lq_delivery {
     int64_t token; /* the lease expiry the row holds (lease form) */
     char *key;     /* the advisory key held (advisory form) */
     lq_conn *conn; /* a connection the delivery holds, if its form holds one */
+    bool tx;       /* transactional mode: the handler's transaction is open on conn */
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
     bool settled;
@@ -59,6 +61,9 @@ struct lq_subscription {
     int workers;
     int64_t poll_ms, lease_ms;
     int max_attempts;
+    bool transactional;
+    bool holds;  /* a delivery in work holds a pool connection */
+    int budget;  /* the most connections the subscription holds: the pool less one */
 
     pthread_mutex_t mu;
     pthread_cond_t claim_cv; /* the claimer: a worker came free, a wake-up, stop */
@@ -70,6 +75,7 @@ struct lq_subscription {
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
     int seen;    /* the most workers seen busy at once */
+    unsigned jitter_seed;
     lq_lease_book book;
 
     pthread_t claimer, keeper;
@@ -95,6 +101,18 @@ LQ_HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
 LQ_HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
 LQ_HIDDEN void lq__subscription_wake(lq_subscription *s);
 
+/* LISTEN/NOTIFY (notify.c). The channel of a table is its qualified name. */
+LQ_HIDDEN int lq__listener_start(lq_broker *b);
+LQ_HIDDEN void lq__listener_stop(lq_broker *b);
+/* Asks the listener to listen on a subscription's channel. */
+LQ_HIDDEN int lq__listener_add(lq_broker *b, const lq_table *t);
+/* After a publish: notifies each group's channel when the broker listens. */
+LQ_HIDDEN int lq__notify_publish(lq_broker *b, lq_conn *conn, const lq_table *t,
+                                 lq_message *const *messages, size_t count);
+LQ_HIDDEN void lq__broker_wake_all(lq_broker *b);
+/* Wakes the subscriptions whose table label is `channel` (and group). */
+LQ_HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *group);
+
 /* Deliveries. */
 /* Makes a delivery from a row in LQ_COL_* order. */
 LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols,
@@ -104,16 +122,20 @@ LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 
-/* The forms: each claims up to `limit` rows on `conn` and appends the
- * deliveries to `*tail`, returning how many it took in `*taken`. */
+/* The forms: each claims up to `limit` rows, taking the connections it needs
+ * from the pool, and appends the deliveries to `out` in claim order. */
 typedef struct lq_claimed {
     lq_delivery *head, *tail;
     int count;
 } lq_claimed;
-LQ_HIDDEN int lq__lease_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit);
+LQ_HIDDEN int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit);
+LQ_HIDDEN int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit);
 LQ_HIDDEN int lq__lease_extend(lq_subscription *s);
 LQ_HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
-LQ_HIDDEN int lq__advisory_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit);
+LQ_HIDDEN int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit);
+/* Transactional mode: opens the handler's transaction on the delivery's
+ * connection (taking one from the pool where the form holds none). */
+LQ_HIDDEN int lq__delivery_begin(lq_delivery *d);
 LQ_HIDDEN void lq__advisory_release(lq_delivery *d);
 LQ_HIDDEN void lq__claimed_add(lq_claimed *c, lq_delivery *d);
 LQ_HIDDEN void lq__claimed_free(lq_claimed *c);

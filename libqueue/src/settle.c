@@ -16,36 +16,50 @@ static const char *outcome_name(lq_outcome o) {
     }
 }
 
-/* Copy, clear the lease of the copy, delete: one transaction, all or none. */
+/* Dead letter into a table: copy the row, clear the copy's lease, delete the
+ * row, all inside the caller's transaction. */
 static int dead_letter_to_table(int64_t *changes, lq_subscription *s, lq_conn *c,
                                 const lq_value *args) {
     const lq_dialect *d = s->broker->dialect;
-    int rc = d->begin(c, LQ_ISOLATION_DEFAULT);
-    if (rc != LQ_OK) return rc;
-    rc = d->exec(NULL, c, &s->sql.dead_copy, args, NULL, NULL);
+    int rc = d->exec(NULL, c, &s->sql.dead_copy, args, NULL, NULL);
     if (rc == LQ_OK && s->sql.dead_clear.sql) rc = d->exec(NULL, c, &s->sql.dead_clear, args, NULL, NULL);
     if (rc == LQ_OK) rc = d->exec(changes, c, &s->sql.dead_delete, args, NULL, NULL);
-    if (rc == LQ_OK && *changes == 0 && s->form == LQ_FORM_LEASE) {
-        d->rollback(c);
-        return LQ_OK; /* the caller reports the lost lease */
-    }
-    if (rc == LQ_OK) rc = d->commit(c);
-    if (rc != LQ_OK) d->rollback(c);
     return rc;
+}
+
+static const lq_stmt *outcome_statement(const lq_subscription *s, lq_outcome outcome) {
+    switch (outcome) {
+    case LQ_ACK: return &s->sql.ack;
+    case LQ_RETRY: return &s->sql.retry;
+    case LQ_RELEASE: return &s->sql.release;
+    case LQ_RETRY_AFTER: return &s->sql.retry_after;
+    default: return s->sql.dead_group.sql ? &s->sql.dead_group : NULL; /* NULL: to a table */
+    }
+}
+
+/* Transactional mode: an ack commits the handler's statements with the
+ * settlement; any other outcome rolls them back first (to the claim's
+ * savepoint in the row lock form, where the claim's transaction goes on). */
+static int end_handler_tx(lq_delivery *dv, lq_outcome outcome) {
+    lq_subscription *s = dv->sub;
+    const lq_dialect *d = s->broker->dialect;
+    if (!dv->tx || outcome == LQ_ACK) return LQ_OK;
+    dv->tx = false;
+    if (s->form == LQ_FORM_ROW_LOCK) return d->execute(NULL, dv->conn, "ROLLBACK TO SAVEPOINT lq_claim", NULL, 0);
+    return d->rollback(dv->conn);
 }
 
 static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     lq_subscription *s = dv->sub;
     const lq_dialect *d = s->broker->dialect;
-    const lq_stmt *stmt = NULL;
-    switch (outcome) {
-    case LQ_ACK: stmt = &s->sql.ack; break;
-    case LQ_RETRY: stmt = &s->sql.retry; break;
-    case LQ_RELEASE: stmt = &s->sql.release; break;
-    case LQ_RETRY_AFTER: stmt = &s->sql.retry_after; break;
-    case LQ_DEAD_LETTER: stmt = s->sql.dead_group.sql ? &s->sql.dead_group : NULL; break;
-    }
-    if (stmt && !stmt->sql) return LQ_OK; /* this form settles by letting go */
+    const lq_stmt *stmt = outcome_statement(s, outcome);
+    /* A transaction is open on the delivery's connection: the claim's (row
+     * lock form) or the handler's (transactional mode). */
+    int rc = end_handler_tx(dv, outcome);
+    bool in_tx = dv->tx || s->form == LQ_FORM_ROW_LOCK;
+    if (rc != LQ_OK) return rc;
+    if (s->form == LQ_FORM_ROW_LOCK && !dv->conn) return LQ_OK; /* nothing is held */
+    if (!in_tx && stmt && !stmt->sql) return LQ_OK; /* this form settles by letting go */
 
     int64_t now = lq__now_ms();
     lq_value args[LQ_P_COUNT] = {0};
@@ -57,13 +71,28 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
 
     lq_conn *conn = dv->conn;
-    int rc = conn ? LQ_OK : lq__pool_acquire(&conn, &s->broker->pool);
-    if (rc != LQ_OK) return rc;
+    if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
+    bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */
+    if (own_tx) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     int64_t changes = 1;
-    if (stmt) rc = d->exec(&changes, conn, stmt, args, NULL, NULL);
-    else rc = dead_letter_to_table(&changes, s, conn, args);
-    if (!dv->conn) lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
-    if (rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE)
+    if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(&changes, conn, stmt, args, NULL, NULL);
+    else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(&changes, s, conn, args);
+    bool lost = rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE;
+    if (in_tx || own_tx) {
+        /* Nothing written (a release, a retry that counts nothing) or
+         * nothing to keep: the rollback returns the row as it was. */
+        bool keep = rc == LQ_OK && !lost && (!stmt || stmt->sql);
+        int end = keep ? d->commit(conn) : d->rollback(conn);
+        if (rc == LQ_OK && keep) rc = end;
+    }
+    dv->tx = false;
+    /* The delivery's connection goes back now, but in the advisory form,
+     * where it still holds the key until lq__advisory_release. */
+    if (conn != dv->conn || s->form != LQ_FORM_ADVISORY) {
+        if (conn == dv->conn) dv->conn = NULL;
+        lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    }
+    if (lost)
         rc = lq__error(LQ_LEASE_LOST,
                        "row %lld: its lease ran out and another claim holds it; the %s changed "
                        "nothing",

@@ -104,27 +104,32 @@ void lq__sql_claim_order(lq_sql *b) {
     lq__sql_id(b);
 }
 
-static void col_or_null(lq_sql *b, int role) {
-    if (lq__has(b->table, role)) lq__sql_col(b, role);
-    else lq__sql_add(b, "NULL");
-}
-
 void lq__sql_row_columns(lq_sql *b, const char *attempt_expr) {
-    lq__sql_id(b);
-    lq__sql_add(b, ", ");
-    col_or_null(b, LQ_ROLE_PAYLOAD);
-    lq__sql_add(b, ", ");
-    if (attempt_expr && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
-        lq__sql_col(b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(b, attempt_expr);
-    } else {
-        col_or_null(b, LQ_ROLE_ATTEMPT);
-    }
-    const int rest[] = {LQ_ROLE_GROUP, LQ_ROLE_PARTITION_KEY, LQ_ROLE_HEADERS, LQ_ROLE_PRIORITY,
-                        LQ_ROLE_RETRY_AFTER};
-    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) {
-        lq__sql_add(b, ", ");
-        col_or_null(b, rest[i]);
+    static const int roles[LQ_COL_COUNT] = {
+        [LQ_COL_ID] = 0, /* the id column */
+        [LQ_COL_PAYLOAD] = LQ_ROLE_PAYLOAD,   [LQ_COL_ATTEMPT] = LQ_ROLE_ATTEMPT,
+        [LQ_COL_GROUP] = LQ_ROLE_GROUP,       [LQ_COL_PKEY] = LQ_ROLE_PARTITION_KEY,
+        [LQ_COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ_COL_PRIORITY] = LQ_ROLE_PRIORITY,
+        [LQ_COL_DUE] = LQ_ROLE_RETRY_AFTER,
+    };
+    for (int i = 0; i < LQ_COL_COUNT; i++) {
+        int role = roles[i];
+        const char *cast = b->dialect->row_casts[i];
+        if (i) lq__sql_add(b, ", ");
+        if (i != LQ_COL_ID && !lq__has(b->table, role)) {
+            lq__sql_add(b, "NULL");
+        } else {
+            if (cast) lq__sql_add(b, "(");
+            if (i == LQ_COL_ID) lq__sql_id(b);
+            else lq__sql_col(b, role);
+            if (i == LQ_COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
+            if (cast) {
+                lq__sql_add(b, ")");
+                lq__sql_add(b, cast);
+            }
+        }
+        /* Named by position, so a statement can select them again. */
+        lq__sb_addf(&b->sb, " AS \"lq_c%d\"", i);
     }
 }
 

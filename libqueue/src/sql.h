@@ -79,8 +79,8 @@ LQ_HIDDEN void lq__sql_param(lq_sql *b, lq_param p);
 LQ_HIDDEN void lq__sql_claim_where(lq_sql *b, bool lease_free);
 /* "priority, retry_after, id" for the columns the table has. */
 LQ_HIDDEN void lq__sql_claim_order(lq_sql *b);
-/* The LQ_COL_* list; `attempt_expr` replaces the attempt column when set
- * (e.g. "attempt - 1" after a count). */
+/* The LQ_COL_* list, named "lq_c0".."lq_c7"; `attempt_expr` follows the
+ * attempt column when set (e.g. " - 1" after a count). */
 LQ_HIDDEN void lq__sql_row_columns(lq_sql *b, const char *attempt_expr);
 /* A string literal in single quotes. */
 LQ_HIDDEN void lq__sql_literal(lq_sql *b, const char *text);

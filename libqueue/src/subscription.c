@@ -55,6 +55,11 @@ static int check_declaration(lq_subscription *s, const lq_options *o) {
     if (!(s->broker->dialect->forms & (1u << s->form)) && s->form != LQ_FORM_ROW_LOCK)
         return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
                          s->broker->dialect->name);
+    if (s->form == LQ_FORM_ROW_LOCK && t->isolation == LQ_ISOLATION_READ_UNCOMMITTED &&
+        strcmp(s->broker->dialect->name, "postgresql") == 0)
+        return lq__error(LQ_DIALECT, "table %s: postgresql has no read uncommitted level that "
+                                     "locks rows; declare read committed or stricter",
+                         label);
     if (lq__has(t, LQ_ROLE_GROUP) && !s->group)
         return lq__error(LQ_MISUSE, "table %s has a group column: name the group to read (option group)",
                          label);
@@ -69,10 +74,9 @@ static int check_declaration(lq_subscription *s, const lq_options *o) {
         return lq__error(LQ_MISUSE,
                          "table %s: max_attempts needs a dead-letter destination, declared together",
                          label);
-    if (lq__opt_int(o, LQ_OPT_BATCH) > 0 || lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY) > 0 ||
-        lq__opt_int(o, LQ_OPT_TRANSACTIONAL))
-        return lq__error(LQ_MISUSE, "table %s: batch, workers_by_key and transactional "
-                                    "subscriptions are not available in this version",
+    if (lq__opt_int(o, LQ_OPT_BATCH) > 0 || lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY) > 0)
+        return lq__error(LQ_MISUSE, "table %s: batch and workers_by_key subscriptions are not "
+                                    "available in this version",
                          label);
     return LQ_OK;
 }
@@ -83,6 +87,7 @@ static int prepare_all(lq_subscription *s) {
     lq_conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
+    rc = s->broker->dialect->check_version(conn, s->table);
     const struct {
         const char *what;
         const lq_stmt *stmt;
@@ -121,6 +126,9 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->poll_ms = lq__opt_int(o, LQ_OPT_POLL_INTERVAL_MS);
     s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
     s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
+    s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
+    s->jitter_seed = (unsigned)lq__now_ms() ^ (unsigned)(uintptr_t)s;
+    s->budget = b->pool.size > 1 ? b->pool.size - 1 : 1;
     s->seen = 1;
 
     int rc = lq__table_copy(&s->table, table);
@@ -129,6 +137,9 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         rc = lq__error(LQ_NOMEM, "out of memory");
     if (rc == LQ_OK) {
         s->form = lq_table_form(s->table);
+        s->holds = s->form != LQ_FORM_LEASE || s->transactional;
+        if (s->form == LQ_FORM_ADVISORY && !b->dialect->advisory_holds_connection && !s->transactional)
+            s->holds = false; /* keys kept in the process hold no connection */
         rc = check_declaration(s, o);
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
@@ -164,21 +175,44 @@ static int claim_size(const lq_subscription *s, int free_workers) {
 }
 
 static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
-    lq_conn *conn;
-    int rc = lq__pool_acquire(&conn, &s->broker->pool);
-    if (rc != LQ_OK) return rc;
-    if (s->form == LQ_FORM_LEASE) rc = lq__lease_claim(got, s, conn, limit);
-    else rc = lq__advisory_claim(got, s, conn, limit);
-    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
-    return rc;
+    switch (s->form) {
+    case LQ_FORM_LEASE: return lq__lease_claim(got, s, limit);
+    case LQ_FORM_ADVISORY: return lq__advisory_claim(got, s, limit);
+    default: return lq__row_lock_claim(got, s, limit);
+    }
+}
+
+/* Rows a claim may take now, or 0: a worker must be free, no row waiting,
+ * and where deliveries hold connections, the subscription keeps within the
+ * pool less one, so the last connection serves settlements and the handlers'
+ * own queries. */
+static int claim_room(const lq_subscription *s) {
+    int free_workers = s->workers - s->in_work - s->waiting;
+    if (free_workers <= 0 || s->waiting > 0) return 0;
+    if (s->holds) {
+        int room = s->budget - s->in_work - s->waiting;
+        if (room < free_workers) free_workers = room;
+    }
+    return free_workers > 0 ? free_workers : 0;
+}
+
+/* After a conflict the database reported (a serialization failure at a
+ * strict isolation level), back off with jitter, doubling up to the poll
+ * interval, so competing claimers spread out. */
+static int64_t contention_wait(lq_subscription *s, int streak) {
+    int64_t base = 10;
+    for (int i = 1; i < streak && base < s->poll_ms; i++) base *= 2;
+    if (base > s->poll_ms) base = s->poll_ms;
+    return base / 2 + (int64_t)(rand_r(&s->jitter_seed) % (unsigned)(base / 2 + 1));
 }
 
 static void *claimer_main(void *arg) {
     lq_subscription *s = arg;
     pthread_mutex_lock(&s->mu);
+    int contention_streak = 0;
     while (!s->stopping) {
-        int free_workers = s->workers - s->in_work - s->waiting;
-        if (free_workers <= 0 || s->waiting > 0) {
+        int free_workers = claim_room(s);
+        if (free_workers == 0) {
             pthread_cond_wait(&s->claim_cv, &s->mu);
             continue;
         }
@@ -190,7 +224,9 @@ static void *claimer_main(void *arg) {
         int rc = run_claim(&got, s, limit);
         atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
         if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
-        if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
+        contention_streak = rc == LQ_CONTENTION ? contention_streak + 1 : 0;
+        if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
+        else if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
 
         pthread_mutex_lock(&s->mu);
         for (lq_delivery *d = got.head; d; d = d->queue_next) lq__book_add(&s->book, &d->entry);
@@ -201,8 +237,10 @@ static void *claimer_main(void *arg) {
             s->waiting += got.count;
             pthread_cond_broadcast(&s->ready_cv);
         }
-        if (rc != LQ_OK) claimer_wait(s, FAILED_CLAIM_WAIT_MS);
-        else if (got.count < limit) claimer_wait(s, s->poll_ms);
+        if (rc == LQ_CONTENTION) claimer_wait(s, contention_wait(s, contention_streak));
+        else if (rc != LQ_OK) claimer_wait(s, FAILED_CLAIM_WAIT_MS);
+        else if (got.count < limit && s->form != LQ_FORM_ROW_LOCK) claimer_wait(s, s->poll_ms);
+        else if (got.count == 0) claimer_wait(s, s->poll_ms);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -265,6 +303,12 @@ static void *worker_main(void *arg) {
         if (s->stopping) break;
         lq_delivery *d = pop_locked(s);
         pthread_mutex_unlock(&s->mu);
+        if (s->transactional && lq__delivery_begin(d) != LQ_OK) {
+            lq__log_error(LQ_LOG_ERROR, "opening the handler's transaction");
+            lq_delivery_free(d); /* back to the queue */
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
 
         int status = s->handler(d, s->userdata);
         if (!d->settled) {
@@ -316,6 +360,10 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
     if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
     if (rc == LQ_OK) *out = pop_locked(s);
     pthread_mutex_unlock(&s->mu);
+    if (rc == LQ_OK && s->transactional && (rc = lq__delivery_begin(*out)) != LQ_OK) {
+        lq_delivery_free(*out); /* back to the queue */
+        *out = NULL;
+    }
     return rc;
 }
 

@@ -28,7 +28,7 @@ int main(void) {
     CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);
     CHECK_CONTAINS(set.claim.sql, "UPDATE \"we\"\"ird\" SET \"locked_until\" = ?1");
     CHECK_CONTAINS(set.claim.sql, "\"order\" <= ?");
-    CHECK_CONTAINS(set.claim.sql, "RETURNING \"id\", \"payload\", \"attempt\" - 1");
+    CHECK_CONTAINS(set.claim.sql, "RETURNING \"id\" AS \"lq_c0\", \"payload\" AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\"");
     CHECK(set.claim.params[0] == LQ_P_LEASE);
     CHECK_STR(set.ack.sql, "DELETE FROM \"we\"\"ird\" WHERE \"id\" = ?1 AND \"locked_until\" = ?2");
     CHECK(set.ack.nparams == 2 && set.ack.params[0] == LQ_P_ID && set.ack.params[1] == LQ_P_HELD);

@@ -6,6 +6,8 @@
 #include "../dialect.h"
 #include "../keys.h"
 
+#include <libgen.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@ typedef struct cached_stmt {
 
 struct lq_conn {
     sqlite3 *db;
+    bool borrowed; /* the caller's connection: never closed here */
     int64_t statement_timeout_ms;
     int64_t deadline; /* monotonic ms; the progress handler stops a statement past it */
     cached_stmt *cache;
@@ -49,12 +52,50 @@ static int run_plain(lq_conn *c, const char *sql) {
     return rc == SQLITE_OK ? LQ_OK : db_error(LQ_BACKEND, c->db, rc, sql);
 }
 
+/* sqlite:///abs/path, sqlite://relative/path, sqlite:path. A query string is
+ * refused rather than taken for part of a file name. */
+static int sqlite_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+    if (strncmp(rest, "//", 2) == 0) rest += 2;
+    if (!*rest || strchr(rest, '?'))
+        return lq__error(LQ_MISUSE, "\"%s\": a SQLite URL names a file, as sqlite:///abs/path.db "
+                                    "or sqlite:relative.db, with no query string",
+                         url);
+    if (strcmp(rest, ":memory:") == 0 || strcmp(rest, "/:memory:") == 0)
+        return lq__error(LQ_MISUSE, "\"%s\": an in-memory SQLite database is private to one "
+                                    "connection; give a file",
+                         url);
+    if (!(t->path = lq__strdup(rest))) return lq__error(LQ_NOMEM, "out of memory");
+    /* The canonical name of the file (which may not exist yet) names its
+     * advisory key space, so two spellings of one file share their keys. */
+    char *dir_copy = lq__strdup(rest), *base_copy = lq__strdup(rest);
+    char resolved[PATH_MAX];
+    lq_strbuf sb = {0};
+    if (dir_copy && base_copy && realpath(dirname(dir_copy), resolved))
+        lq__sb_addf(&sb, "%s/%s", resolved, basename(base_copy));
+    else
+        lq__sb_add(&sb, rest);
+    free(dir_copy);
+    free(base_copy);
+    t->realpath = lq__sb_take(&sb);
+    return t->realpath ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
 static void sqlite_disconnect(lq_conn *c) {
     if (!c) return;
     for (int i = 0; i < c->cache_count; i++) sqlite3_finalize(c->cache[i].stmt);
     free(c->cache);
-    sqlite3_close_v2(c->db);
+    if (!c->borrowed) sqlite3_close_v2(c->db);
     free(c);
+}
+
+static int sqlite_borrow(lq_conn **out, void *native) {
+    lq_conn *c = calloc(1, sizeof *c);
+    if (!c) return lq__error(LQ_NOMEM, "out of memory");
+    c->db = native;
+    c->borrowed = true;
+    c->statement_timeout_ms = 30000;
+    *out = c;
+    return LQ_OK;
 }
 
 static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const lq_options *o) {
@@ -89,8 +130,9 @@ static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const l
     return LQ_OK;
 }
 
-static int sqlite_check_version(lq_conn *c) {
+static int sqlite_check_version(lq_conn *c, const lq_table *table) {
     (void)c;
+    (void)table;
     int v = sqlite3_libversion_number();
     if (v < SQLITE_FLOOR)
         return lq__error(LQ_SERVER_TOO_OLD, "sqlite: libqueue needs SQLite 3.35 or later; this is %s",
@@ -327,6 +369,23 @@ static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq
     return result;
 }
 
+static int sqlite_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
+                          int count) {
+    sqlite3_stmt *stmt;
+    int rc = sqlite3_prepare_v2(c->db, sql, -1, &stmt, NULL);
+    if (rc != SQLITE_OK) return db_error(LQ_BACKEND, c->db, rc, "cannot prepare the statement");
+    for (int i = 0; i < count && rc == SQLITE_OK; i++)
+        rc = params[i] ? sqlite3_bind_text(stmt, i + 1, params[i], -1, SQLITE_STATIC)
+                       : sqlite3_bind_null(stmt, i + 1);
+    c->deadline = lq__mono_ms() + c->statement_timeout_ms;
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) rc = sqlite3_step(stmt);
+    c->deadline = 0;
+    int result = rc == SQLITE_DONE ? LQ_OK : db_error(LQ_BACKEND, c->db, rc, "the statement failed");
+    if (changes) *changes = sqlite3_changes64(c->db);
+    sqlite3_finalize(stmt);
+    return result;
+}
+
 static int sqlite_begin(lq_conn *c, int isolation) {
     (void)isolation; /* SQLite serialises writers: one level */
     return run_plain(c, "BEGIN IMMEDIATE");
@@ -355,6 +414,7 @@ const lq_dialect lq__sqlite_dialect = {
     .forms = (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
     .single_writer = true,
     .advisory_holds_connection = false,
+    .parse_url = sqlite_parse_url,
     .connect = sqlite_connect,
     .disconnect = sqlite_disconnect,
     .check_version = sqlite_check_version,
@@ -363,6 +423,9 @@ const lq_dialect lq__sqlite_dialect = {
     .build_claims = sqlite_build_claims,
     .prepare = sqlite_prepare,
     .exec = sqlite_exec,
+    .execute = sqlite_execute,
+    .borrow = sqlite_borrow,
+    .release_borrowed = sqlite_disconnect,
     .begin = sqlite_begin,
     .commit = sqlite_commit,
     .rollback = sqlite_rollback,

@@ -48,35 +48,71 @@ static int on_taken(void *arg, const lq_value *cols, int count) {
     return lq__delivery_from_row(&ctx->taken, ctx->s, cols, count);
 }
 
-int lq__advisory_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit) {
+/* The connection a candidate's key is locked on: its own where the lock
+ * lives in the session, taken without waiting (a claim shrinks rather than
+ * waits when the pool is short); the shared one where keys live here. */
+static int key_connection(lq_conn **out, lq_subscription *s, lq_conn *shared) {
+    if (!s->broker->dialect->advisory_holds_connection) {
+        *out = shared;
+        return LQ_OK;
+    }
+    return lq__pool_acquire_within(out, &s->broker->pool, 0);
+}
+
+/* Locks one candidate's key and takes its row; NULL in *out when the key is
+ * held elsewhere or the row was settled since it was read. */
+static int take_candidate(lq_delivery **out, lq_subscription *s, lq_conn *conn,
+                          const candidate *c, lq_value *args) {
     const lq_dialect *d = s->broker->dialect;
     const lq_broker_target *target = &s->broker->target;
-    int64_t now = lq__now_ms();
+    bool locked;
+    *out = NULL;
+    int rc = d->try_lock_key(&locked, conn, target, c->key);
+    if (rc != LQ_OK || !locked) return rc;
+    take_ctx take = {s, NULL};
+    args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = c->id};
+    rc = d->exec(NULL, conn, &s->sql.take, args, on_taken, &take);
+    if (rc == LQ_OK && take.taken) {
+        *out = take.taken;
+        return LQ_OK;
+    }
+    if (take.taken) lq_delivery_free(take.taken);
+    if (!d->unlock_key(conn, target, c->key) && rc == LQ_OK)
+        rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
+    return rc;
+}
+
+int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
+    const lq_dialect *d = s->broker->dialect;
+    lq_pool *pool = &s->broker->pool;
+    lq_conn *shared;
+    int rc = lq__pool_acquire(&shared, pool);
+    if (rc != LQ_OK) return rc;
     lq_value args[LQ_P_COUNT] = {0};
     if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
-    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
-    /* Read past the rows whose keys are in work, so later rows of other keys
-     * are still found without waiting for a poll. */
-    int64_t held = (int64_t)lq__keys_held(target->realpath);
+    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = lq__now_ms()};
+    /* Read past the rows whose keys this process holds, so later rows of
+     * other keys are found without waiting for a poll. (Keys held by other
+     * sessions are filtered by the query where the database knows them.) */
+    int64_t held = d->advisory_holds_connection ? 0 : (int64_t)lq__keys_held(s->broker->target.realpath);
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held};
     candidates c = {0};
-    int rc = d->exec(NULL, conn, &s->sql.claim, args, on_candidate, &c);
+    rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
     for (int i = 0; rc == LQ_OK && i < c.count && out->count < limit; i++) {
-        bool locked;
-        rc = d->try_lock_key(&locked, conn, target, c.items[i].key);
-        if (rc != LQ_OK || !locked) continue;
-        take_ctx take = {s, NULL};
-        args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = c.items[i].id};
-        rc = d->exec(NULL, conn, &s->sql.take, args, on_taken, &take);
-        if (rc != LQ_OK || !take.taken) {
-            /* Settled or taken elsewhere since it was read: pass it over. */
-            d->unlock_key(conn, target, c.items[i].key);
-            continue;
+        lq_conn *conn;
+        if (key_connection(&conn, s, shared) != LQ_OK) break; /* the pool is short: stop here */
+        lq_delivery *taken;
+        rc = take_candidate(&taken, s, conn, &c.items[i], args);
+        if (taken) {
+            taken->key = c.items[i].key;
+            c.items[i].key = NULL;
+            if (conn != shared) taken->conn = conn;
+            lq__claimed_add(out, taken);
+        } else if (conn != shared) {
+            lq__pool_release(pool, conn, rc != LQ_OK);
         }
-        take.taken->key = c.items[i].key;
-        c.items[i].key = NULL;
-        lq__claimed_add(out, take.taken);
     }
+    lq__pool_release(pool, shared, rc == LQ_CONNECT);
     for (int i = 0; i < c.count; i++) free(c.items[i].key);
     free(c.items);
     return rc;

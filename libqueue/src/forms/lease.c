@@ -65,7 +65,10 @@ static int sort_claimed(lq_claimed *c) {
     return LQ_OK;
 }
 
-int lq__lease_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limit) {
+int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
+    lq_conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
     int64_t now = lq__now_ms();
     claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
     lq_value args[LQ_P_COUNT] = {0};
@@ -74,7 +77,8 @@ int lq__lease_claim(lq_claimed *out, lq_subscription *s, lq_conn *conn, int limi
     args[LQ_P_LEASE_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit};
     args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = ctx.token};
-    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
     if (rc == LQ_OK) rc = sort_claimed(out);
     return rc;
 }

@@ -1,0 +1,469 @@
+/* The PostgreSQL dialect, over libpq: every form. Statements are prepared
+ * once per connection and run with binary results; a connection carries a
+ * connect timeout, a statement timeout and TCP keepalives, so a server that
+ * stops answering becomes an error, not a hang. */
+#include "../clock.h"
+#include "../dialect.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PG_FLOOR 90500          /* FOR UPDATE SKIP LOCKED */
+#define PG_FLOOR_HASH 110000    /* hashtextextended: advisory keys, FIFO guard */
+#define PG_EPOCH_OFFSET_MS 946684800000LL /* 2000-01-01 in Unix milliseconds */
+
+/* Type OIDs of the columns the core reads (pg_type.h). */
+enum { OID_BOOL = 16, OID_BYTEA = 17, OID_INT8 = 20, OID_INT2 = 21, OID_INT4 = 23,
+       OID_TIMESTAMP = 1114, OID_TIMESTAMPTZ = 1184 };
+
+typedef struct prepared {
+    int id;
+} prepared;
+
+struct lq_conn {
+    PGconn *pg;
+    bool borrowed;
+    prepared *names; /* the statement ids prepared on this connection */
+    int count, cap;
+};
+
+/* Maps a failed result (or a dead connection) to a status and message. */
+static int pg_error(lq_conn *c, PGresult *res, int status, const char *what) {
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorMessage(res) : NULL;
+    if (!msg || !*msg) msg = PQerrorMessage(c->pg);
+    if (PQstatus(c->pg) == CONNECTION_BAD) status = LQ_CONNECT;
+    else if (state && (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
+                       strcmp(state, "55P03") == 0))
+        status = LQ_CONTENTION;
+    else if (state && strcmp(state, "57014") == 0) status = LQ_TIMEOUT;
+    else if (state && (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 ||
+                       strcmp(state, "3F000") == 0) && status == LQ_BACKEND)
+        status = LQ_SCHEMA;
+    /* Drop libpq's trailing newline. */
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) n--;
+    lq__error_db(status, state, 0, "postgresql: %s: %.*s", what, (int)n, msg);
+    if (res) PQclear(res);
+    return status;
+}
+
+static int pg_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+    (void)rest;
+    /* libpq parses the URL itself, with its parameters and environment. */
+    t->url = t->url ? t->url : lq__strdup(url);
+    return t->url ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+static void pg_disconnect(lq_conn *c) {
+    if (!c) return;
+    if (!c->borrowed) PQfinish(c->pg);
+    free(c->names);
+    free(c);
+}
+
+static int pg_connect(lq_conn **out, const lq_broker_target *target, const lq_options *o) {
+    char connect_timeout[32], user_timeout[32], options[96];
+    int64_t connect_ms = lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS);
+    int64_t statement_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
+    snprintf(connect_timeout, sizeof connect_timeout, "%lld", (long long)((connect_ms + 999) / 1000));
+    snprintf(user_timeout, sizeof user_timeout, "%lld", (long long)statement_ms);
+    snprintf(options, sizeof options, "-c statement_timeout=%lld", (long long)statement_ms);
+    /* Ours first: the URL's own parameters, expanded from dbname, override them. */
+    const char *keys[] = {"connect_timeout", "keepalives", "keepalives_idle",
+                          "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                          "options", "application_name", "dbname", NULL};
+    const char *values[] = {connect_timeout, "1", "10", "5", "3", user_timeout, options,
+                            "libqueue", target->url, NULL};
+    lq_conn *c = calloc(1, sizeof *c);
+    if (!c) return lq__error(LQ_NOMEM, "out of memory");
+    c->pg = PQconnectdbParams(keys, values, 1);
+    if (!c->pg) {
+        free(c);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    if (PQstatus(c->pg) != CONNECTION_OK) {
+        pg_error(c, NULL, LQ_CONNECT, "cannot connect");
+        pg_disconnect(c);
+        return LQ_CONNECT;
+    }
+    *out = c;
+    return LQ_OK;
+}
+
+static int pg_borrow(lq_conn **out, void *native) {
+    lq_conn *c = calloc(1, sizeof *c);
+    if (!c) return lq__error(LQ_NOMEM, "out of memory");
+    c->pg = native;
+    c->borrowed = true;
+    *out = c;
+    return LQ_OK;
+}
+
+static int pg_check_version(lq_conn *c, const lq_table *table) {
+    int v = PQserverVersion(c->pg);
+    char shown[32];
+    snprintf(shown, sizeof shown, "%d.%d", v / 10000, v >= 100000 ? v % 10000 : (v / 100) % 100);
+    if (v < PG_FLOOR)
+        return lq__error(LQ_SERVER_TOO_OLD,
+                         "postgresql: libqueue needs PostgreSQL 9.5 or later (SKIP LOCKED); the "
+                         "server reports %s",
+                         shown);
+    bool hashes = table && (lq_table_form(table) == LQ_FORM_ADVISORY || table->fifo);
+    if (hashes && v < PG_FLOOR_HASH)
+        return lq__error(LQ_SERVER_TOO_OLD,
+                         "postgresql: the %s needs PostgreSQL 11 or later (hashtextextended); "
+                         "the server reports %s",
+                         table->fifo ? "FIFO group guard" : "advisory lock form", shown);
+    return LQ_OK;
+}
+
+static void pg_placeholder(lq_strbuf *sb, int position) { lq__sb_addf(sb, "$%d", position); }
+
+/* Row lock: the claim's transaction holds the row until the settlement. */
+static int build_row_lock_claim(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_row_columns(&b, NULL);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, false);
+    lq__sql_add(&b, " ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT ");
+    lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED");
+    return lq__sql_finish(&b);
+}
+
+/* Lease: one statement locks the claimable rows, stamps their lease and
+ * counts their attempt, and returns them as they were. */
+static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "WITH \"lq_claimed\" AS (SELECT ");
+    lq__sql_row_columns(&b, NULL);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, true);
+    lq__sql_add(&b, " ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT ");
+    lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED), \"lq_stamped\" AS (UPDATE ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " AS \"lq_row\" SET ");
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_LEASE);
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(&b, ", ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " = \"lq_row\".");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " + 1");
+    }
+    lq__sql_add(&b, " FROM \"lq_claimed\" WHERE \"lq_row\".");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = \"lq_claimed\".\"lq_c0\") SELECT * FROM \"lq_claimed\" ORDER BY "
+                    "\"lq_c6\", \"lq_c7\", \"lq_c0\""); /* priority, due, id */
+    return lq__sql_finish(&b);
+}
+
+/* The rendered advisory key: concat() reads NULL as ''. */
+static void key_expression(lq_sql *b, const lq_table *t) {
+    lq__sql_add(b, "concat(''");
+    for (size_t i = 0; i < t->key.count; i++) {
+        lq__sql_add(b, ", ");
+        if (t->key.parts[i].is_column) lq__sql_ident(b, t->key.parts[i].text);
+        else lq__sql_literal(b, t->key.parts[i].text);
+    }
+    lq__sql_add(b, ")");
+}
+
+/* Advisory: candidates whose keys no other session holds (a shared
+ * transaction-level try conflicts with another session's lock), then a take
+ * per row on the connection that holds its key. */
+static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "SELECT \"lq_id\", \"lq_key\" FROM (SELECT ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, "::bigint AS \"lq_id\", ");
+    key_expression(&b, t);
+    lq__sql_add(&b, " AS \"lq_key\" FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, false);
+    lq__sql_add(&b, " ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " OFFSET 0) AS \"lq_candidates\" WHERE "
+                    "pg_try_advisory_xact_lock_shared(hashtextextended(\"lq_key\", 0)) LIMIT ");
+    lq__sql_param(&b, LQ_P_LIMIT);
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+
+    lq__sql_start(&b, &set->take, &lq__postgres_dialect, t);
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(&b, "UPDATE ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " SET ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " = ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " + 1 WHERE ");
+    } else {
+        lq__sql_add(&b, "SELECT ");
+        lq__sql_row_columns(&b, NULL);
+        lq__sql_add(&b, " FROM ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " WHERE ");
+    }
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_ID);
+    lq__sql_add(&b, " AND ");
+    lq__sql_claim_where(&b, false);
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(&b, " RETURNING ");
+        lq__sql_row_columns(&b, " - 1");
+    }
+    return lq__sql_finish(&b);
+}
+
+static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
+    if (t->schema && strlen(t->schema) > 63)
+        return lq__error(LQ_DIALECT, "postgresql: schema name \"%s\" is over 63 bytes", t->schema);
+    if (strlen(t->name) > 63)
+        return lq__error(LQ_DIALECT, "postgresql: table name \"%s\" is over 63 bytes", t->name);
+    switch (lq_table_form(t)) {
+    case LQ_FORM_LEASE: return build_lease_claim(set, t);
+    case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
+    default: return build_row_lock_claim(set, t);
+    }
+}
+
+static int ensure_prepared(lq_conn *c, const lq_stmt *st) {
+    for (int i = 0; i < c->count; i++)
+        if (c->names[i].id == st->id) return LQ_OK;
+    if (c->count == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        prepared *grown = realloc(c->names, (size_t)cap * sizeof *grown);
+        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+        c->names = grown;
+        c->cap = cap;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "lq_%d", st->id);
+    PGresult *res = PQprepare(c->pg, name, st->sql, 0, NULL);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_SCHEMA, "cannot prepare");
+    PQclear(res);
+    c->names[c->count++].id = st->id;
+    return LQ_OK;
+}
+
+static int pg_prepare(lq_conn *c, const lq_stmt *st) { return ensure_prepared(c, st); }
+
+static uint64_t read_be(const char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | (unsigned char)p[i];
+    return v;
+}
+
+/* Reads one binary column into a value the core understands. */
+static void read_column(lq_value *v, const PGresult *res, int row, int col, char *time_buf) {
+    memset(v, 0, sizeof *v);
+    if (PQgetisnull(res, row, col)) return;
+    const char *p = PQgetvalue(res, row, col);
+    int n = PQgetlength(res, row, col);
+    switch (PQftype(res, col)) {
+    case OID_INT8: v->type = LQ_V_INT; v->i = (int64_t)read_be(p, 8); break;
+    case OID_INT4: v->type = LQ_V_INT; v->i = (int32_t)read_be(p, 4); break;
+    case OID_INT2: v->type = LQ_V_INT; v->i = (int16_t)read_be(p, 2); break;
+    case OID_BOOL: v->type = LQ_V_INT; v->i = p[0] != 0; break;
+    case OID_TIMESTAMP:
+    case OID_TIMESTAMPTZ: {
+        int64_t ms = (int64_t)read_be(p, 8) / 1000 + PG_EPOCH_OFFSET_MS;
+        lq__time_text(time_buf, ms);
+        v->type = LQ_V_TEXT;
+        v->p = time_buf;
+        v->n = strlen(time_buf);
+        break;
+    }
+    case OID_BYTEA: v->type = LQ_V_BLOB; v->p = p; v->n = (size_t)n; break;
+    default: /* text, varchar, json (a cast to text), jsonb after ::text */
+        v->type = LQ_V_TEXT;
+        v->p = p;
+        v->n = (size_t)n;
+    }
+}
+
+#define MAX_ARGS LQ_MAX_PARAMS
+
+static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
+                   lq_row_fn on_row, void *ctx) {
+    int rc = ensure_prepared(c, st);
+    if (rc != LQ_OK) return rc;
+    const char *values[MAX_ARGS];
+    int lengths[MAX_ARGS], formats[MAX_ARGS];
+    char numbers[MAX_ARGS][32];
+    for (int i = 0; i < st->nparams; i++) {
+        const lq_value *v = &args[st->params[i]];
+        lengths[i] = 0;
+        formats[i] = 0;
+        switch (v->type) {
+        case LQ_V_INT:
+            snprintf(numbers[i], sizeof numbers[i], "%lld", (long long)v->i);
+            values[i] = numbers[i];
+            break;
+        case LQ_V_TIME: lq__time_text(numbers[i], v->i); values[i] = numbers[i]; break;
+        case LQ_V_TEXT: values[i] = v->p; break; /* NUL-terminated: text format */
+        case LQ_V_BLOB:
+            values[i] = v->p ? v->p : "";
+            lengths[i] = (int)v->n;
+            formats[i] = 1;
+            break;
+        default: values[i] = NULL;
+        }
+    }
+    char name[32];
+    snprintf(name, sizeof name, "lq_%d", st->id);
+    PGresult *res = PQexecPrepared(c->pg, name, st->nparams, values, lengths, formats, 1);
+    ExecStatusType status = PQresultStatus(res);
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
+        return pg_error(c, res, LQ_BACKEND, "a statement failed");
+    if (changes) *changes = atoll(PQcmdTuples(res));
+    int rows = PQntuples(res), cols = PQnfields(res);
+    lq_value row[LQ_COL_COUNT + 4];
+    char times[LQ_COL_COUNT + 4][LQ_TIME_TEXT_SIZE];
+    if (cols > (int)(sizeof row / sizeof row[0])) cols = (int)(sizeof row / sizeof row[0]);
+    for (int r = 0; r < rows && rc == LQ_OK && on_row; r++) {
+        for (int i = 0; i < cols; i++) read_column(&row[i], res, r, i, times[i]);
+        rc = on_row(ctx, row, cols);
+    }
+    PQclear(res);
+    return rc;
+}
+
+static int pg_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
+                      int count) {
+    PGresult *res = PQexecParams(c->pg, sql, count, NULL, params, NULL, NULL, 0);
+    ExecStatusType status = PQresultStatus(res);
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
+        return pg_error(c, res, LQ_BACKEND, "the statement failed");
+    if (changes) *changes = atoll(PQcmdTuples(res));
+    PQclear(res);
+    return LQ_OK;
+}
+
+static int run_plain(lq_conn *c, const char *sql) { return pg_execute(NULL, c, sql, NULL, 0); }
+
+static int pg_begin(lq_conn *c, int isolation) {
+    switch (isolation) {
+    case LQ_ISOLATION_READ_COMMITTED: return run_plain(c, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    case LQ_ISOLATION_REPEATABLE_READ: return run_plain(c, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    case LQ_ISOLATION_SERIALIZABLE: return run_plain(c, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    default: return run_plain(c, "BEGIN");
+    }
+}
+
+static int pg_commit(lq_conn *c) { return run_plain(c, "COMMIT"); }
+
+static int pg_rollback(lq_conn *c) {
+    if (PQtransactionStatus(c->pg) == PQTRANS_IDLE) return LQ_OK;
+    return run_plain(c, "ROLLBACK");
+}
+
+static int pg_notify(lq_conn *c, const char *channel, const char *payload) {
+    const char *params[2] = {channel, payload};
+    return pg_execute(NULL, c, "SELECT pg_notify($1, $2)", params, 2);
+}
+
+static int pg_listen(lq_conn *c, const char *channel) {
+    lq_strbuf sb = {0};
+    lq__sb_add(&sb, "LISTEN ");
+    lq__sb_add_quoted(&sb, channel, '"');
+    char *sql = lq__sb_take(&sb);
+    if (!sql) return lq__error(LQ_NOMEM, "out of memory");
+    int rc = run_plain(c, sql);
+    free(sql);
+    return rc;
+}
+
+static int pg_wait_notes(lq_conn *c, int64_t timeout_ms,
+                         void (*on_note)(void *ctx, const char *channel, const char *payload),
+                         void *ctx) {
+    struct pollfd pfd = {.fd = PQsocket(c->pg), .events = POLLIN};
+    if (pfd.fd < 0) return pg_error(c, NULL, LQ_CONNECT, "the LISTEN connection is closed");
+    int ready = poll(&pfd, 1, (int)timeout_ms);
+    if (ready < 0) return LQ_OK; /* interrupted: the caller waits again */
+    if (ready > 0 && !PQconsumeInput(c->pg)) return pg_error(c, NULL, LQ_CONNECT, "LISTEN");
+    PGnotify *note;
+    while ((note = PQnotifies(c->pg))) {
+        on_note(ctx, note->relname, note->extra);
+        PQfreemem(note);
+    }
+    return PQstatus(c->pg) == CONNECTION_OK ? LQ_OK : pg_error(c, NULL, LQ_CONNECT, "LISTEN");
+}
+
+/* A 0/1 answer from an advisory lock function. */
+static int lock_call(bool *result, lq_conn *c, const char *sql, const char *key) {
+    const char *params[1] = {key};
+    PGresult *res = PQexecParams(c->pg, sql, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return pg_error(c, res, LQ_BACKEND, "an advisory lock call failed");
+    *result = PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    return LQ_OK;
+}
+
+static int pg_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target, const char *key) {
+    (void)target;
+    return lock_call(taken, c, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key);
+}
+
+static bool pg_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
+    (void)target;
+    bool released = false;
+    if (!c || lock_call(&released, c, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key) != LQ_OK)
+        return false;
+    return released;
+}
+
+const lq_dialect lq__postgres_dialect = {
+    .name = "postgresql",
+    .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
+    .single_writer = false,
+    .advisory_holds_connection = true,
+    .whole_second_leases = false,
+    .listen_notify = true,
+    .parse_url = pg_parse_url,
+    .connect = pg_connect,
+    .disconnect = pg_disconnect,
+    .check_version = pg_check_version,
+    .quote = '"',
+    .placeholder = pg_placeholder,
+    .row_casts = {[LQ_COL_ID] = "::bigint", [LQ_COL_ATTEMPT] = "::bigint",
+                  [LQ_COL_GROUP] = "::text", [LQ_COL_PKEY] = "::text",
+                  [LQ_COL_HEADERS] = "::text", [LQ_COL_PRIORITY] = "::bigint"},
+    .build_claims = pg_build_claims,
+    .prepare = pg_prepare,
+    .exec = pg_exec,
+    .execute = pg_execute,
+    .borrow = pg_borrow,
+    .release_borrowed = pg_disconnect,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .notify = pg_notify,
+    .listen = pg_listen,
+    .wait_notes = pg_wait_notes,
+    .try_lock_key = pg_try_lock_key,
+    .unlock_key = pg_unlock_key,
+};

@@ -1,0 +1,43 @@
+/* The row lock form: the claim opens a transaction and locks its row with
+ * FOR UPDATE SKIP LOCKED; the transaction, and its connection, stay with the
+ * delivery until the settlement commits (or a rollback returns the row). */
+#include "../clock.h"
+#include "../runtime.h"
+
+#include <string.h>
+
+typedef struct claim_ctx {
+    lq_claimed *out;
+    lq_subscription *s;
+} claim_ctx;
+
+static int on_claimed_row(void *arg, const lq_value *cols, int count) {
+    claim_ctx *ctx = arg;
+    lq_delivery *d;
+    int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
+    if (rc == LQ_OK) lq__claimed_add(ctx->out, d);
+    return rc;
+}
+
+/* One row per claim: each delivery settles in its own transaction. */
+int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
+    (void)limit;
+    const lq_dialect *d = s->broker->dialect;
+    lq_conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
+    lq_value args[LQ_P_COUNT] = {0};
+    if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = lq__now_ms()};
+    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = 1};
+    claim_ctx ctx = {out, s};
+    rc = d->begin(conn, s->table->isolation);
+    if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK && out->count == 1) {
+        out->head->conn = conn; /* the open transaction now belongs to the delivery */
+        return LQ_OK;
+    }
+    d->rollback(conn);
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    return rc;
+}
