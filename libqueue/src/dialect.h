@@ -46,6 +46,13 @@ typedef struct lq_dialect {
     bool whole_second_leases;
     /* Wakes subscriptions on rows other processes write (LISTEN/NOTIFY). */
     bool listen_notify;
+    /* The lease claim stamps its rows itself. Otherwise the claim is a
+     * locking read, and the core stamps each row (sqlset.stamp) in the same
+     * READ COMMITTED transaction. */
+    bool claim_writes_lease;
+    /* INSERT .. RETURNING gives the new id. Otherwise exec reports the
+     * generated id of an insert as a one-column row. */
+    bool insert_returning;
 
     /* Reads the URL's part after the scheme into the target. */
     int (*parse_url)(lq_broker_target *target, const char *url, const char *rest);

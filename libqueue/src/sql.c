@@ -362,8 +362,40 @@ static int build_insert(lq_sql *b) {
         }
         lq__sql_add(b, ")");
     }
-    lq__sql_add(b, " RETURNING ");
+    if (b->dialect->insert_returning) {
+        lq__sql_add(b, " RETURNING ");
+        lq__sql_id(b);
+    }
+    return lq__sql_finish(b);
+}
+
+/* The stamp after a locking read: lease one row and count its attempt, while
+ * it is still free. */
+static int build_stamp(lq_sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_LEASE);
+    if (lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " + 1");
+    }
+    lq__sql_add(b, " WHERE ");
     lq__sql_id(b);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_ID);
+    lq__sql_add(b, " AND (");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " IS NULL OR ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_add(b, ")");
     return lq__sql_finish(b);
 }
 
@@ -393,6 +425,10 @@ int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
             rc = build_dead_table(set, d, t);
         }
     }
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE && !d->claim_writes_lease) {
+        lq__sql_start(&b, &set->stamp, d, t);
+        rc = build_stamp(&b);
+    }
     if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
         lq__sql_start(&b, &set->extend, d, t);
         rc = build_update(&b, LQ_ROLE_LOCKED_UNTIL, LQ_P_LEASE, false, false);
@@ -409,7 +445,8 @@ int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table
 }
 
 void lq__sqlset_free(lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,     &set->take,      &set->ack,         &set->retry, &set->release,
+    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp,
+                      &set->ack,         &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
                       &set->dead_delete, &set->extend};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {

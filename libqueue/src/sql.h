@@ -45,6 +45,8 @@ enum { LQ_COL_ID, LQ_COL_PAYLOAD, LQ_COL_ATTEMPT, LQ_COL_GROUP, LQ_COL_PKEY, LQ_
 typedef struct lq_sqlset {
     lq_stmt claim;       /* lease: claims and stamps rows; advisory: candidates (id, key) */
     lq_stmt take;        /* advisory: counts the attempt of one candidate and reads it */
+    lq_stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
+    lq_stmt stamp;       /* lease, where the claim is a locking read: leases one row */
     lq_stmt ack;
     lq_stmt retry;       /* NULL sql in the advisory form: releasing the key is the retry */
     lq_stmt release;     /* gives back a row never settled, undoing the claim's count */

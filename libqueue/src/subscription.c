@@ -93,6 +93,7 @@ static int prepare_all(lq_subscription *s) {
         const lq_stmt *stmt;
     } all[] = {
         {"claim", &s->sql.claim},          {"take", &s->sql.take},
+        {"take", &s->sql.take_read},       {"lease stamp", &s->sql.stamp},
         {"ack", &s->sql.ack},              {"retry", &s->sql.retry},
         {"release", &s->sql.release},
         {"retry_after", &s->sql.retry_after}, {"dead letter", &s->sql.dead_group},

@@ -71,7 +71,10 @@ static int take_candidate(lq_delivery **out, lq_subscription *s, lq_conn *conn,
     if (rc != LQ_OK || !locked) return rc;
     take_ctx take = {s, NULL};
     args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = c->id};
-    rc = d->exec(NULL, conn, &s->sql.take, args, on_taken, &take);
+    int64_t changes = 0;
+    rc = d->exec(&changes, conn, &s->sql.take, args, on_taken, &take);
+    if (rc == LQ_OK && s->sql.take_read.sql && changes == 1)
+        rc = d->exec(NULL, conn, &s->sql.take_read, args, on_taken, &take);
     if (rc == LQ_OK && take.taken) {
         *out = take.taken;
         return LQ_OK;

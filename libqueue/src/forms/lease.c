@@ -32,6 +32,29 @@ typedef struct claim_ctx {
     int64_t token;
 } claim_ctx;
 
+/* Where the claim is a locking read, stamp each row it locked, in its
+ * transaction; a row another claim stamped since is passed over. */
+static int stamp_claimed(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args) {
+    lq_claimed stamped = {0};
+    int rc = LQ_OK;
+    lq_delivery *d = out->head;
+    while (d) {
+        lq_delivery *next = d->queue_next;
+        int64_t changes = 0;
+        args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
+        if (rc == LQ_OK) rc = s->broker->dialect->exec(&changes, conn, &s->sql.stamp, args, NULL, NULL);
+        if (rc == LQ_OK && changes == 1) {
+            lq__claimed_add(&stamped, d);
+        } else {
+            d->settled = true; /* never leased here: nothing to give back */
+            lq__delivery_unref(d);
+        }
+        d = next;
+    }
+    *out = stamped;
+    return rc;
+}
+
 static int on_claimed_row(void *arg, const lq_value *cols, int count) {
     claim_ctx *ctx = arg;
     lq_delivery *d;
@@ -77,7 +100,20 @@ int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_LEASE_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit};
     args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = ctx.token};
-    rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    const lq_dialect *d = s->broker->dialect;
+    if (d->claim_writes_lease) {
+        rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    } else {
+        rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
+        if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+        if (rc == LQ_OK) rc = stamp_claimed(out, s, conn, args);
+        if (rc == LQ_OK) rc = d->commit(conn);
+        if (rc != LQ_OK) {
+            d->rollback(conn);
+            /* Nothing was leased: the rows are free as they were. */
+            for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) dv->settled = true;
+        }
+    }
     lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
     if (rc == LQ_OK) rc = sort_claimed(out);
     return rc;
