@@ -19,6 +19,7 @@ Extra native libraries (beyond sqlite3 and pthread):
 
 from __future__ import annotations
 
+import ctypes.util
 import glob
 import os
 import re
@@ -105,7 +106,14 @@ def native_flags(sources: List[str]) -> Tuple[List[str], List[str], List[str], L
         package, fallback = DETECTED_LIBS[header]
         flags = _pkg_config(package)
         if flags is None:
-            add_lib(fallback)
+            # A core source may include the header under a build option; link
+            # the library only where it is there to link.
+            if ctypes.util.find_library(fallback):
+                add_lib(fallback)
+            else:
+                sys.stderr.write("libqueue: %s is included by the core, but neither pkg-config "
+                                 "(%s) nor the linker knows lib%s; set LQ_EXTRA_LIBS/"
+                                 "LQ_EXTRA_CFLAGS if it is needed\n" % (header, package, fallback))
             continue
         for flag in flags[0]:
             if flag.startswith("-I"):
@@ -128,11 +136,27 @@ def native_flags(sources: List[str]) -> Tuple[List[str], List[str], List[str], L
 SOURCES = core_sources()
 _libs, _incs, _cflags, _ldflags = native_flags(SOURCES)
 
+#: C of the binding's own, beside the header's ABI: the log sink the binding
+#: installs at interpreter exit, so that a core thread that logs after it
+#: never calls into Python (and never sees a NULL sink while it is swapped).
+BINDING_C = r"""
+#include <stdio.h>
+#include "libqueue.h"
+
+static void lq_py_stderr_log(int level, const char *message, void *userdata) {
+    (void)userdata;
+    if (level >= LQ_LOG_WARNING)
+        fprintf(stderr, "libqueue %s: %s\n", level >= LQ_LOG_ERROR ? "error" : "warning",
+                message ? message : "");
+}
+"""
+BINDING_CDEF = "void lq_py_stderr_log(int, const char *, void *);\n"
+
 ffibuilder = FFI()
-ffibuilder.cdef(gen_cdef.cdef_from_header(HEADER))
+ffibuilder.cdef(gen_cdef.cdef_from_header(HEADER) + BINDING_CDEF)
 ffibuilder.set_source(
     "libqueue._lq",
-    '#include "libqueue.h"\n',
+    BINDING_C,
     sources=SOURCES,
     include_dirs=[INCLUDE, SRC, BINDINGS] + _incs,
     libraries=BASE_LIBS + _libs,

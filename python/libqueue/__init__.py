@@ -68,8 +68,10 @@ def _at_exit() -> None:
     # Stop every subscription while the interpreter still works, then give
     # the core its own logging back: no core thread may call into Python
     # once it finalises.
-    _stop_all()
-    _logs.uninstall()
+    try:
+        _stop_all()
+    finally:
+        _logs.uninstall()
 
 
 _atexit.register(_at_exit)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
-from libqueue._ffi import ffi, lib, text
+from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, make_error
 
 __all__ = ["Delivery"]
@@ -155,6 +155,31 @@ class Delivery:
         """The lease expiry, ms since the epoch (lease form), or 0. Changes when
         the core extends the lease."""
         return int(lib.lq_delivery_lease_expiry_ms(self._live()))
+
+    # -- the handler's own writes (transactional mode) -------------------------
+
+    def execute(self, sql: str, *params: Union[str, int, float, None]) -> int:
+        """Run one statement of the handler's own in the delivery's
+        transaction (subscriptions opened with ``transactional=1``); returns
+        the rows it changed. Parameters use the database's own placeholders
+        (``?`` on SQLite and MySQL, ``$1`` on PostgreSQL) and go as text
+        (``None`` is NULL). An ack commits these writes with the settlement;
+        every other outcome rolls them back. Outside transactional mode this
+        raises ``Misuse``."""
+        texts = []
+        for value in params:
+            if value is None:
+                texts.append(ffi.NULL)
+            elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise TypeError("parameters are str, int, float or None, got %s"
+                                % type(value).__name__)
+            else:
+                texts.append(ffi.new("char[]", ctext(str(value))))
+        array = ffi.new("const char *[]", texts) if texts else ffi.NULL
+        changes = ffi.new("int64_t *")
+        check(lib.lq_delivery_exec(changes, self._live(), ctext(sql), array, len(texts)),
+              "execute")
+        return int(changes[0])
 
     # -- outcomes -----------------------------------------------------------
 

@@ -36,5 +36,7 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Give the core back its default (stderr) logging; used at exit."""
-    lib.lq_set_log(ffi.NULL, ffi.NULL)
+    """Log to stderr from C from now on; used at exit, when core threads must
+    no longer call into Python. (A C sink rather than NULL: a core thread may
+    be reading the sink while it changes.)"""
+    lib.lq_set_log(ffi.addressof(lib, "lq_py_stderr_log"), ffi.NULL)

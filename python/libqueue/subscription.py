@@ -7,13 +7,17 @@ import contextlib
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator, Optional, Set, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Set, TypeVar, Union
 
 from libqueue._ffi import ffi, lib
 from libqueue.delivery import Delivery
 from libqueue.enums import Stat
 from libqueue.errors import check, last_error, make_error
 from libqueue.logs import logger
+
+if TYPE_CHECKING:
+    from libqueue.broker import Broker
+    from libqueue.table import Table
 
 __all__ = ["Subscription", "Handler", "stop_all"]
 
@@ -83,7 +87,7 @@ class Subscription:
     ``close()`` (or leaving a ``with`` block) stops and frees it.
     """
 
-    def __init__(self, broker: Any, table: Any, options_ptr: Any) -> None:
+    def __init__(self, broker: "Broker", table: "Table", options_ptr: Any) -> None:
         out = ffi.new("lq_subscription **")
         check(lib.lq_subscription_open(out, broker._live(), table._ptr, options_ptr),
               "subscription to %r" % table.name)

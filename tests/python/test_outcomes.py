@@ -191,3 +191,39 @@ def test_released_delivery_refuses_use(db, broker, form) -> None:
         d.release()  # idempotent
         with pytest.raises(libqueue.Misuse):
             d.payload
+
+
+def test_transactional_writes_commit_with_the_ack(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    db.execute("CREATE TABLE audit (row_id INTEGER, note TEXT)")
+    first, second = broker.publish_many(table, [b"keep", b"drop"])
+    handled = set()
+    with broker.subscribe(table, poll_interval_ms=POLL_MS, transactional=1) as sub:
+        for _ in range(10):  # both rows, in whatever order they come
+            with one(sub) as d:
+                assert d.execute("INSERT INTO audit (row_id, note) VALUES (?, ?)",
+                                 d.id, d.payload.decode()) == 1
+                if d.payload == b"keep":
+                    d.ack()
+                else:
+                    d.retry()
+                handled.add(d.payload)
+            if handled == {b"keep", b"drop"}:
+                break
+        sub.stop()
+    assert db.query("SELECT row_id, note FROM audit") == [(first, "keep")]
+    assert db.query("SELECT id FROM jobs") == [(second,)]
+
+
+def test_execute_needs_transactional_mode(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    db.execute("CREATE TABLE audit (note TEXT)")
+    broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with one(sub) as d:
+            with pytest.raises(libqueue.Misuse):
+                d.execute("INSERT INTO audit (note) VALUES (?)", "x")
+            d.ack()
+    assert db.count("audit") == 0
