@@ -14,26 +14,62 @@ Tests that depend on the form take the ``form`` fixture ("lease" or
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any, Callable, Dict, Iterator
 
 import pytest
 
 import libqueue
 
-from helpers import FORMS, SqliteDB
+from helpers import FORMS_BY_DIALECT, PostgresDB, SqliteDB
 
 
 def _sqlite(tmp_path: Any) -> SqliteDB:
     return SqliteDB(str(tmp_path / "queue.db"))
 
 
-#: Backend name -> factory(tmp_path). Add server backends here.
-BACKENDS: Dict[str, Callable[[Any], Any]] = {"sqlite": _sqlite}
+def _postgres(tmp_path: Any) -> PostgresDB:
+    return PostgresDB(os.environ["LQ_TEST_PG_URL"], "lq_" + uuid.uuid4().hex[:12])
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def db(request: Any, tmp_path: Any) -> Any:
-    return BACKENDS[request.param](tmp_path)
+#: Backend name -> (dialect, factory(tmp_path), environment variable naming
+#: its server, or None when it needs none).
+BACKENDS: Dict[str, Any] = {
+    "sqlite": ("sqlite", _sqlite, None),
+    "pg": ("postgresql", _postgres, "LQ_TEST_PG_URL"),
+}
+
+
+def _enabled() -> list:
+    names = []
+    for name, (_, _, env) in sorted(BACKENDS.items()):
+        if env is None or os.environ.get(env):
+            names.append(name)
+        elif os.environ.get("LQ_REQUIRE_SERVERS"):
+            raise pytest.UsageError("LQ_REQUIRE_SERVERS is set but %s is not" % env)
+    return names
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    """Every database test runs on each enabled backend, and a test that
+    takes a form runs on each form its backend serves."""
+    if "db" not in metafunc.fixturenames:
+        return
+    if "form" in metafunc.fixturenames:
+        pairs = [(b, f) for b in _enabled() for f in FORMS_BY_DIALECT[BACKENDS[b][0]]]
+        metafunc.parametrize(("db", "form"), pairs, indirect=["db"],
+                             ids=["%s-%s" % p for p in pairs])
+    else:
+        metafunc.parametrize("db", _enabled(), indirect=True)
+
+
+@pytest.fixture
+def db(request: Any, tmp_path: Any) -> Iterator[Any]:
+    backend = BACKENDS[request.param][1](tmp_path)
+    yield backend
+    if hasattr(backend, "close"):
+        backend.close()
 
 
 @pytest.fixture
@@ -49,8 +85,3 @@ def other_broker(db: Any) -> Iterator[libqueue.Broker]:
     b = libqueue.Broker(db.url)
     yield b
     b.close()
-
-
-@pytest.fixture(params=FORMS)
-def form(request: Any) -> str:
-    return request.param

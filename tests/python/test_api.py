@@ -111,7 +111,7 @@ def test_create_sql_unknown_dialect() -> None:
 
 def test_broker_options_by_name(db) -> None:
     with libqueue.Broker(db.url, pool_size=4, connect_timeout_ms=5000) as broker:
-        assert broker.dialect == "sqlite"
+        assert broker.dialect == db.dialect
 
 
 def test_unknown_option_is_misuse(db) -> None:

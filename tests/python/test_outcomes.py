@@ -202,7 +202,8 @@ def test_transactional_writes_commit_with_the_ack(db, broker, form) -> None:
     with broker.subscribe(table, poll_interval_ms=POLL_MS, transactional=1) as sub:
         for _ in range(10):  # both rows, in whatever order they come
             with one(sub) as d:
-                assert d.execute("INSERT INTO audit (row_id, note) VALUES (?, ?)",
+                assert d.execute("INSERT INTO audit (row_id, note) VALUES (%s, %s)"
+                                 % (db.placeholder(1), db.placeholder(2)),
                                  d.id, d.payload.decode()) == 1
                 if d.payload == b"keep":
                     d.ack()
@@ -224,6 +225,6 @@ def test_execute_needs_transactional_mode(db, broker, form) -> None:
     with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
         with one(sub) as d:
             with pytest.raises(libqueue.Misuse):
-                d.execute("INSERT INTO audit (note) VALUES (?)", "x")
+                d.execute("INSERT INTO audit (note) VALUES (%s)" % db.placeholder(1), "x")
             d.ack()
     assert db.count("audit") == 0
