@@ -59,6 +59,9 @@ typedef struct lq_dialect {
     /* Opens one connection, with every deadline the options set. */
     int (*connect)(lq_conn **out, const lq_broker_target *target, const lq_options *options);
     void (*disconnect)(lq_conn *conn);
+    /* Whether a connection may go back to the pool: alive, and in no
+     * transaction. NULL: always. */
+    bool (*reusable)(lq_conn *conn);
     /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor for
      * `table` (its form and FIFO groups), or below every floor when NULL. */
     int (*check_version)(lq_conn *conn, const lq_table *table);

@@ -69,6 +69,7 @@ int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms) {
 
 void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken) {
     if (!conn) return;
+    if (!broken && pool->dialect->reusable) broken = !pool->dialect->reusable(conn);
     if (broken) pool->dialect->disconnect(conn);
     pthread_mutex_lock(&pool->mu);
     if (broken) pool->open--;

@@ -139,14 +139,33 @@ class Broker:
                 batch.append({"payload": message})
         return self._publish(table, batch) if batch else []
 
-    def _publish(self, table: Table, batch: List[Mapping[str, Any]]) -> List[int]:
+    def publish_on(self, connection: Any, table: Table,
+                   messages: Iterable[Message]) -> List[int]:
+        """Write messages on a connection of your own, inside whatever
+        transaction it has open, so they commit (or roll back) with your data.
+
+        ``connection`` is a psycopg2 connection (PostgreSQL), or the address of
+        the database's native handle as an int (``PGconn *``, ``MYSQL *``,
+        ``sqlite3 *``). Nothing is committed here and no subscription of this
+        process is woken: your commit decides, and subscriptions find the rows
+        by their next claim (at once with LISTEN/NOTIFY on PostgreSQL)."""
+        address = getattr(connection, "pgconn_ptr", connection)
+        if not isinstance(address, int) or address == 0:
+            raise TypeError("publish_on needs a psycopg2 connection or a native handle address")
+        batch = [m if isinstance(m, Mapping) else {"payload": m} for m in messages]
+        return self._publish(table, batch, native=ffi.cast("void *", address)) if batch else []
+
+    def _publish(self, table: Table, batch: List[Mapping[str, Any]], native: Any = None) -> List[int]:
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         built = [_build_message(table, fields) for fields in batch]
         array = ffi.new("lq_message *[]", built)
         ids = ffi.new("int64_t[]", len(built))
-        check(lib.lq_publish(ids, self._live(), table._ptr, array, len(built)),
-              "publish to %r" % table.name)
+        if native is None:
+            status = lib.lq_publish(ids, self._live(), table._ptr, array, len(built))
+        else:
+            status = lib.lq_publish_on(ids, self._live(), native, table._ptr, array, len(built))
+        check(status, "publish to %r" % table.name)
         return list(ids)
 
     # -- subscribing ------------------------------------------------------

@@ -26,6 +26,8 @@ typedef struct prepared {
 struct lq_conn {
     PGconn *pg;
     bool borrowed;
+    bool broken;         /* a deadline passed mid-statement: never reuse */
+    int64_t deadline_ms; /* the client's own wait for any answer */
     prepared *names; /* the statement ids prepared on this connection */
     int count, cap;
 };
@@ -51,6 +53,72 @@ static int pg_error(lq_conn *c, PGresult *res, int status, const char *what) {
     return status;
 }
 
+/* Waits until the socket is ready or the deadline (monotonic ms) passes. */
+static bool wait_socket(lq_conn *c, short events, int64_t deadline) {
+    struct pollfd pfd = {.fd = PQsocket(c->pg), .events = events};
+    for (;;) {
+        int64_t left = deadline - lq__mono_ms();
+        if (left <= 0 || pfd.fd < 0) return false;
+        int ready = poll(&pfd, 1, (int)(left > 1000 ? 1000 : left));
+        if (ready > 0) return true;
+    }
+}
+
+/* The answer to what was just sent, within the connection's deadline: a
+ * server that stops answering becomes an error, not a hang. On a passed
+ * deadline the query is cancelled and the connection is marked broken, so
+ * the pool closes it. Returns the first result (the caller clears it). */
+static PGresult *await_result(lq_conn *c, int *status) {
+    int64_t deadline = lq__mono_ms() + c->deadline_ms;
+    PGresult *first = NULL, *res;
+    int flushed;
+    while ((flushed = PQflush(c->pg)) == 1) {
+        if (!wait_socket(c, POLLIN | POLLOUT, deadline)) goto timeout;
+        if (!PQconsumeInput(c->pg)) goto broken;
+    }
+    if (flushed < 0) goto broken;
+    for (;;) {
+        while (PQisBusy(c->pg)) {
+            if (!wait_socket(c, POLLIN, deadline)) goto timeout;
+            if (!PQconsumeInput(c->pg)) goto broken;
+        }
+        if (!(res = PQgetResult(c->pg))) break;
+        if (first) PQclear(res);
+        else first = res;
+    }
+    if (!first) goto broken;
+    return first;
+timeout:
+    if (first) PQclear(first);
+    PGcancel *cancel = PQgetCancel(c->pg);
+    char ignored[256];
+    if (cancel) {
+        PQcancel(cancel, ignored, sizeof ignored);
+        PQfreeCancel(cancel);
+    }
+    c->broken = true;
+    *status = lq__error(LQ_TIMEOUT, "postgresql: no answer within %lld ms; the connection is closed",
+                        (long long)c->deadline_ms);
+    return NULL;
+broken:
+    if (first) PQclear(first);
+    c->broken = true;
+    *status = pg_error(c, NULL, LQ_CONNECT, "the connection failed");
+    return NULL;
+}
+
+/* Runs a query sent by `sent` (a PQsend* result) to its end. */
+static PGresult *finish(lq_conn *c, int sent, int *status) {
+    if (!sent) {
+        c->broken = PQstatus(c->pg) != CONNECTION_OK;
+        *status = pg_error(c, NULL, LQ_BACKEND, "cannot send a statement");
+        return NULL;
+    }
+    return await_result(c, status);
+}
+
+static int pg_check_version(lq_conn *c, const lq_table *table);
+
 static int pg_parse_url(lq_broker_target *t, const char *url, const char *rest) {
     (void)rest;
     /* libpq parses the URL itself, with its parameters and environment. */
@@ -66,17 +134,16 @@ static void pg_disconnect(lq_conn *c) {
 }
 
 static int pg_connect(lq_conn **out, const lq_broker_target *target, const lq_options *o) {
-    char connect_timeout[32], user_timeout[32], options[96];
+    char connect_timeout[32], user_timeout[32];
     int64_t connect_ms = lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS);
     int64_t statement_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
     snprintf(connect_timeout, sizeof connect_timeout, "%lld", (long long)((connect_ms + 999) / 1000));
     snprintf(user_timeout, sizeof user_timeout, "%lld", (long long)statement_ms);
-    snprintf(options, sizeof options, "-c statement_timeout=%lld", (long long)statement_ms);
     /* Ours first: the URL's own parameters, expanded from dbname, override them. */
     const char *keys[] = {"connect_timeout", "keepalives", "keepalives_idle",
                           "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-                          "options", "application_name", "dbname", NULL};
-    const char *values[] = {connect_timeout, "1", "10", "5", "3", user_timeout, options,
+                          "application_name", "dbname", NULL};
+    const char *values[] = {connect_timeout, "1", "10", "5", "3", user_timeout,
                             "libqueue", target->url, NULL};
     lq_conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
@@ -90,8 +157,36 @@ static int pg_connect(lq_conn **out, const lq_broker_target *target, const lq_op
         pg_disconnect(c);
         return LQ_CONNECT;
     }
+    /* A server below the floor gets no query at all. */
+    int rc = pg_check_version(c, NULL);
+    if (rc != LQ_OK) {
+        pg_disconnect(c);
+        return rc;
+    }
+    /* The server's deadline is set here, not through the URL's options
+     * (which a URL may carry for its own settings, replacing ours); the
+     * client waits a little longer, for a server that stops answering. */
+    c->deadline_ms = statement_ms + 2000;
+    PQsetnonblocking(c->pg, 1);
+    char timeout[32];
+    snprintf(timeout, sizeof timeout, "%lld", (long long)statement_ms);
+    const char *params[1] = {timeout};
+    PGresult *res = finish(c, PQsendQueryParams(c->pg, "SELECT set_config('statement_timeout', $1, false)",
+                                                1, NULL, params, NULL, NULL, 0), &rc);
+    if (res && PQresultStatus(res) != PGRES_TUPLES_OK) rc = pg_error(c, res, LQ_CONNECT, "cannot set the statement timeout");
+    else if (res) PQclear(res);
+    if (rc != LQ_OK) {
+        pg_disconnect(c);
+        return rc;
+    }
     *out = c;
     return LQ_OK;
+}
+
+/* Only an idle, healthy session goes back to the pool. */
+static bool pg_reusable(lq_conn *c) {
+    return !c->broken && PQstatus(c->pg) == CONNECTION_OK &&
+           PQtransactionStatus(c->pg) == PQTRANS_IDLE;
 }
 
 static int pg_borrow(lq_conn **out, void *native) {
@@ -99,6 +194,7 @@ static int pg_borrow(lq_conn **out, void *native) {
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->pg = native;
     c->borrowed = true;
+    c->deadline_ms = 60000; /* the caller's connection keeps its own settings */
     *out = c;
     return LQ_OK;
 }
@@ -261,7 +357,9 @@ static int ensure_prepared(lq_conn *c, const lq_stmt *st) {
     }
     char name[32];
     snprintf(name, sizeof name, "lq_%d", st->id);
-    PGresult *res = PQprepare(c->pg, name, st->sql, 0, NULL);
+    int rc = LQ_OK;
+    PGresult *res = finish(c, PQsendPrepare(c->pg, name, st->sql, 0, NULL), &rc);
+    if (!res) return rc;
     if (PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_SCHEMA, "cannot prepare");
     PQclear(res);
     c->names[c->count++].id = st->id;
@@ -308,7 +406,9 @@ static void read_column(lq_value *v, const PGresult *res, int row, int col, char
 
 static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
                    lq_row_fn on_row, void *ctx) {
-    int rc = ensure_prepared(c, st);
+    /* A caller's own connection keeps no statements of ours: it runs each
+     * text unnamed, and cannot collide with a name prepared before. */
+    int rc = c->borrowed ? LQ_OK : ensure_prepared(c, st);
     if (rc != LQ_OK) return rc;
     const char *values[MAX_ARGS];
     int lengths[MAX_ARGS], formats[MAX_ARGS];
@@ -334,7 +434,11 @@ static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
     }
     char name[32];
     snprintf(name, sizeof name, "lq_%d", st->id);
-    PGresult *res = PQexecPrepared(c->pg, name, st->nparams, values, lengths, formats, 1);
+    int sent = c->borrowed ? PQsendQueryParams(c->pg, st->sql, st->nparams, NULL, values, lengths,
+                                               formats, 1)
+                           : PQsendQueryPrepared(c->pg, name, st->nparams, values, lengths, formats, 1);
+    PGresult *res = finish(c, sent, &rc);
+    if (!res) return rc;
     ExecStatusType status = PQresultStatus(res);
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
         return pg_error(c, res, LQ_BACKEND, "a statement failed");
@@ -353,7 +457,9 @@ static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
 
 static int pg_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
                       int count) {
-    PGresult *res = PQexecParams(c->pg, sql, count, NULL, params, NULL, NULL, 0);
+    int rc = LQ_OK;
+    PGresult *res = finish(c, PQsendQueryParams(c->pg, sql, count, NULL, params, NULL, NULL, 0), &rc);
+    if (!res) return rc;
     ExecStatusType status = PQresultStatus(res);
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
         return pg_error(c, res, LQ_BACKEND, "the statement failed");
@@ -415,7 +521,9 @@ static int pg_wait_notes(lq_conn *c, int64_t timeout_ms,
 /* A 0/1 answer from an advisory lock function. */
 static int lock_call(bool *result, lq_conn *c, const char *sql, const char *key) {
     const char *params[1] = {key};
-    PGresult *res = PQexecParams(c->pg, sql, 1, NULL, params, NULL, NULL, 0);
+    int rc = LQ_OK;
+    PGresult *res = finish(c, PQsendQueryParams(c->pg, sql, 1, NULL, params, NULL, NULL, 0), &rc);
+    if (!res) return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
         return pg_error(c, res, LQ_BACKEND, "an advisory lock call failed");
     *result = PQgetvalue(res, 0, 0)[0] == 't';
@@ -448,6 +556,7 @@ const lq_dialect lq__postgres_dialect = {
     .parse_url = pg_parse_url,
     .connect = pg_connect,
     .disconnect = pg_disconnect,
+    .reusable = pg_reusable,
     .check_version = pg_check_version,
     .quote = '"',
     .placeholder = pg_placeholder,

@@ -88,6 +88,9 @@ static void sqlite_disconnect(lq_conn *c) {
     free(c);
 }
 
+/* A connection left inside a transaction never goes back to the pool. */
+static bool sqlite_reusable(lq_conn *c) { return sqlite3_get_autocommit(c->db) != 0; }
+
 static int sqlite_borrow(lq_conn **out, void *native) {
     lq_conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
@@ -419,6 +422,7 @@ const lq_dialect lq__sqlite_dialect = {
     .parse_url = sqlite_parse_url,
     .connect = sqlite_connect,
     .disconnect = sqlite_disconnect,
+    .reusable = sqlite_reusable,
     .check_version = sqlite_check_version,
     .quote = '"',
     .placeholder = sqlite_placeholder,

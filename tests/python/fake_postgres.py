@@ -1,0 +1,88 @@
+"""A fake PostgreSQL server that reports a chosen version and answers every
+query with one row holding one text value: enough for libpq to connect, for
+the version floors to be read, and for a broker to open."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from typing import Optional
+
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
+class FakePostgres:
+    def __init__(self, version: str, silent: bool = False) -> None:
+        """``silent``: accept connections and never answer (a dead peer)."""
+        self.version = version
+        self.silent = silent
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.url = "postgresql://fake@127.0.0.1:%d/fake?sslmode=disable" % self.port
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+
+    def _session(self, conn: socket.socket) -> None:
+        with conn:
+            if self.silent:
+                conn.recv(65536)
+                threading.Event().wait(120)
+                return
+            length = struct.unpack("!I", conn.recv(4))[0]
+            conn.recv(length - 4)  # the startup packet
+            params = {"server_version": self.version, "client_encoding": "UTF8",
+                      "server_encoding": "UTF8", "integer_datetimes": "on",
+                      "standard_conforming_strings": "on", "DateStyle": "ISO, MDY"}
+            out = _message(b"R", struct.pack("!I", 0))
+            for k, v in params.items():
+                out += _message(b"S", k.encode() + b"\0" + v.encode() + b"\0")
+            out += _message(b"K", struct.pack("!II", 1, 2)) + _message(b"Z", b"I")
+            conn.sendall(out)
+            self._answer(conn)
+
+    @staticmethod
+    def _read(conn: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    def _answer(self, conn: socket.socket) -> None:
+        """Reads messages; at each Sync (extended protocol) or Query (simple)
+        answers with a canned one-row result."""
+        row = (_message(b"T", struct.pack("!H", 1) + b"v\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0))
+               + _message(b"D", struct.pack("!HI", 1, 1) + b"x")
+               + _message(b"C", b"SELECT 1\0") + _message(b"Z", b"I"))
+        extended = _message(b"1", b"") + _message(b"2", b"")
+        try:
+            while True:
+                kind = self._read(conn, 1)
+                length = struct.unpack("!I", self._read(conn, 4))[0]
+                self._read(conn, length - 4)
+                if kind == b"X":
+                    return
+                if kind == b"S":
+                    conn.sendall(extended + row)
+                elif kind == b"Q":
+                    conn.sendall(row)
+        except (EOFError, OSError):
+            return
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,55 @@
+"""A worker in a process of its own, for the cross-process tests.
+
+    worker_process.py URL TABLE_JSON LOG MODE [OPTIONS_JSON]
+
+MODE "drain": works the table with push workers, writing a B line when a
+handler starts and an E line when it ends (one write(2) each, O_APPEND, so
+lines from several processes interleave whole), until SIGTERM.
+MODE "hold": pulls one delivery, prints its id, and sleeps until killed.
+"""
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+import libqueue
+
+
+def main() -> int:
+    url, table_json, log_path, mode = sys.argv[1:5]
+    options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    table = libqueue.Table(**json.loads(table_json))
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    pid = os.getpid()
+
+    def write(kind: str, row: int) -> None:
+        os.write(log, ("%s %d %d %d\n" % (kind, row, pid, time.monotonic_ns())).encode())
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with libqueue.Broker(url, **options.pop("broker", {})) as broker:
+        with broker.subscribe(table, **options) as sub:
+            if mode == "hold":
+                delivery = sub.next(30)
+                print(delivery.id, flush=True)
+                while True:
+                    time.sleep(60)
+
+            def handle(delivery: libqueue.Delivery) -> None:
+                write("B", delivery.id)
+                time.sleep(random.uniform(0, 0.004))
+                write("E", delivery.id)
+
+            sub.run(handle)
+            print("ready", flush=True)
+            while not stop.wait(0.05):
+                pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
