@@ -37,6 +37,7 @@ extern "C" {
 #define LQ_VERSION_MAJOR 0
 #define LQ_VERSION_MINOR 1
 #define LQ_VERSION_PATCH 0
+/* major * 10000 + minor * 100 + patch */
 #define LQ_VERSION_NUMBER 100
 
 /* Status codes. Values are fixed for good; new codes are only appended. */
@@ -87,8 +88,9 @@ LQ_API void lq_free(void *memory);
 /* Log messages of the core (warnings such as a retry delay the table cannot
  * hold, errors of background claims and lease extensions). The function may be
  * called from any of the library's threads, never with a library lock held.
- * Without one, warnings and errors go to stderr. Set it before opening
- * brokers. */
+ * Without one (NULL), warnings and errors go to stderr. Thread-safe: it may be
+ * changed at any time; a message already being delivered may still reach the
+ * previous function. */
 typedef enum lq_log_level {
     LQ_LOG_DEBUG = 10,
     LQ_LOG_INFO = 20,
@@ -304,10 +306,15 @@ LQ_API int lq_subscription_next(lq_delivery **out, lq_subscription *subscription
                                 int64_t timeout_ms);
 /* Stops claiming, returns rows claimed but not handed out at once, and waits
  * for running push handlers to finish. Deliveries the caller holds stay
- * valid and may still be settled. Idempotent. */
+ * valid and may still be settled. Idempotent. Not from one of the
+ * subscription's own handlers (LQ_MISUSE): stop waits for them. */
 LQ_API int lq_subscription_stop(lq_subscription *subscription);
 /* Stops and frees the subscription. Deliveries still held by the caller keep
- * what they need alive until freed. */
+ * what they need alive until freed. Not from one of its own handlers (it
+ * logs an error and does nothing). Pull subscriptions claim in the
+ * background from the first lq_subscription_next, up to `workers` rows
+ * (counting their attempts in the lease and advisory forms); rows claimed
+ * and never handed out go back, with no attempt spent, when it stops. */
 LQ_API void lq_subscription_close(lq_subscription *subscription);
 
 typedef enum lq_stat {

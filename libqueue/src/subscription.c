@@ -13,6 +13,10 @@
 
 #define FAILED_CLAIM_WAIT_MS 1000
 
+/* The subscription whose handler this thread is running, if any: stop waits
+ * for handlers, so it cannot be called from one of its own. */
+static _Thread_local lq_subscription *running_handler_of;
+
 static void cond_init(pthread_cond_t *cv) {
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -311,7 +315,9 @@ static void *worker_main(void *arg) {
             continue;
         }
 
+        running_handler_of = s;
         int status = s->handler(d, s->userdata);
+        running_handler_of = NULL;
         if (!d->settled) {
             int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
             if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
@@ -371,6 +377,9 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
 int lq_subscription_stop(lq_subscription *s) {
     lq__error_clear();
     LQ_CHECK_ARG(s, "subscription is NULL");
+    if (running_handler_of == s)
+        return lq__error(LQ_MISUSE, "a subscription cannot be stopped from its own handler, "
+                                    "which stop waits for: stop it from another thread");
     pthread_mutex_lock(&s->mu);
     if (s->stopped || s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -398,6 +407,10 @@ int lq_subscription_stop(lq_subscription *s) {
 
 void lq_subscription_close(lq_subscription *s) {
     if (!s) return;
+    if (running_handler_of == s) {
+        lq__log(LQ_LOG_ERROR, "a subscription cannot be closed from its own handler; not closed");
+        return;
+    }
     lq_subscription_stop(s);
     pthread_mutex_lock(&s->mu);
     s->closing = true;

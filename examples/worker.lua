@@ -1,0 +1,84 @@
+-- A small worker in Lua: opens a SQLite queue, creates its table if missing,
+-- publishes some jobs, works them on this thread with sub:run, and prints a
+-- summary line.
+--
+--     lua5.4 examples/worker.lua [path.db] [jobs]
+--
+-- With the module installed (cmake --install) nothing else is needed. From a
+-- build tree, point Lua at it, e.g. for the build in build/lua:
+--
+--     LUA_CPATH="build/lua/lua/?.so;;" LUA_PATH="build/lua/lua/?.lua;;" lua5.4 examples/worker.lua
+--
+-- (the lines marked "source checkout" below also look there on their own).
+-- The table is created with the sqlite3 command-line tool, from the
+-- statements libqueue recommends; a real service keeps them in its migrations.
+
+-- Source checkout only: find the module in a build tree next to this file.
+if not pcall(require, "libqueue") then
+  local root = ((arg and arg[0] or ""):match("^(.*)/[^/]*$") or ".") .. "/.."
+  for _, dir in ipairs({ os.getenv("LQ_BUILD_DIR") or "", root .. "/build/lua/lua",
+                         root .. "/build/test/lua", root .. "/build/lua" }) do
+    if dir ~= "" then
+      package.cpath = dir .. "/?.so;" .. package.cpath
+      package.path = dir .. "/?.lua;" .. package.path
+    end
+  end
+end
+
+local libqueue = require("libqueue")
+
+-- Log messages (the core's warnings, handler errors) go to this function, on
+-- this thread; here the first line of each, without the traceback.
+libqueue.set_logger(function(level, message)
+  io.stderr:write("worker ", level, ": ", message:match("^[^\n]*"), "\n")
+end)
+
+local path = arg[1] or "worker.db"
+local jobs = math.tointeger(tonumber(arg[2] or "20")) or 20
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- The queue table: a lease (locked_until), attempts, and delayed retries.
+local tbl = assert(libqueue.table{
+  name = "jobs",
+  payload = "payload",
+  attempt = "attempt",
+  locked_until = "locked_until",
+  retry_after = "retry_after",
+})
+
+-- Create it if missing (CREATE TABLE IF NOT EXISTS).
+local sql = assert(tbl:create_sql("sqlite"))
+local sqlite3 = assert(io.popen("sqlite3 -batch -bail " .. quote(path), "w"))
+sqlite3:write(sql, ";\n")
+assert(sqlite3:close(), "sqlite3 could not create the table")
+
+local broker = assert(libqueue.open("sqlite:" .. path, { pool_size = 4 }))
+
+-- Publish the jobs in one transaction.
+local batch = {}
+for i = 1, jobs do
+  batch[i] = string.format('{"image": "cat-%d.png", "width": %d}', i, 100 + i)
+end
+local ids = assert(broker:publish_many(tbl, batch))
+
+-- Work them: 4 rows claimed ahead, leases kept alive while a handler runs.
+local sub = assert(broker:subscribe(tbl, { workers = 4, poll_interval_ms = 50 }))
+local processed, retried = 0, 0
+local handled, counts = sub:run(function(delivery)
+  local width = tonumber(delivery.payload:match('"width": (%d+)'))
+  -- Every seventh job fails on its first attempt: error() retries it (the
+  -- error is logged), returning acks it.
+  if width % 7 == 0 and delivery.attempt == 1 then
+    retried = retried + 1
+    error("transient failure on " .. delivery.payload)
+  end
+  processed = processed + 1
+end, { timeout = 1, retry_delay_ms = 0 })
+assert(handled, counts)
+
+sub:close()
+broker:close()
+
+print(string.format('{"jobs": %d, "published": %d, "processed": %d, "retried": %d, "acked": %d}',
+                    jobs, #ids, processed, retried, counts.acked))
