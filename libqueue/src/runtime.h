@@ -4,6 +4,7 @@
 #ifndef LQ_RUNTIME_H
 #define LQ_RUNTIME_H
 
+#include "flow.h"
 #include "headers.h"
 #include "lease_book.h"
 #include "pool.h"
@@ -46,6 +47,7 @@ struct lq_delivery {
     char *due;     /* retry_after as read: with priority, the claim order */
     bool settled;
     bool handed; /* counted in the subscription's in_work */
+    int lane;    /* workers_by_key: the lane its partition key hashes to */
     lq_delivery *queue_next; /* waiting for a worker */
 };
 
@@ -62,8 +64,9 @@ struct lq_subscription {
     int64_t poll_ms, lease_ms;
     int max_attempts;
     bool transactional;
-    bool holds;  /* a delivery in work holds a pool connection */
-    int budget;  /* the most connections the subscription holds: the pool less one */
+    lq_flow flow; /* claims in flight and their sizes (flow.h) */
+    int lanes;    /* workers_by_key: lanes by partition key, or 0 */
+    int *lane_busy; /* per lane: deliveries in work */
 
     pthread_mutex_t mu;
     pthread_cond_t claim_cv; /* the claimer: a worker came free, a wake-up, stop */
@@ -74,11 +77,11 @@ struct lq_subscription {
     lq_delivery *queue_head, *queue_tail;
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
-    int seen;    /* the most workers seen busy at once */
     unsigned jitter_seed;
     lq_lease_book book;
 
-    pthread_t claimer, keeper;
+    pthread_t *claimers, keeper;
+    int claimer_count;
     bool has_keeper;
     pthread_t *threads;
     int thread_count;
@@ -121,6 +124,8 @@ LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
+/* A handed-out delivery settled: its worker, lane and key are free again. */
+LQ_HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *d);
 
 /* The forms: each claims up to `limit` rows, taking the connections it needs
  * from the pool, and appends the deliveries to `out` in claim order. */

@@ -125,11 +125,6 @@ int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     pthread_mutex_unlock(&dv->mu);
 
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv);
-    pthread_mutex_lock(&s->mu);
-    if (dv->handed) s->in_work--;
-    if (s->form == LQ_FORM_ADVISORY) s->woken = true; /* a key came free */
-    pthread_cond_signal(&s->claim_cv);
-    pthread_mutex_unlock(&s->mu);
-    atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], 1);
+    lq__subscription_settled(s, dv);
     return rc;
 }

@@ -1,9 +1,11 @@
-/* The subscription runtime. One claimer thread keeps a claim going while a
- * worker is free; claimed rows wait in a queue (and, in the lease form, in
- * the lease book, where the keeper thread extends them) until a push worker
- * or a caller of next() takes them. After a claim that came back short, the
- * claimer waits for the poll interval or a wake-up, so an empty table sees
- * one claim per wait. */
+/* The subscription runtime. Claim threads keep a claim in flight for each
+ * free worker, as the flow (flow.h) allows; claimed rows wait in a queue
+ * (and, in the lease form, in the lease book, where the keeper thread
+ * extends them) until a push worker or a caller of next() takes them. After
+ * a claim that came back short, a claimer waits for the poll interval or a
+ * wake-up, and the flow probes with one claim at a time, so an empty table
+ * sees one claim per wait. Under workers_by_key(n) each row goes to the lane
+ * its partition key hashes to, and a lane runs one row at a time. */
 #include "clock.h"
 #include "runtime.h"
 
@@ -30,6 +32,8 @@ static void subscription_free(lq_subscription *s) {
     lq_table_free(s->table);
     free(s->group);
     free(s->threads);
+    free(s->claimers);
+    free(s->lane_busy);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
@@ -78,11 +82,30 @@ static int check_declaration(lq_subscription *s, const lq_options *o) {
         return lq__error(LQ_MISUSE,
                          "table %s: max_attempts needs a dead-letter destination, declared together",
                          label);
-    if (lq__opt_int(o, LQ_OPT_BATCH) > 0 || lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY) > 0)
-        return lq__error(LQ_MISUSE, "table %s: batch and workers_by_key subscriptions are not "
-                                    "available in this version",
+    if (lq__opt_int(o, LQ_OPT_BATCH) > 0)
+        return lq__error(LQ_MISUSE, "table %s: batch subscriptions are not available in this "
+                                    "version",
+                         label);
+    if (s->lanes && !lq__has(t, LQ_ROLE_PARTITION_KEY))
+        return lq__error(LQ_MISUSE, "table %s: workers_by_key needs a partition_key column",
                          label);
     return LQ_OK;
+}
+
+/* What the form and table ask of the flow. */
+static void plan_flow(lq_subscription *s) {
+    const lq_dialect *d = s->broker->dialect;
+    lq_flow *f = &s->flow;
+    f->holds = s->form != LQ_FORM_LEASE || s->transactional;
+    if (s->form == LQ_FORM_ADVISORY && !d->advisory_holds_connection && !s->transactional)
+        f->holds = false; /* keys kept in the process hold no connection */
+    /* One claim at a time where claims beside each other only collide (one
+     * writer), could finish out of claim order (FIFO groups, partition keys),
+     * or lock what they read until a multi-statement claim commits (a lease
+     * claim stamped row by row). */
+    f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
+                   (s->form == LQ_FORM_LEASE && !d->claim_writes_lease);
+    f->claim_seen = d->single_writer && s->form == LQ_FORM_LEASE;
 }
 
 /* Prepares every statement on one connection: a missing table or column
@@ -127,14 +150,18 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     cond_init(&s->ready_cv);
     cond_init(&s->keeper_cv);
     lq__book_init(&s->book);
-    s->workers = (int)lq__opt_int(o, LQ_OPT_WORKERS);
+    s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
+    s->workers = s->lanes ? s->lanes : (int)lq__opt_int(o, LQ_OPT_WORKERS);
     s->poll_ms = lq__opt_int(o, LQ_OPT_POLL_INTERVAL_MS);
     s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
     s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
     s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
     s->jitter_seed = (unsigned)lq__now_ms() ^ (unsigned)(uintptr_t)s;
-    s->budget = b->pool.size > 1 ? b->pool.size - 1 : 1;
-    s->seen = 1;
+    lq__flow_init(&s->flow, s->workers, b->pool.size - 1);
+    if (s->lanes && !(s->lane_busy = calloc((size_t)s->lanes, sizeof *s->lane_busy))) {
+        subscription_free(s);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
 
     int rc = lq__table_copy(&s->table, table);
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
@@ -142,9 +169,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         rc = lq__error(LQ_NOMEM, "out of memory");
     if (rc == LQ_OK) {
         s->form = lq_table_form(s->table);
-        s->holds = s->form != LQ_FORM_LEASE || s->transactional;
-        if (s->form == LQ_FORM_ADVISORY && !b->dialect->advisory_holds_connection && !s->transactional)
-            s->holds = false; /* keys kept in the process hold no connection */
+        plan_flow(s);
         rc = check_declaration(s, o);
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
@@ -170,15 +195,6 @@ static void claimer_wait(lq_subscription *s, int64_t ms) {
         if (pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline) == ETIMEDOUT) break;
 }
 
-/* Rows to ask for. A single-writer database claims a row for every worker
- * seen in one statement, and the rows past the free workers wait in the lease
- * book; others claim for the free workers. */
-static int claim_size(const lq_subscription *s, int free_workers) {
-    if (s->broker->dialect->single_writer && s->form == LQ_FORM_LEASE)
-        return free_workers > s->seen ? free_workers : s->seen;
-    return free_workers;
-}
-
 static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
     switch (s->form) {
     case LQ_FORM_LEASE: return lq__lease_claim(got, s, limit);
@@ -187,18 +203,20 @@ static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
     }
 }
 
-/* Rows a claim may take now, or 0: a worker must be free, no row waiting,
- * and where deliveries hold connections, the subscription keeps within the
- * pool less one, so the last connection serves settlements and the handlers'
- * own queries. */
-static int claim_room(const lq_subscription *s) {
-    int free_workers = s->workers - s->in_work - s->waiting;
-    if (free_workers <= 0 || s->waiting > 0) return 0;
-    if (s->holds) {
-        int room = s->budget - s->in_work - s->waiting;
-        if (room < free_workers) free_workers = room;
+/* Whether another claim may start now; s->mu held. */
+static bool may_claim(lq_subscription *s) {
+    return lq__flow_may_start(&s->flow, s->in_work, s->waiting, lq__pool_spare(&s->broker->pool));
+}
+
+/* The lane of a row: its partition key's, or spread by id without one. */
+static int lane_of(const lq_subscription *s, const lq_delivery *d) {
+    if (!s->lanes) return 0;
+    uint64_t h = (uint64_t)d->id;
+    if (d->partition_key) {
+        h = 1469598103934665603ull; /* FNV-1a */
+        for (const char *p = d->partition_key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     }
-    return free_workers > 0 ? free_workers : 0;
+    return (int)(h % (uint64_t)s->lanes);
 }
 
 /* After a conflict the database reported (a serialization failure at a
@@ -216,12 +234,12 @@ static void *claimer_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     int contention_streak = 0;
     while (!s->stopping) {
-        int free_workers = claim_room(s);
-        if (free_workers == 0) {
+        if (!may_claim(s)) {
             pthread_cond_wait(&s->claim_cv, &s->mu);
             continue;
         }
-        int limit = claim_size(s, free_workers);
+        int limit = lq__flow_claim_size(&s->flow, s->in_work, s->waiting);
+        s->flow.running++;
         s->woken = false;
         pthread_mutex_unlock(&s->mu);
 
@@ -234,7 +252,12 @@ static void *claimer_main(void *arg) {
         else if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
 
         pthread_mutex_lock(&s->mu);
-        for (lq_delivery *d = got.head; d; d = d->queue_next) lq__book_add(&s->book, &d->entry);
+        s->flow.running--;
+        lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
+        for (lq_delivery *d = got.head; d; d = d->queue_next) {
+            lq__book_add(&s->book, &d->entry);
+            d->lane = lane_of(s, d);
+        }
         if (got.count) {
             if (s->queue_tail) s->queue_tail->queue_next = got.head;
             else s->queue_head = got.head;
@@ -242,10 +265,10 @@ static void *claimer_main(void *arg) {
             s->waiting += got.count;
             pthread_cond_broadcast(&s->ready_cv);
         }
+        pthread_cond_broadcast(&s->claim_cv); /* the flow changed: others may go */
         if (rc == LQ_CONTENTION) claimer_wait(s, contention_wait(s, contention_streak));
         else if (rc != LQ_OK) claimer_wait(s, FAILED_CLAIM_WAIT_MS);
-        else if (got.count < limit && s->form != LQ_FORM_ROW_LOCK) claimer_wait(s, s->poll_ms);
-        else if (got.count == 0) claimer_wait(s, s->poll_ms);
+        else if (got.count < limit) claimer_wait(s, s->poll_ms);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -274,9 +297,14 @@ static int start_locked(lq_subscription *s, lq_mode mode) {
         return lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)");
     if (s->started) return LQ_OK;
     s->mode = mode;
-    if (pthread_create(&s->claimer, NULL, claimer_main, s) != 0)
-        return lq__error(LQ_ERROR, "cannot start the claim thread");
+    /* One claim thread for each claim the flow may keep in flight. */
+    int count = s->flow.one_claim ? 1 : s->workers < s->flow.budget ? s->workers : s->flow.budget;
+    if (!(s->claimers = calloc((size_t)count, sizeof *s->claimers)))
+        return lq__error(LQ_NOMEM, "out of memory");
     s->started = true;
+    for (; s->claimer_count < count; s->claimer_count++)
+        if (pthread_create(&s->claimers[s->claimer_count], NULL, claimer_main, s) != 0)
+            return lq__error(LQ_ERROR, "cannot start claim thread %d", s->claimer_count + 1);
     if (s->form == LQ_FORM_LEASE) {
         if (pthread_create(&s->keeper, NULL, keeper_main, s) != 0)
             return lq__error(LQ_ERROR, "cannot start the lease keeper thread");
@@ -285,28 +313,63 @@ static int start_locked(lq_subscription *s, lq_mode mode) {
     return LQ_OK;
 }
 
-/* Hands the next waiting delivery out; s->mu held, queue not empty. */
-static lq_delivery *pop_locked(lq_subscription *s) {
-    lq_delivery *d = s->queue_head;
-    s->queue_head = d->queue_next;
-    if (!s->queue_head) s->queue_tail = NULL;
+/* The first waiting delivery that may go into work: any, or under
+ * workers_by_key the first of a lane with nothing in work (and of `lane`
+ * itself for a lane's own worker, -1 for any). s->mu held. */
+static lq_delivery **next_ready(lq_subscription *s, int lane) {
+    for (lq_delivery **p = &s->queue_head; *p; p = &(*p)->queue_next) {
+        if (!s->lanes) return p;
+        if ((lane < 0 || (*p)->lane == lane) && s->lane_busy[(*p)->lane] == 0) return p;
+    }
+    return NULL;
+}
+
+/* Hands a waiting delivery out; s->mu held. */
+static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
+    lq_delivery *d = *slot, *prev = NULL;
+    for (lq_delivery *p = s->queue_head; p && p != d; p = p->queue_next) prev = p;
+    *slot = d->queue_next;
+    if (s->queue_tail == d) s->queue_tail = prev;
     d->queue_next = NULL;
     s->waiting--;
     s->in_work++;
     d->handed = true;
-    pthread_cond_signal(&s->claim_cv); /* the queue drained: the claimer may go again */
-    if (s->in_work + 1 > s->seen) s->seen = s->in_work + 1 > s->workers ? s->workers : s->in_work + 1;
+    if (s->lanes) s->lane_busy[d->lane]++;
+    lq__flow_handed(&s->flow, s->in_work - 1);
+    pthread_cond_signal(&s->claim_cv); /* a row left the queue: a claim may go */
     atomic_fetch_add(&s->stats[LQ_STAT_DELIVERED], 1);
     return d;
 }
 
+void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
+    pthread_mutex_lock(&s->mu);
+    if (d->handed) {
+        s->in_work--;
+        if (s->lanes) s->lane_busy[d->lane]--;
+        d->handed = false;
+    }
+    if (s->form == LQ_FORM_ADVISORY) s->woken = true; /* a key came free */
+    pthread_cond_broadcast(&s->claim_cv);
+    if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
+    pthread_mutex_unlock(&s->mu);
+    atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], 1);
+}
+
+typedef struct worker_arg {
+    lq_subscription *s;
+    int lane;
+} worker_arg;
+
 static void *worker_main(void *arg) {
-    lq_subscription *s = arg;
+    lq_subscription *s = ((worker_arg *)arg)->s;
+    int lane = s->lanes ? ((worker_arg *)arg)->lane : -1;
+    free(arg);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stopping && !s->queue_head) pthread_cond_wait(&s->ready_cv, &s->mu);
+        lq_delivery **slot;
+        while (!s->stopping && !(slot = next_ready(s, lane))) pthread_cond_wait(&s->ready_cv, &s->mu);
         if (s->stopping) break;
-        lq_delivery *d = pop_locked(s);
+        lq_delivery *d = take_locked(s, slot);
         pthread_mutex_unlock(&s->mu);
         if (s->transactional && lq__delivery_begin(d) != LQ_OK) {
             lq__log_error(LQ_LOG_ERROR, "opening the handler's transaction");
@@ -343,9 +406,18 @@ int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdat
     if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
         rc = lq__error(LQ_NOMEM, "out of memory");
     for (int i = 0; rc == LQ_OK && i < s->workers; i++) {
-        if (pthread_create(&s->threads[i], NULL, worker_main, s) != 0)
+        worker_arg *arg = malloc(sizeof *arg);
+        if (!arg) {
+            rc = lq__error(LQ_NOMEM, "out of memory");
+            break;
+        }
+        *arg = (worker_arg){s, i};
+        if (pthread_create(&s->threads[i], NULL, worker_main, arg) != 0) {
+            free(arg);
             rc = lq__error(LQ_ERROR, "cannot start worker thread %d", i + 1);
-        else s->thread_count++;
+        } else {
+            s->thread_count++;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     if (rc != LQ_OK) lq_subscription_stop(s);
@@ -359,13 +431,14 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ_MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
-    while (rc == LQ_OK && !s->stopping && !s->queue_head) {
+    lq_delivery **slot = NULL;
+    while (rc == LQ_OK && !s->stopping && !(slot = next_ready(s, -1))) {
         if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
         else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
             rc = lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
     }
     if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
-    if (rc == LQ_OK) *out = pop_locked(s);
+    if (rc == LQ_OK) *out = take_locked(s, slot);
     pthread_mutex_unlock(&s->mu);
     if (rc == LQ_OK && s->transactional && (rc = lq__delivery_begin(*out)) != LQ_OK) {
         lq_delivery_free(*out); /* back to the queue */
@@ -391,7 +464,7 @@ int lq_subscription_stop(lq_subscription *s) {
     pthread_cond_broadcast(&s->ready_cv);
     pthread_mutex_unlock(&s->mu);
 
-    if (started) pthread_join(s->claimer, NULL);
+    for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
     for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
 
     /* Rows claimed but never handed out go back at once. */

@@ -1,0 +1,39 @@
+#include "flow.h"
+
+void lq__flow_init(lq_flow *f, int workers, int budget) {
+    *f = (lq_flow){.workers = workers, .budget = budget > 0 ? budget : 1, .probing = true,
+                   .seen = 1};
+}
+
+int lq__flow_free(const lq_flow *f, int in_work, int waiting) {
+    int free_workers = f->workers - in_work - waiting - f->running;
+    return free_workers > 0 ? free_workers : 0;
+}
+
+bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int spare) {
+    int most = f->probing || f->one_claim ? 1 : f->workers;
+    if (f->running >= most || lq__flow_free(f, in_work, waiting) == 0) return false;
+    /* What the subscription holds: its claims, and where deliveries hold a
+     * connection, every row it has in hand. */
+    int held = f->running + (f->holds ? in_work + waiting : 0);
+    if (held >= f->budget) return false;
+    /* A claim beside another leaves a connection free next to it. */
+    return f->running == 0 || spare >= 2;
+}
+
+int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting) {
+    if (f->batch) return f->batch;
+    int free_workers = lq__flow_free(f, in_work, waiting);
+    if (!f->one_claim) return 1; /* claims in flight for the other free workers */
+    if (f->claim_seen && f->seen > free_workers) return f->seen;
+    return free_workers > 0 ? free_workers : 1;
+}
+
+void lq__flow_claimed(lq_flow *f, int got, bool failed) {
+    f->probing = failed || got == 0;
+}
+
+void lq__flow_handed(lq_flow *f, int in_work) {
+    int busy = in_work + 1 > f->workers ? f->workers : in_work + 1;
+    if (busy > f->seen) f->seen = busy;
+}

@@ -1,0 +1,39 @@
+/* The claim flow: how many claims a subscription keeps in flight and how many
+ * rows each asks for. Pure arithmetic on the subscription's counts, so the
+ * rules of seeds/lanes.txt are tested on their own (tests/c/test_flow.c):
+ * - a claim in flight for each free worker, one row each;
+ * - one claim at a time while probing (after a claim that took nothing or
+ *   failed), and always on tables that keep one claim in flight;
+ * - a claim beside another only while the pool has a connection to spare;
+ * - never more held than the pool's size less one. */
+#ifndef LQ_FLOW_H
+#define LQ_FLOW_H
+
+#include "internal.h"
+
+typedef struct lq_flow {
+    int workers;        /* deliveries in work at once */
+    int budget;         /* connections the subscription may hold: the pool less one */
+    bool holds;         /* a delivery in work holds a connection */
+    bool one_claim;     /* one claim in flight at a time */
+    bool claim_seen;    /* a claim asks a row for every worker seen (single writer) */
+    int batch;          /* rows per claim of a batch subscription, or 0 */
+    bool probing;       /* after an empty or failed claim */
+    int running;        /* claims in flight */
+    int seen;           /* the most workers seen busy at once */
+} lq_flow;
+
+LQ_HIDDEN void lq__flow_init(lq_flow *f, int workers, int budget);
+/* Workers with nothing to do and no claim coming for them. */
+LQ_HIDDEN int lq__flow_free(const lq_flow *f, int in_work, int waiting);
+/* Whether another claim may start; `spare` is the pool's idle connections
+ * plus its room for new ones. */
+LQ_HIDDEN bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int spare);
+/* Rows the next claim asks for. */
+LQ_HIDDEN int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting);
+/* A claim finished: it took `got` rows (0 or a failure: probe again). */
+LQ_HIDDEN void lq__flow_claimed(lq_flow *f, int got, bool failed);
+/* A delivery went into work, `in_work` now busy. */
+LQ_HIDDEN void lq__flow_handed(lq_flow *f, int in_work);
+
+#endif
