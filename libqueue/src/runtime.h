@@ -78,6 +78,8 @@ struct lq_subscription {
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
     unsigned jitter_seed;
+    int contention_streak; /* claims in a row that met a conflict */
+    int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
     lq_lease_book book;
 
     pthread_t *claimers, keeper;
@@ -143,6 +145,9 @@ LQ_HIDDEN int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit)
 LQ_HIDDEN int lq__delivery_begin(lq_delivery *d);
 LQ_HIDDEN void lq__advisory_release(lq_delivery *d);
 LQ_HIDDEN void lq__claimed_add(lq_claimed *c, lq_delivery *d);
+/* FIFO: takes the subscription's group for the transaction open on `conn`
+ * (*taken false when another claim holds it); true at once without a guard. */
+LQ_HIDDEN int lq__fifo_guard(bool *taken, lq_subscription *s, lq_conn *conn);
 LQ_HIDDEN void lq__claimed_free(lq_claimed *c);
 
 #endif

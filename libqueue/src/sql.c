@@ -92,6 +92,40 @@ void lq__sql_claim_where(lq_sql *b, bool lease_free) {
     if (!*and) lq__sql_add(b, "1 = 1");
 }
 
+void lq__sql_fifo_head(lq_sql *b, bool lease) {
+    lq__sql_add(b, " AND ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = (SELECT ");
+    lq__sql_id(b);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_GROUP);
+    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " IS NULL");
+    }
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " LIMIT 1)");
+    if (!lease) return;
+    /* A row that entered ahead of the head in work waits too. */
+    lq__sql_add(b, " AND NOT EXISTS (SELECT 1 FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS \"lq_work\" WHERE \"lq_work\".");
+    lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_GROUP);
+    lq__sql_add(b, " AND \"lq_work\".");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " > ");
+    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_add(b, ")");
+}
+
 void lq__sql_claim_order(lq_sql *b) {
     if (lq__has(b->table, LQ_ROLE_PRIORITY)) {
         lq__sql_col(b, LQ_ROLE_PRIORITY);
@@ -445,7 +479,7 @@ int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table
 }
 
 void lq__sqlset_free(lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp,
+    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp, &set->guard,
                       &set->ack,         &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
                       &set->dead_delete, &set->extend};

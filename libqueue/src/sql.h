@@ -24,6 +24,7 @@ typedef enum lq_param {
     LQ_P_PRIORITY,
     LQ_P_HEADERS,
     LQ_P_MSG_GROUP,   /* the group a publish writes */
+    LQ_P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
     LQ_P_COUNT
 } lq_param;
 
@@ -47,6 +48,7 @@ typedef struct lq_sqlset {
     lq_stmt take;        /* advisory: counts the attempt of one candidate and reads it */
     lq_stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
     lq_stmt stamp;       /* lease, where the claim is a locking read: leases one row */
+    lq_stmt guard;       /* FIFO: takes the group in the claim's transaction; returns 1 or 0 */
     lq_stmt ack;
     lq_stmt retry;       /* NULL sql in the advisory form: releasing the key is the retry */
     lq_stmt release;     /* gives back a row never settled, undoing the claim's count */
@@ -79,6 +81,10 @@ LQ_HIDDEN void lq__sql_param(lq_sql *b, lq_param p);
 /* "a = b AND ..." for due, unprocessed rows of the group; with the lease
  * condition when `lease_free`. Writes "1 = 1" when there is nothing to say. */
 LQ_HIDDEN void lq__sql_claim_where(lq_sql *b, bool lease_free);
+/* FIFO groups: " AND id = <the group's head>", the head being its first
+ * unfinished row in claim order, due or not; in the lease form also " AND no
+ * row of the group is leased". */
+LQ_HIDDEN void lq__sql_fifo_head(lq_sql *b, bool lease);
 /* "priority, retry_after, id" for the columns the table has. */
 LQ_HIDDEN void lq__sql_claim_order(lq_sql *b);
 /* The LQ_COL_* list, named "lq_c0".."lq_c7"; `attempt_expr` follows the

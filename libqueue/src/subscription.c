@@ -50,7 +50,7 @@ void lq__subscription_unref(lq_subscription *s) {
 void lq__subscription_wake(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     s->woken = true;
-    pthread_cond_signal(&s->claim_cv);
+    pthread_cond_broadcast(&s->claim_cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -121,6 +121,7 @@ static int prepare_all(lq_subscription *s) {
     } all[] = {
         {"claim", &s->sql.claim},          {"take", &s->sql.take},
         {"take", &s->sql.take_read},       {"lease stamp", &s->sql.stamp},
+        {"FIFO group guard", &s->sql.guard},
         {"ack", &s->sql.ack},              {"retry", &s->sql.retry},
         {"release", &s->sql.release},
         {"retry_after", &s->sql.retry_after}, {"dead letter", &s->sql.dead_group},
@@ -188,13 +189,6 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     return LQ_OK;
 }
 
-/* Waits on the claimer's condition until woken, stopping, or `ms` passed. */
-static void claimer_wait(lq_subscription *s, int64_t ms) {
-    struct timespec deadline = lq__deadline_in(ms);
-    while (!s->woken && !s->stopping)
-        if (pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline) == ETIMEDOUT) break;
-}
-
 static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
     switch (s->form) {
     case LQ_FORM_LEASE: return lq__lease_claim(got, s, limit);
@@ -232,8 +226,15 @@ static int64_t contention_wait(lq_subscription *s, int streak) {
 static void *claimer_main(void *arg) {
     lq_subscription *s = arg;
     pthread_mutex_lock(&s->mu);
-    int contention_streak = 0;
     while (!s->stopping) {
+        /* Resting after a short or failed claim, until the wait is over or
+         * a wake-up comes: one claim per wait, whichever thread makes it. */
+        if (s->woken) s->rest_until = 0;
+        if (s->rest_until > lq__mono_ms()) {
+            struct timespec deadline = lq__deadline_in(s->rest_until - lq__mono_ms());
+            pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
+            continue;
+        }
         if (!may_claim(s)) {
             pthread_cond_wait(&s->claim_cv, &s->mu);
             continue;
@@ -247,13 +248,13 @@ static void *claimer_main(void *arg) {
         int rc = run_claim(&got, s, limit);
         atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
         if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
-        contention_streak = rc == LQ_CONTENTION ? contention_streak + 1 : 0;
         if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
         else if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
 
         pthread_mutex_lock(&s->mu);
         s->flow.running--;
         lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
+        s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
         for (lq_delivery *d = got.head; d; d = d->queue_next) {
             lq__book_add(&s->book, &d->entry);
             d->lane = lane_of(s, d);
@@ -265,10 +266,12 @@ static void *claimer_main(void *arg) {
             s->waiting += got.count;
             pthread_cond_broadcast(&s->ready_cv);
         }
+        int64_t rest = 0;
+        if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
+        else if (rc != LQ_OK) rest = FAILED_CLAIM_WAIT_MS;
+        else if (got.count < limit) rest = s->poll_ms;
+        if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
         pthread_cond_broadcast(&s->claim_cv); /* the flow changed: others may go */
-        if (rc == LQ_CONTENTION) claimer_wait(s, contention_wait(s, contention_streak));
-        else if (rc != LQ_OK) claimer_wait(s, FAILED_CLAIM_WAIT_MS);
-        else if (got.count < limit) claimer_wait(s, s->poll_ms);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

@@ -62,6 +62,9 @@ def pytest_generate_tests(metafunc: Any) -> None:
         backends = [b for b in backends if BACKENDS[b][0] in only.args]
     if "form" in metafunc.fixturenames:
         pairs = [(b, f) for b in backends for f in FORMS_BY_DIALECT[BACKENDS[b][0]]]
+        forms = metafunc.definition.get_closest_marker("forms")
+        if forms:
+            pairs = [(b, f) for b, f in pairs if f in forms.args]
         if metafunc.definition.get_closest_marker("across_processes"):
             # SQLite keeps advisory keys in the process: two processes on one
             # file do not see each other's keys (a documented limit).
@@ -76,6 +79,7 @@ def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "across_processes: the test runs workers in other "
                             "processes (SQLite's in-process advisory keys are left out)")
     config.addinivalue_line("markers", "dialect(*names): the test runs on these dialects only")
+    config.addinivalue_line("markers", "forms(*names): the test runs in these forms only")
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ def table_json(table: libqueue.Table) -> str:
     roles = dict(table.columns)
     if table.advisory_lock:
         roles["advisory_lock"] = table.advisory_lock
+    if table.fifo:
+        roles["fifo"] = True
     return json.dumps(dict(name=table.name, **roles))
 
 
@@ -55,7 +57,7 @@ def test_two_processes_never_hold_one_row_at_once(db, form, tmp_path) -> None:
     open_spans: Dict[Tuple[int, int], int] = {}
     with open(log) as f:
         for line in f:
-            kind, row, pid, at = line.split()
+            kind, row, pid, at, _ = line.split()
             key = (int(row), int(pid))
             if kind == "B":
                 open_spans[key] = int(at)

@@ -26,8 +26,9 @@ def main() -> int:
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     pid = os.getpid()
 
-    def write(kind: str, row: int) -> None:
-        os.write(log, ("%s %d %d %d\n" % (kind, row, pid, time.monotonic_ns())).encode())
+    def write(kind: str, row: int, payload: bytes = b"") -> None:
+        line = "%s %d %d %d %s\n" % (kind, row, pid, time.monotonic_ns(), payload.decode() or "-")
+        os.write(log, line.encode())
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -40,9 +41,9 @@ def main() -> int:
                     time.sleep(60)
 
             def handle(delivery: libqueue.Delivery) -> None:
-                write("B", delivery.id)
+                write("B", delivery.id, delivery.payload)
                 time.sleep(random.uniform(0, 0.004))
-                write("E", delivery.id)
+                write("E", delivery.id, delivery.payload)
 
             sub.run(handle)
             print("ready", flush=True)

@@ -229,6 +229,7 @@ static int build_row_lock_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, false);
+    if (t->fifo) lq__sql_fifo_head(&b, false);
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " LIMIT ");
@@ -248,6 +249,7 @@ static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, true);
+    if (t->fifo) lq__sql_fifo_head(&b, true);
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " LIMIT ");
@@ -333,11 +335,25 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     return lq__sql_finish(&b);
 }
 
+/* FIFO: the claim's transaction first takes a lock on the hash of the table
+ * and group, held until it ends, so claims of one group on other brokers take
+ * nothing meanwhile. */
+static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->guard, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "SELECT pg_try_advisory_xact_lock(hashtextextended(");
+    lq__sql_param(&b, LQ_P_GUARD);
+    lq__sql_add(&b, ", 0))::int");
+    return lq__sql_finish(&b);
+}
+
 static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
     if (t->schema && strlen(t->schema) > 63)
         return lq__error(LQ_DIALECT, "postgresql: schema name \"%s\" is over 63 bytes", t->schema);
     if (strlen(t->name) > 63)
         return lq__error(LQ_DIALECT, "postgresql: table name \"%s\" is over 63 bytes", t->name);
+    int rc = t->fifo ? build_fifo_guard(set, t) : LQ_OK;
+    if (rc != LQ_OK) return rc;
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);
     case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);

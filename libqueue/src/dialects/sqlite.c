@@ -172,21 +172,7 @@ static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, true);
-    if (t->fifo) {
-        /* FIFO: only the group's head, and only while none of the group is
-         * leased. SQLite's single writer is the guard. */
-        lq__sql_add(&b, " AND NOT EXISTS (SELECT 1 FROM ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " AS \"lq_work\" WHERE \"lq_work\".");
-        lq__sql_col(&b, LQ_ROLE_GROUP);
-        lq__sql_add(&b, " = ");
-        lq__sql_param(&b, LQ_P_GROUP);
-        lq__sql_add(&b, " AND \"lq_work\".");
-        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(&b, " > ");
-        lq__sql_param(&b, LQ_P_LEASE_NOW);
-        lq__sql_add(&b, ")");
-    }
+    if (t->fifo) lq__sql_fifo_head(&b, true); /* SQLite's one writer is the guard */
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " LIMIT ");

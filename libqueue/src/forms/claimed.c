@@ -1,6 +1,7 @@
 /* A claim's haul: the deliveries one claim took, in claim order. */
 #include "../runtime.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,4 +22,22 @@ void lq__claimed_free(lq_claimed *c) {
         d = next;
     }
     memset(c, 0, sizeof *c);
+}
+
+static int read_flag(void *ctx, const lq_value *cols, int count) {
+    *(bool *)ctx = count > 0 && cols[0].type == LQ_V_INT && cols[0].i != 0;
+    return LQ_OK;
+}
+
+int lq__fifo_guard(bool *taken, lq_subscription *s, lq_conn *conn) {
+    *taken = true;
+    if (!s->sql.guard.sql) return LQ_OK;
+    char key[512];
+    size_t n = strlen(lq__table_label(s->table, key, sizeof key));
+    snprintf(key + n, sizeof key - n, ":%s", s->group);
+    lq_value args[LQ_P_COUNT] = {0};
+    args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ_P_GUARD] = (lq_value){.type = LQ_V_TEXT, .p = key, .n = strlen(key)};
+    *taken = false;
+    return s->broker->dialect->exec(NULL, conn, &s->sql.guard, args, read_flag, taken);
 }

@@ -101,12 +101,16 @@ int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit};
     args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = ctx.token};
     const lq_dialect *d = s->broker->dialect;
-    if (d->claim_writes_lease) {
+    if (d->claim_writes_lease && !s->sql.guard.sql) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     } else {
+        /* A transaction: for the FIFO guard, or for the stamps after a
+         * locking read. */
+        bool guarded = true;
         rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
-        if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
-        if (rc == LQ_OK) rc = stamp_claimed(out, s, conn, args);
+        if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
+        if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+        if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args);
         if (rc == LQ_OK) rc = d->commit(conn);
         if (rc != LQ_OK) {
             d->rollback(conn);

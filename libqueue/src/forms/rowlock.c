@@ -31,8 +31,10 @@ int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = lq__now_ms()};
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = 1};
     claim_ctx ctx = {out, s};
+    bool guarded = true;
     rc = d->begin(conn, s->table->isolation);
-    if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
+    if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     if (rc == LQ_OK && out->count == 1) {
         out->head->conn = conn; /* the open transaction now belongs to the delivery */
         return LQ_OK;

@@ -1,0 +1,172 @@
+"""Lanes, FIFO groups and connection accounting (seeds/lanes.txt)."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, Recorder, make_table, wait_until
+from test_processes import spawn
+
+
+def test_workers_by_key_keeps_each_keys_order(db, form) -> None:
+    """Under workers_by_key(4), the rows of one key run one at a time, in the
+    order they were published, whatever the other keys do."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    keys, per_key = 20, 6
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [dict(payload=b"%d:%d" % (k, i), partition_key="k%d" % k)
+                                    for i in range(per_key) for k in range(keys)])
+        spans = Recorder()
+        with broker.subscribe(table, workers_by_key=4, poll_interval_ms=POLL_MS) as sub:
+            @sub.run
+            def handle(d: libqueue.Delivery) -> None:
+                start = time.monotonic_ns()
+                time.sleep(random.uniform(0, 0.003))
+                spans.add((d.partition_key, int(d.payload.split(b":")[1]), start, time.monotonic_ns()))
+
+            wait_until(lambda: len(spans) == keys * per_key, timeout=60, what="every row")
+    by_key: Dict[str, List[Tuple[int, int, int]]] = {}
+    for key, seq, start, end in spans.snapshot():
+        by_key.setdefault(key, []).append((start, end, seq))
+    for key, runs in by_key.items():
+        runs.sort()
+        assert [seq for _, _, seq in runs] == list(range(per_key)), "key %s out of order" % key
+        for (_, end, _), (start, _, _) in zip(runs, runs[1:]):
+            assert end <= start, "two rows of key %s ran at once" % key
+
+
+def test_fifo_groups_do_not_take_the_advisory_form() -> None:
+    with pytest.raises(libqueue.Misuse) as info:
+        make_table("advisory", group="grp", fifo=True)
+    assert "lock key" in str(info.value)
+
+
+@pytest.mark.across_processes
+@pytest.mark.forms("row_lock", "lease")
+def test_fifo_group_across_two_processes(db, form, tmp_path) -> None:
+    """A FIFO group read by two brokers in two processes: one row of the group
+    in work at a time, in publish order."""
+    table = make_table(form, group="grp", fifo=True)
+    db.create_table(table)
+    rows = 40
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [dict(payload=b"%d" % i, group="g") for i in range(rows)])
+    log = str(tmp_path / "fifo.log")
+    workers = [spawn(db, table, log, "drain", workers=4, group="g", poll_interval_ms=20)
+               for _ in range(2)]
+    try:
+        for w in workers:
+            assert w.stdout.readline().strip() == "ready"
+        wait_until(lambda: db.count("jobs") == 0, timeout=90, what="the group to drain")
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0
+    events = []
+    with open(log) as f:
+        for line in f:
+            kind, _, pid, at, payload = line.split()
+            events.append((int(at), kind, int(payload), int(pid)))
+    events.sort()
+    in_work, order = 0, []
+    for _, kind, seq, _ in events:
+        in_work += 1 if kind == "B" else -1
+        assert in_work <= 1, "two rows of one FIFO group were in work at once"
+        if kind == "B":
+            order.append(seq)
+    assert order == list(range(rows))
+
+
+@pytest.mark.forms("row_lock", "lease")
+def test_fifo_head_that_keeps_failing_holds_only_its_group(db, form) -> None:
+    """retry() keeps a failing head at the front of its group until
+    max_attempts parks it; other groups flow meanwhile."""
+    table = make_table(form, group="grp", fifo=True, dead_letter="parked")
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [dict(payload=b"bad", group="a"), dict(payload=b"a2", group="a"),
+                                    dict(payload=b"b1", group="b")])
+        with broker.subscribe(table, group="b", poll_interval_ms=POLL_MS) as other:
+            d = other.next(5)
+            assert d.payload == b"b1"  # group b flows while a's head fails
+            d.ack()
+        seen = []
+        with broker.subscribe(table, group="a", poll_interval_ms=POLL_MS, max_attempts=3) as sub:
+            for _ in range(4):
+                d = sub.next(5)
+                seen.append(d.payload)
+                if d.payload == b"bad":
+                    d.retry()
+                else:
+                    d.ack()
+                d.release()
+    assert seen == [b"bad", b"bad", b"bad", b"a2"]
+    assert db.query("SELECT payload FROM jobs WHERE grp = 'parked'") == [(b"bad",)]
+
+
+def test_an_empty_table_sees_one_claim_per_wait(db, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    poll_ms = 100
+    with libqueue.Broker(db.url) as broker:
+        with broker.subscribe(table, workers=8, poll_interval_ms=poll_ms) as sub:
+            started = time.monotonic()
+            assert sub.next(1.0) is None
+            waits = (time.monotonic() - started) * 1000 / poll_ms
+            claims = sub.stat("claims")
+    # One claim per poll interval (plus the first), not one per worker.
+    assert 1 <= claims <= waits + 2
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_small_pool_keeps_a_connection_for_the_handlers(db, form) -> None:
+    """Pool of 4, workers(8): the subscription holds at most 3 connections,
+    and a handler's own query (a publish) still gets the fourth."""
+    table = make_table(form)
+    db.create_table(table)
+    release = threading.Event()
+    published = Recorder()
+    held_most = [0]
+    with libqueue.Broker(db.url, pool_size=4, acquire_timeout_ms=5000) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(12)])
+
+        def handle(d: libqueue.Delivery) -> None:
+            if not d.payload.startswith(b"child"):
+                published.add(broker.publish(table, b"child"))
+            release.wait(30)
+
+        with broker.subscribe(table, workers=8, poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            wait_until(lambda: sub.stat("in_work") >= 1, what="deliveries in work")
+            # Connections held for deliveries: open transactions (row lock),
+            # advisory locks (advisory).
+            held_sql = {
+                "row_lock": "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                            "'libqueue' AND state LIKE 'idle in transaction%' AND "
+                            "datname = current_database()",
+                "advisory": "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' "
+                            "AND granted",
+                "lease": "SELECT 0",
+            }[form]
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                held_most[0] = max(held_most[0], db.scalar(held_sql))
+                time.sleep(0.05)
+            in_work = sub.stat("in_work")
+            release.set()
+    if form == "lease":
+        assert in_work == 8  # leases hold no connection between statements
+    else:
+        assert in_work <= 3
+        assert held_most[0] <= 3
+    assert len(published) >= 1, "a handler's own publish was starved"
