@@ -119,7 +119,7 @@ typedef enum lq_option {
     /* Subscription options */
     LQ_OPT_WORKERS = 20,            /* deliveries in work at once; default 1 */
     LQ_OPT_WORKERS_BY_KEY = 21,     /* lanes by partition key; default 0 = off */
-    LQ_OPT_BATCH = 22,              /* rows per claim for a batch handler; default 0 */
+    LQ_OPT_BATCH = 22,              /* rows per claim for a batch subscription; default 0 */
     LQ_OPT_POLL_INTERVAL_MS = 23,   /* wait after a short claim; default 1000 */
     LQ_OPT_LEASE_MS = 24,           /* lease length, whole seconds; default 30000 */
     LQ_OPT_MAX_ATTEMPTS = 25,       /* dead-letter after this many; default 0 = none */
@@ -285,6 +285,14 @@ typedef struct lq_delivery lq_delivery;
  * not, returning LQ_OK acks it and any other value retries it. */
 typedef int (*lq_handler_fn)(lq_delivery *delivery, void *userdata);
 
+/* A push handler of a batch subscription (option batch = n): up to n
+ * deliveries it borrows for the call. It may settle each; those it leaves
+ * are acked when it returns LQ_OK and retried otherwise. In the row lock form
+ * a batch shares one transaction, which commits when its last delivery
+ * settles; a settlement that fails rolls the batch back and every row
+ * returns (later settlements of the batch fail with LQ_BATCH_ROLLED_BACK). */
+typedef int (*lq_batch_handler_fn)(lq_delivery *const *deliveries, size_t count, void *userdata);
+
 /* Opens a subscription on `table`: builds and prepares its statements, so a
  * missing table or column fails here (LQ_SCHEMA, naming it), and a form the
  * database cannot serve fails with LQ_DIALECT. No row is claimed before
@@ -298,6 +306,16 @@ LQ_API int lq_subscription_open(lq_subscription **out, lq_broker *broker,
  * returns. A subscription runs in one mode: push or pull. */
 LQ_API int lq_subscription_run(lq_subscription *subscription, lq_handler_fn handler,
                                void *userdata);
+/* Push mode for a batch subscription: as lq_subscription_run, with a batch
+ * handler. */
+LQ_API int lq_subscription_run_batch(lq_subscription *subscription, lq_batch_handler_fn handler,
+                                     void *userdata);
+/* Pull mode, batches: waits up to timeout_ms for at least one delivery, then
+ * takes up to `capacity` waiting ones into out[]; *count_out says how many.
+ * Each is the caller's, freed with lq_delivery_free. LQ_TIMEOUT, LQ_CLOSED as
+ * lq_subscription_next. */
+LQ_API int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
+                                      lq_subscription *subscription, int64_t timeout_ms);
 /* Pull mode: waits up to timeout_ms (-1: no limit) for the next claimed
  * delivery. Returns LQ_TIMEOUT when none came, LQ_CLOSED once stopped. While
  * the caller holds the delivery the core keeps its lease alive. Ownership:

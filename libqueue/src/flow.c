@@ -10,13 +10,13 @@ int lq__flow_free(const lq_flow *f, int in_work, int waiting) {
     return free_workers > 0 ? free_workers : 0;
 }
 
-bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int spare) {
+bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int held, int spare) {
     int most = f->probing || f->one_claim ? 1 : f->workers;
     if (f->running >= most || lq__flow_free(f, in_work, waiting) == 0) return false;
-    /* What the subscription holds: its claims, and where deliveries hold a
-     * connection, every row it has in hand. */
-    int held = f->running + (f->holds ? in_work + waiting : 0);
-    if (held >= f->budget) return false;
+    /* What the subscription holds: a connection per claim in flight, and
+     * those its deliveries keep (a row lock's transaction, an advisory
+     * key's session, a transactional delivery's transaction). */
+    if (f->running + (f->holds ? held : 0) >= f->budget) return false;
     /* A claim beside another leaves a connection free next to it. */
     return f->running == 0 || spare >= 2;
 }

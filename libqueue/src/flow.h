@@ -14,7 +14,7 @@
 typedef struct lq_flow {
     int workers;        /* deliveries in work at once */
     int budget;         /* connections the subscription may hold: the pool less one */
-    bool holds;         /* a delivery in work holds a connection */
+    bool holds;         /* deliveries in work hold connections */
     bool one_claim;     /* one claim in flight at a time */
     bool claim_seen;    /* a claim asks a row for every worker seen (single writer) */
     int batch;          /* rows per claim of a batch subscription, or 0 */
@@ -26,9 +26,10 @@ typedef struct lq_flow {
 LQ_HIDDEN void lq__flow_init(lq_flow *f, int workers, int budget);
 /* Workers with nothing to do and no claim coming for them. */
 LQ_HIDDEN int lq__flow_free(const lq_flow *f, int in_work, int waiting);
-/* Whether another claim may start; `spare` is the pool's idle connections
- * plus its room for new ones. */
-LQ_HIDDEN bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int spare);
+/* Whether another claim may start; `held` is the connections the
+ * subscription's deliveries hold, `spare` the pool's idle connections plus
+ * its room for new ones. */
+LQ_HIDDEN bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int held, int spare);
 /* Rows the next claim asks for. */
 LQ_HIDDEN int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting);
 /* A claim finished: it took `got` rows (0 or a failure: probe again). */

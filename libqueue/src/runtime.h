@@ -26,6 +26,16 @@ struct lq_broker {
     struct lq_listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
 };
 
+/* A row lock batch: the rows of one claim share its transaction, which
+ * commits when the last of them settles, or rolls back, returning every row,
+ * when a settlement fails. */
+typedef struct lq_shared_tx {
+    pthread_mutex_t mu;
+    lq_conn *conn;
+    int open;         /* deliveries not yet settled */
+    bool rolled_back;
+} lq_shared_tx;
+
 typedef enum lq_outcome { LQ_ACK, LQ_RETRY, LQ_RETRY_AFTER, LQ_DEAD_LETTER, LQ_RELEASE } lq_outcome;
 
 struct lq_delivery {
@@ -43,6 +53,7 @@ struct lq_delivery {
     char *key;     /* the advisory key held (advisory form) */
     lq_conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
+    lq_shared_tx *shared; /* a row lock batch's transaction, instead of conn */
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
     bool settled;
@@ -65,6 +76,9 @@ struct lq_subscription {
     int max_attempts;
     bool transactional;
     lq_flow flow; /* claims in flight and their sizes (flow.h) */
+    int held;     /* pool connections its deliveries hold */
+    int batch;    /* rows per claim of a batch subscription, or 0 */
+    lq_batch_handler_fn batch_handler;
     int lanes;    /* workers_by_key: lanes by partition key, or 0 */
     int *lane_busy; /* per lane: deliveries in work */
 
@@ -126,6 +140,10 @@ LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
+/* Gives back a connection a delivery (or a batch) held. */
+LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);
+/* A delivery took a connection to hold (a transactional delivery's). */
+LQ_HIDDEN void lq__subscription_hold(lq_subscription *s);
 /* A handed-out delivery settled: its worker, lane and key are free again. */
 LQ_HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *d);
 

@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "runtime.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *outcome_name(lq_outcome o) {
@@ -49,6 +50,48 @@ static int end_handler_tx(lq_delivery *dv, lq_outcome outcome) {
     return d->rollback(dv->conn);
 }
 
+/* A row lock batch: the settlement's statements run in the shared
+ * transaction; the last settlement commits it. A failing statement rolls the
+ * whole batch back, and every row returns, the settled ones too. */
+static int settle_shared(lq_delivery *dv, const lq_stmt *stmt, const lq_value *args) {
+    lq_subscription *s = dv->sub;
+    const lq_dialect *d = s->broker->dialect;
+    lq_shared_tx *tx = dv->shared;
+    int rc = LQ_OK;
+    pthread_mutex_lock(&tx->mu);
+    if (tx->rolled_back) {
+        rc = lq__error(LQ_BATCH_ROLLED_BACK, "row %lld: an earlier settlement rolled its batch "
+                                             "back; the row is back in the queue",
+                       (long long)dv->id);
+    } else {
+        int64_t changes;
+        if (stmt && stmt->sql) rc = d->exec(&changes, tx->conn, stmt, args, NULL, NULL);
+        else if (!stmt) rc = dead_letter_to_table(&changes, s, tx->conn, args);
+        if (rc != LQ_OK) {
+            d->rollback(tx->conn);
+            tx->rolled_back = true;
+        }
+    }
+    bool last = --tx->open == 0;
+    if (last && !tx->rolled_back) {
+        int end = d->commit(tx->conn);
+        if (rc == LQ_OK) rc = end;
+    }
+    lq_conn *conn = NULL;
+    if (last || tx->rolled_back) { /* the transaction is over */
+        conn = tx->conn;
+        tx->conn = NULL;
+    }
+    pthread_mutex_unlock(&tx->mu);
+    if (conn) lq__subscription_release_held(s, conn, rc == LQ_CONNECT);
+    dv->shared = NULL;
+    if (last) {
+        pthread_mutex_destroy(&tx->mu);
+        free(tx);
+    }
+    return rc;
+}
+
 static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     lq_subscription *s = dv->sub;
     const lq_dialect *d = s->broker->dialect;
@@ -58,7 +101,7 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     int rc = end_handler_tx(dv, outcome);
     bool in_tx = dv->tx || s->form == LQ_FORM_ROW_LOCK;
     if (rc != LQ_OK) return rc;
-    if (s->form == LQ_FORM_ROW_LOCK && !dv->conn) return LQ_OK; /* nothing is held */
+    if (s->form == LQ_FORM_ROW_LOCK && !dv->conn && !dv->shared) return LQ_OK; /* nothing held */
     if (!in_tx && stmt && !stmt->sql) return LQ_OK; /* this form settles by letting go */
 
     int64_t now = lq__now_ms();
@@ -70,6 +113,7 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     const char *dest = s->table->dead_letter;
     if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
 
+    if (dv->shared) return settle_shared(dv, stmt, args);
     lq_conn *conn = dv->conn;
     if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
     bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */
@@ -88,9 +132,11 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     dv->tx = false;
     /* The delivery's connection goes back now, but in the advisory form,
      * where it still holds the key until lq__advisory_release. */
-    if (conn != dv->conn || s->form != LQ_FORM_ADVISORY) {
-        if (conn == dv->conn) dv->conn = NULL;
+    if (conn != dv->conn) {
         lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    } else if (s->form != LQ_FORM_ADVISORY) {
+        dv->conn = NULL;
+        lq__subscription_release_held(s, conn, rc == LQ_CONNECT);
     }
     if (lost)
         rc = lq__error(LQ_LEASE_LOST,

@@ -56,7 +56,7 @@ void lq__subscription_wake(lq_subscription *s) {
 
 /* What the table and options declare must fit together before any statement
  * is built. */
-static int check_declaration(lq_subscription *s, const lq_options *o) {
+static int check_declaration(lq_subscription *s) {
     const lq_table *t = s->table;
     char label[256];
     lq__table_label(t, label, sizeof label);
@@ -82,9 +82,14 @@ static int check_declaration(lq_subscription *s, const lq_options *o) {
         return lq__error(LQ_MISUSE,
                          "table %s: max_attempts needs a dead-letter destination, declared together",
                          label);
-    if (lq__opt_int(o, LQ_OPT_BATCH) > 0)
-        return lq__error(LQ_MISUSE, "table %s: batch subscriptions are not available in this "
-                                    "version",
+    if (s->batch && s->transactional)
+        return lq__error(LQ_MISUSE, "table %s: a batch subscription cannot be transactional "
+                                    "(each delivery of a transactional one has a transaction of "
+                                    "its own)",
+                         label);
+    if (s->batch && s->lanes)
+        return lq__error(LQ_MISUSE, "table %s: a batch subscription cannot have lanes "
+                                    "(workers_by_key)",
                          label);
     if (s->lanes && !lq__has(t, LQ_ROLE_PARTITION_KEY))
         return lq__error(LQ_MISUSE, "table %s: workers_by_key needs a partition_key column",
@@ -158,7 +163,10 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
     s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
     s->jitter_seed = (unsigned)lq__now_ms() ^ (unsigned)(uintptr_t)s;
-    lq__flow_init(&s->flow, s->workers, b->pool.size - 1);
+    s->batch = (int)lq__opt_int(o, LQ_OPT_BATCH);
+    /* A batch subscription's workers each take a batch. */
+    lq__flow_init(&s->flow, s->batch ? s->workers * s->batch : s->workers, b->pool.size - 1);
+    s->flow.batch = s->batch;
     if (s->lanes && !(s->lane_busy = calloc((size_t)s->lanes, sizeof *s->lane_busy))) {
         subscription_free(s);
         return lq__error(LQ_NOMEM, "out of memory");
@@ -171,7 +179,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->form = lq_table_form(s->table);
         plan_flow(s);
-        rc = check_declaration(s, o);
+        rc = check_declaration(s);
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
@@ -199,7 +207,34 @@ static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
 
 /* Whether another claim may start now; s->mu held. */
 static bool may_claim(lq_subscription *s) {
-    return lq__flow_may_start(&s->flow, s->in_work, s->waiting, lq__pool_spare(&s->broker->pool));
+    return lq__flow_may_start(&s->flow, s->in_work, s->waiting, s->held,
+                              lq__pool_spare(&s->broker->pool));
+}
+
+void lq__subscription_hold(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    s->held++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken) {
+    lq__pool_release(&s->broker->pool, conn, broken);
+    pthread_mutex_lock(&s->mu);
+    s->held--;
+    pthread_cond_broadcast(&s->claim_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The connections a claim's deliveries went on holding. */
+static int held_by(const lq_claimed *got) {
+    int n = 0;
+    const lq_shared_tx *last = NULL;
+    for (const lq_delivery *d = got->head; d; d = d->queue_next) {
+        if (d->conn) n++;
+        else if (d->shared && d->shared != last) n++;
+        if (d->shared) last = d->shared;
+    }
+    return n;
 }
 
 /* The lane of a row: its partition key's, or spread by id without one. */
@@ -255,6 +290,7 @@ static void *claimer_main(void *arg) {
         s->flow.running--;
         lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
         s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
+        s->held += held_by(&got);
         for (lq_delivery *d = got.head; d; d = d->queue_next) {
             lq__book_add(&s->book, &d->entry);
             d->lane = lane_of(s, d);
@@ -363,8 +399,48 @@ typedef struct worker_arg {
     int lane;
 } worker_arg;
 
+/* Settles what a handler left unsettled by its return, and lets go. */
+static void finish_delivery(lq_delivery *d, int status) {
+    if (!d->settled) {
+        int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
+        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
+    }
+    lq__delivery_unref(d);
+}
+
+/* Takes up to `capacity` waiting deliveries; s->mu held. */
+static size_t take_many(lq_subscription *s, lq_delivery **out, size_t capacity) {
+    size_t n = 0;
+    lq_delivery **slot;
+    while (n < capacity && (slot = next_ready(s, -1))) out[n++] = take_locked(s, slot);
+    return n;
+}
+
+static void *batch_worker_main(void *arg) {
+    lq_subscription *s = ((worker_arg *)arg)->s;
+    free(arg);
+    lq_delivery **batch = malloc((size_t)s->batch * sizeof *batch);
+    pthread_mutex_lock(&s->mu);
+    while (batch) {
+        while (!s->stopping && !s->queue_head) pthread_cond_wait(&s->ready_cv, &s->mu);
+        if (s->stopping) break;
+        size_t n = take_many(s, batch, (size_t)s->batch);
+        pthread_mutex_unlock(&s->mu);
+        running_handler_of = s;
+        int status = s->batch_handler(batch, n, s->userdata);
+        running_handler_of = NULL;
+        for (size_t i = 0; i < n; i++) finish_delivery(batch[i], status);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!batch) lq__log(LQ_LOG_ERROR, "a batch worker could not start: out of memory");
+    free(batch);
+    return NULL;
+}
+
 static void *worker_main(void *arg) {
     lq_subscription *s = ((worker_arg *)arg)->s;
+    if (s->batch_handler) return batch_worker_main(arg);
     int lane = s->lanes ? ((worker_arg *)arg)->lane : -1;
     free(arg);
     pthread_mutex_lock(&s->mu);
@@ -384,26 +460,22 @@ static void *worker_main(void *arg) {
         running_handler_of = s;
         int status = s->handler(d, s->userdata);
         running_handler_of = NULL;
-        if (!d->settled) {
-            int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
-            if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
-        }
-        lq__delivery_unref(d);
+        finish_delivery(d, status);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdata) {
-    lq__error_clear();
-    LQ_CHECK_ARG(s && handler, "an argument is NULL");
+static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handler_fn batch_handler,
+                      void *userdata) {
     pthread_mutex_lock(&s->mu);
     if (s->mode == LQ_MODE_PUSH) {
         pthread_mutex_unlock(&s->mu);
         return lq__error(LQ_MISUSE, "the subscription is already running");
     }
     s->handler = handler;
+    s->batch_handler = batch_handler;
     s->userdata = userdata;
     int rc = start_locked(s, LQ_MODE_PUSH);
     if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
@@ -424,6 +496,41 @@ int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdat
     }
     pthread_mutex_unlock(&s->mu);
     if (rc != LQ_OK) lq_subscription_stop(s);
+    return rc;
+}
+
+int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdata) {
+    lq__error_clear();
+    LQ_CHECK_ARG(s && handler, "an argument is NULL");
+    if (s->batch)
+        return lq__error(LQ_MISUSE, "a batch subscription runs a batch handler "
+                                    "(lq_subscription_run_batch)");
+    return start_push(s, handler, NULL, userdata);
+}
+
+int lq_subscription_run_batch(lq_subscription *s, lq_batch_handler_fn handler, void *userdata) {
+    lq__error_clear();
+    LQ_CHECK_ARG(s && handler, "an argument is NULL");
+    if (!s->batch) return lq__error(LQ_MISUSE, "lq_subscription_run_batch needs option batch");
+    return start_push(s, NULL, handler, userdata);
+}
+
+int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
+                               lq_subscription *s, int64_t timeout_ms) {
+    lq__error_clear();
+    LQ_CHECK_ARG(out && count_out && s && capacity > 0, "an argument is NULL or zero");
+    *count_out = 0;
+    pthread_mutex_lock(&s->mu);
+    int rc = start_locked(s, LQ_MODE_PULL);
+    struct timespec deadline = lq__deadline_in(timeout_ms);
+    while (rc == LQ_OK && !s->stopping && !next_ready(s, -1)) {
+        if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
+            rc = lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
+    }
+    if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (rc == LQ_OK) *count_out = take_many(s, out, capacity);
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }
 

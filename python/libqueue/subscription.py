@@ -70,6 +70,30 @@ def _lq_py_handler(pointer: Any, userdata: Any) -> int:
         delivery._kill("its handler returned")
 
 
+@ffi.def_extern(error=1, onerror=_handler_error)
+def _lq_py_batch_handler(pointers: Any, count: int, userdata: Any) -> int:
+    """Called by the core's worker threads with each batch of a batch
+    subscription."""
+    subscription: Subscription = ffi.from_handle(userdata)
+    batch = [Delivery(pointers[i], subscription, owned=False) for i in range(count)]
+    previous = getattr(_tls, "subscription", None)
+    _tls.subscription = subscription
+    try:
+        handler = subscription._handler
+        if handler is None:
+            return 1
+        handler(batch)
+        return 0
+    except Exception:
+        logger.exception("batch handler raised on rows %s of %r; the rows left unsettled will "
+                         "be retried", [d.id for d in batch], subscription.table.name)
+        return 1
+    finally:
+        _tls.subscription = previous
+        for delivery in batch:
+            delivery._kill("its handler returned")
+
+
 class Subscription:
     """A subscription to one queue table; made by ``Broker.subscribe``.
 
@@ -160,6 +184,16 @@ class Subscription:
             @subscription.run
             def handle(delivery): ...
         """
+        return self._start(handler, lib._lq_py_handler, lib.lq_subscription_run)
+
+    def run_batch(self, handler: Callable[[list], Any]) -> Callable[[list], Any]:
+        """Push mode of a batch subscription (``batch=n``): the core's workers
+        call ``handler(deliveries)`` with up to n at a time. Deliveries the
+        handler leaves unsettled are acked when it returns and retried when it
+        raises. In the row lock form a batch shares one transaction."""
+        return self._start(handler, lib._lq_py_batch_handler, lib.lq_subscription_run_batch)
+
+    def _start(self, handler: Any, trampoline: Any, start: Any) -> Any:
         if not callable(handler):
             raise TypeError("handler must be callable")
         with self._lock, self._using() as pointer:
@@ -169,7 +203,7 @@ class Subscription:
             self._handle = ffi.new_handle(self)
             with _registry_lock:
                 _running.add(self)
-            status = lib.lq_subscription_run(pointer, lib._lq_py_handler, self._handle)
+            status = start(pointer, trampoline, self._handle)
             if status != lib.LQ_OK:
                 error = last_error(status, "run")
                 self._handler = None
@@ -213,6 +247,27 @@ class Subscription:
                     check(status, "next")
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def next_batch(self, timeout: Optional[float] = None, capacity: int = 100) -> list:
+        """Up to ``capacity`` claimed deliveries, waiting up to ``timeout``
+        seconds for the first; an empty list when none came in time."""
+        out = ffi.new("lq_delivery *[]", capacity)
+        count = ffi.new("size_t *")
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            if deadline is None:
+                wait_s = _WAIT_SLICE_S
+            else:
+                wait_s = min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
+            with self._using() as pointer:
+                status = lib.lq_subscription_next_batch(out, capacity, count, pointer,
+                                                        int(wait_s * 1000))
+                if status == lib.LQ_OK:
+                    return [Delivery(out[i], self, owned=True) for i in range(count[0])]
+                if status != lib.LQ_TIMEOUT:
+                    check(status, "next_batch")
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
 
     def deliveries(self, timeout: Optional[float] = None) -> Iterator[Delivery]:
         """Pulled deliveries until one does not come within ``timeout``

@@ -7,25 +7,25 @@ int main(void) {
     lq__flow_init(&f, 4, 7); /* workers(4), a pool of 8 */
 
     /* Probing at first: one claim of one row, even with four free workers. */
-    CHECK(lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 1;
-    CHECK(!lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
     lq__flow_claimed(&f, 1, false);
     /* Rows came: a claim in flight for each free worker. */
-    CHECK(lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 4;
-    CHECK(!lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 2;
-    CHECK(lq__flow_may_start(&f, 0, 0, 8));
-    CHECK(!lq__flow_may_start(&f, 2, 0, 8)); /* two in work, two claims coming */
+    CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
+    CHECK(!lq__flow_may_start(&f, 2, 0, 2, 8)); /* two in work, two claims coming */
     CHECK(lq__flow_claim_size(&f, 0, 0) == 1);
 
     /* An empty claim: one claim per wait until rows come again. */
     f.running = 0;
     lq__flow_claimed(&f, 0, false);
-    CHECK(lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 1;
-    CHECK(!lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 0;
     lq__flow_claimed(&f, 0, true); /* a failure probes too */
     CHECK(f.probing);
@@ -33,22 +33,22 @@ int main(void) {
 
     /* A claim beside another needs a connection to spare. */
     f.running = 1;
-    CHECK(!lq__flow_may_start(&f, 0, 0, 1));
-    CHECK(lq__flow_may_start(&f, 0, 0, 2));
+    CHECK(!lq__flow_may_start(&f, 0, 0, 0, 1));
+    CHECK(lq__flow_may_start(&f, 0, 0, 0, 2));
 
     /* Where deliveries hold connections: never more than the pool less one. */
     lq__flow_init(&f, 8, 3); /* workers(8), a pool of 4 */
     f.holds = true;
     lq__flow_claimed(&f, 1, false);
-    CHECK(lq__flow_may_start(&f, 2, 0, 4));
-    CHECK(!lq__flow_may_start(&f, 3, 0, 4));
-    CHECK(!lq__flow_may_start(&f, 2, 1, 4));
+    CHECK(lq__flow_may_start(&f, 2, 0, 2, 4));
+    CHECK(!lq__flow_may_start(&f, 3, 0, 3, 4));
+    CHECK(!lq__flow_may_start(&f, 2, 1, 3, 4));
     f.running = 1;
-    CHECK(!lq__flow_may_start(&f, 2, 0, 4));
+    CHECK(!lq__flow_may_start(&f, 2, 0, 2, 4));
     /* Leases hold nothing between statements; claims still stop one short. */
     f.holds = false;
     f.running = 3;
-    CHECK(!lq__flow_may_start(&f, 0, 0, 4));
+    CHECK(!lq__flow_may_start(&f, 0, 0, 0, 4));
 
     /* One claim in flight: single-writer tables ask a row for every worker seen. */
     lq__flow_init(&f, 4, 7);
@@ -59,11 +59,18 @@ int main(void) {
     CHECK(f.seen == 4);
     CHECK(lq__flow_claim_size(&f, 3, 0) == 4);
     f.running = 1;
-    CHECK(!lq__flow_may_start(&f, 0, 0, 8));
+    CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 0;
     f.claim_seen = false; /* FIFO and partition-key tables: the free workers */
     CHECK(lq__flow_claim_size(&f, 1, 0) == 3);
-    CHECK(!lq__flow_may_start(&f, 2, 2, 8)); /* nobody free */
+    CHECK(!lq__flow_may_start(&f, 2, 2, 4, 8)); /* nobody free */
+
+    /* A row lock batch shares one connection: what counts is what is held. */
+    lq__flow_init(&f, 20, 3);
+    f.holds = true;
+    lq__flow_claimed(&f, 10, false);
+    CHECK(lq__flow_may_start(&f, 10, 0, 1, 4));
+    CHECK(!lq__flow_may_start(&f, 10, 0, 3, 4));
 
     /* A batch subscription claims its batch. */
     f.batch = 10;

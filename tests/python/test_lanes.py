@@ -170,3 +170,50 @@ def test_a_small_pool_keeps_a_connection_for_the_handlers(db, form) -> None:
         assert in_work <= 3
         assert held_most[0] <= 3
     assert len(published) >= 1, "a handler's own publish was starved"
+
+
+def test_batch_subscription(db, form) -> None:
+    """A batch handler receives up to n deliveries at once and settles each."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 25
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        sizes = Recorder()
+        with broker.subscribe(table, batch=10, poll_interval_ms=POLL_MS) as sub:
+            @sub.run_batch
+            def handle(batch: list) -> None:
+                sizes.add(len(batch))
+                for d in batch[1:]:
+                    d.ack()  # the first is acked by the return
+
+            wait_until(lambda: db.count("jobs") == 0, what="every row")
+    assert sum(sizes.snapshot()) == rows
+    assert max(sizes.snapshot()) > 1 and max(sizes.snapshot()) <= 10
+
+
+@pytest.mark.forms("row_lock")
+def test_a_row_lock_batch_shares_one_transaction(db, form) -> None:
+    """One failing settlement rolls the whole batch back: every row returns,
+    the acked ones too, and later settlements say so."""
+    table = make_table(form, dead_letter="parked")
+    db.create_table(table)
+    db.create_table(table, name="parked", extra=["CHECK (false)"])  # every move fails
+    broker = libqueue.Broker(db.url)
+    try:
+        broker.publish_many(table, [b"%d" % i for i in range(3)])
+        with broker.subscribe(table, batch=3, poll_interval_ms=POLL_MS) as sub:
+            batch = sub.next_batch(5, capacity=3)
+            assert len(batch) == 3
+            batch[0].ack()
+            assert db.count("jobs") == 3  # not before the batch commits
+            with pytest.raises(libqueue.BackendError):
+                batch[1].dead_letter()
+            with pytest.raises(libqueue.BatchRolledBack):
+                batch[2].ack()
+            for d in batch:
+                d.release()
+            sub.stop()
+        assert db.count("jobs") == 3
+    finally:
+        broker.close()

@@ -132,7 +132,7 @@ void lq__advisory_release(lq_delivery *dv) {
     }
     if (dv->conn) {
         /* A lock whose release is not confirmed ends with its session. */
-        lq__pool_release(&s->broker->pool, dv->conn, !confirmed);
+        lq__subscription_release_held(s, dv->conn, !confirmed);
         dv->conn = NULL;
     }
 }

@@ -4,6 +4,7 @@
 #include "../clock.h"
 #include "../runtime.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct claim_ctx {
@@ -19,9 +20,20 @@ static int on_claimed_row(void *arg, const lq_value *cols, int count) {
     return rc;
 }
 
-/* One row per claim: each delivery settles in its own transaction. */
+/* The rows of a batch claim share the claim's transaction. */
+static int share_transaction(lq_claimed *out, lq_conn *conn) {
+    lq_shared_tx *tx = calloc(1, sizeof *tx);
+    if (!tx) return lq__error(LQ_NOMEM, "out of memory");
+    pthread_mutex_init(&tx->mu, NULL);
+    tx->conn = conn;
+    tx->open = out->count;
+    for (lq_delivery *d = out->head; d; d = d->queue_next) d->shared = tx;
+    return LQ_OK;
+}
+
+/* One row per claim, each settling in its own transaction; or a batch
+ * subscription's batch, sharing one. */
 int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
-    (void)limit;
     const lq_dialect *d = s->broker->dialect;
     lq_conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
@@ -29,14 +41,16 @@ int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
     lq_value args[LQ_P_COUNT] = {0};
     if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = lq__now_ms()};
-    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = 1};
+    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = s->batch ? limit : 1};
     claim_ctx ctx = {out, s};
     bool guarded = true;
     rc = d->begin(conn, s->table->isolation);
     if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
     if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
-    if (rc == LQ_OK && out->count == 1) {
-        out->head->conn = conn; /* the open transaction now belongs to the delivery */
+    if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
+    if (rc == LQ_OK && out->count > 0) {
+        /* The open transaction now belongs to the delivery, or the batch. */
+        if (!s->batch) out->head->conn = conn;
         return LQ_OK;
     }
     d->rollback(conn);
