@@ -124,7 +124,10 @@ typedef enum lq_option {
     LQ_OPT_LEASE_MS = 24,           /* lease length, whole seconds; default 30000 */
     LQ_OPT_MAX_ATTEMPTS = 25,       /* dead-letter after this many; default 0 = none */
     LQ_OPT_TRANSACTIONAL = 26,      /* handler writes commit with the ack; default 0 */
-    LQ_OPT_GROUP = 27               /* string: the group read (group column); none */
+    LQ_OPT_GROUP = 27,              /* string: the group read (group column); none */
+    LQ_OPT_ON_THREADS = 28,         /* push handlers on n dedicated threads, each with
+                                       a pool of its own for lq_delivery_exec; 0 = off */
+    LQ_OPT_THREAD_CONNECTIONS = 29  /* connections of each on_threads pool; default 1 */
 } lq_option;
 
 typedef enum lq_option_type {
@@ -381,12 +384,13 @@ LQ_API int lq_delivery_ack(lq_delivery *delivery);
 LQ_API int lq_delivery_retry(lq_delivery *delivery);
 LQ_API int lq_delivery_retry_after(lq_delivery *delivery, int64_t delay_ms);
 LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
-/* Transactional mode: runs one statement of the handler's own on the
- * delivery's transaction, with text parameters in the database's own
- * placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a NULL entry is SQL
- * NULL). An ack commits these statements with the settlement; every other
- * outcome rolls them back. changes_out (may be NULL) receives the rows
- * written. LQ_MISUSE outside transactional mode. */
+/* Runs one statement of the handler's own, with text parameters in the
+ * database's own placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a
+ * NULL entry is SQL NULL). In transactional mode it runs on the delivery's
+ * transaction: an ack commits it with the settlement, every other outcome
+ * rolls it back. Otherwise it commits on its own, on a connection of the
+ * handler thread's own pool (on_threads) or of the broker's pool.
+ * changes_out (may be NULL) receives the rows written. */
 LQ_API int lq_delivery_exec(int64_t *changes_out, lq_delivery *delivery, const char *sql,
                             const char *const *params, size_t count);
 /* Frees a pulled delivery. One never settled goes back to the queue at once,

@@ -171,6 +171,19 @@ int lq__broker_attach(lq_broker *b, lq_subscription *s) {
         pthread_mutex_unlock(&b->mu);
         return lq__error(LQ_CLOSED, "the broker is closed");
     }
+    /* The pool plus every handler thread's connections within the limit. */
+    int64_t limit = lq__opt_int(b->options, LQ_OPT_CONNECTION_LIMIT);
+    int threads = s->on_threads * s->thread_connections;
+    if (limit > 0 && b->pool.size + b->thread_connections + threads > limit) {
+        int pool = b->pool.size, others = b->thread_connections;
+        pthread_mutex_unlock(&b->mu);
+        return lq__error(LQ_CONNECTION_LIMIT,
+                         "connection_limit %lld: a pool of %d, %d connections of other "
+                         "subscriptions' threads and %d threads x %d connections of this one "
+                         "make %d",
+                         (long long)limit, pool, others, s->on_threads, s->thread_connections,
+                         pool + others + threads);
+    }
     for (lq_subscription *o = b->subscriptions; o; o = o->next_in_broker) {
         bool same_group = (!o->group && !s->group) ||
                           (o->group && s->group && strcmp(o->group, s->group) == 0);
@@ -188,6 +201,7 @@ int lq__broker_attach(lq_broker *b, lq_subscription *s) {
     if (rc == LQ_OK) {
         s->next_in_broker = b->subscriptions;
         b->subscriptions = s;
+        b->thread_connections += threads;
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -198,6 +212,7 @@ void lq__broker_detach(lq_broker *b, lq_subscription *s) {
     for (lq_subscription **p = &b->subscriptions; *p; p = &(*p)->next_in_broker) {
         if (*p == s) {
             *p = s->next_in_broker;
+            b->thread_connections -= s->on_threads * s->thread_connections;
             break;
         }
     }

@@ -162,13 +162,23 @@ int lq_delivery_exec(int64_t *changes_out, lq_delivery *d, const char *sql,
     lq__error_clear();
     LQ_CHECK_ARG(d && sql, "an argument is NULL");
     if (changes_out) *changes_out = 0;
+    const lq_dialect *dialect = d->sub->broker->dialect;
     pthread_mutex_lock(&d->mu);
-    int rc;
-    if (d->settled) rc = lq__error(LQ_MISUSE, "row %lld is already settled", (long long)d->id);
-    else if (!d->tx)
-        rc = lq__error(LQ_MISUSE, "lq_delivery_exec needs a transactional subscription "
-                                  "(option transactional)");
-    else rc = d->sub->broker->dialect->execute(changes_out, d->conn, sql, params, (int)count);
+    int rc = LQ_OK;
+    if (d->settled) {
+        rc = lq__error(LQ_MISUSE, "row %lld is already settled", (long long)d->id);
+    } else if (d->tx) {
+        rc = dialect->execute(changes_out, d->conn, sql, params, (int)count);
+    } else {
+        /* Not transactional: a statement of its own, on the handler thread's
+         * pool (on_threads) or the broker's. */
+        lq_pool *pool = lq__thread_pool(d->sub) ? lq__thread_pool(d->sub) : &d->sub->broker->pool;
+        lq_conn *conn;
+        if ((rc = lq__pool_acquire(&conn, pool)) == LQ_OK) {
+            rc = dialect->execute(changes_out, conn, sql, params, (int)count);
+            lq__pool_release(pool, conn, rc == LQ_CONNECT);
+        }
+    }
     pthread_mutex_unlock(&d->mu);
     return rc;
 }

@@ -7,11 +7,16 @@
 
 int lq__pool_init(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
                   const lq_options *options) {
+    return lq__pool_init_sized(pool, d, target, options, (int)lq__opt_int(options, LQ_OPT_POOL_SIZE));
+}
+
+int lq__pool_init_sized(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
+                        const lq_options *options, int size) {
     pthread_condattr_t attr;
     pool->dialect = d;
     pool->target = target;
     pool->options = options;
-    pool->size = (int)lq__opt_int(options, LQ_OPT_POOL_SIZE);
+    pool->size = size;
     pool->acquire_timeout_ms = lq__opt_int(options, LQ_OPT_ACQUIRE_TIMEOUT_MS);
     pool->idle_count = pool->open = 0;
     pool->idle = calloc((size_t)pool->size, sizeof *pool->idle);

@@ -22,6 +22,10 @@ typedef struct lq_pool {
 
 LQ_HIDDEN int lq__pool_init(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
                             const lq_options *options);
+/* The same, `size` connections instead of the pool_size option. */
+LQ_HIDDEN int lq__pool_init_sized(lq_pool *pool, const lq_dialect *d,
+                                  const lq_broker_target *target, const lq_options *options,
+                                  int size);
 LQ_HIDDEN void lq__pool_destroy(lq_pool *pool);
 /* Lends a connection, opening one while the pool has room, else waiting up
  * to the acquire timeout (LQ_TIMEOUT, with the pool's numbers). */

@@ -24,6 +24,7 @@ struct lq_broker {
     lq_stmt *statements;            /* interned, so prepared copies are reused */
     size_t statement_count;
     struct lq_listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
+    int thread_connections;         /* the on_threads pools of its subscriptions */
 };
 
 /* A row lock batch: the rows of one claim share its transaction, which
@@ -80,6 +81,8 @@ struct lq_subscription {
     int batch;    /* rows per claim of a batch subscription, or 0 */
     lq_batch_handler_fn batch_handler;
     int lanes;    /* workers_by_key: lanes by partition key, or 0 */
+    int on_threads;          /* handler threads with pools of their own, or 0 */
+    int thread_connections;  /* each such pool's size */
     int *lane_busy; /* per lane: deliveries in work */
 
     pthread_mutex_t mu;
@@ -131,6 +134,10 @@ LQ_HIDDEN int lq__notify_publish(lq_broker *b, lq_conn *conn, const lq_table *t,
 LQ_HIDDEN void lq__broker_wake_all(lq_broker *b);
 /* Wakes the subscriptions whose table label is `channel` (and group). */
 LQ_HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *group);
+
+/* The pool of the handler thread running now, when it runs a handler of `s`
+ * under on_threads; else NULL. */
+LQ_HIDDEN lq_pool *lq__thread_pool(const lq_subscription *s);
 
 /* Deliveries. */
 /* Makes a delivery from a row in LQ_COL_* order. */

@@ -18,6 +18,12 @@
 /* The subscription whose handler this thread is running, if any: stop waits
  * for handlers, so it cannot be called from one of its own. */
 static _Thread_local lq_subscription *running_handler_of;
+/* The pool of this handler thread, under on_threads. */
+static _Thread_local lq_pool *own_pool;
+
+lq_pool *lq__thread_pool(const lq_subscription *s) {
+    return running_handler_of == s ? own_pool : NULL;
+}
 
 static void cond_init(pthread_cond_t *cv) {
     pthread_condattr_t attr;
@@ -157,7 +163,11 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     cond_init(&s->keeper_cv);
     lq__book_init(&s->book);
     s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
-    s->workers = s->lanes ? s->lanes : (int)lq__opt_int(o, LQ_OPT_WORKERS);
+    s->on_threads = (int)lq__opt_int(o, LQ_OPT_ON_THREADS);
+    s->thread_connections = (int)lq__opt_int(o, LQ_OPT_THREAD_CONNECTIONS);
+    s->workers = s->lanes       ? s->lanes
+                 : s->on_threads ? s->on_threads
+                                 : (int)lq__opt_int(o, LQ_OPT_WORKERS);
     s->poll_ms = lq__opt_int(o, LQ_OPT_POLL_INTERVAL_MS);
     s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
     s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
@@ -438,7 +448,27 @@ static void *batch_worker_main(void *arg) {
     return NULL;
 }
 
+static void *handler_thread_main(void *arg);
+
+/* Under on_threads a handler thread has a pool of its own, opened on the
+ * thread and closed when it ends. */
 static void *worker_main(void *arg) {
+    lq_subscription *s = ((worker_arg *)arg)->s;
+    if (!s->on_threads) return handler_thread_main(arg);
+    lq_pool pool;
+    if (lq__pool_init_sized(&pool, s->broker->dialect, &s->broker->target, s->broker->options,
+                            s->thread_connections) != LQ_OK) {
+        lq__log_error(LQ_LOG_ERROR, "a handler thread's pool");
+        return handler_thread_main(arg);
+    }
+    own_pool = &pool;
+    void *result = handler_thread_main(arg);
+    own_pool = NULL;
+    lq__pool_destroy(&pool);
+    return result;
+}
+
+static void *handler_thread_main(void *arg) {
     lq_subscription *s = ((worker_arg *)arg)->s;
     if (s->batch_handler) return batch_worker_main(arg);
     int lane = s->lanes ? ((worker_arg *)arg)->lane : -1;

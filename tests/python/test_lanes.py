@@ -217,3 +217,22 @@ def test_a_row_lock_batch_shares_one_transaction(db, form) -> None:
         assert db.count("jobs") == 3
     finally:
         broker.close()
+
+
+def test_on_threads_pools_count_against_the_connection_limit(db) -> None:
+    """Handler threads with pools of their own: the pool plus every thread's
+    connections stay within connection_limit, or the subscription does not
+    start, saying why."""
+    table = make_table("lease" if db.dialect == "sqlite" else "row_lock")
+    db.create_table(table)
+    db.execute("CREATE TABLE audit (note TEXT)")
+    with libqueue.Broker(db.url, pool_size=4, connection_limit=7) as broker:
+        with pytest.raises(libqueue.ConnectionLimit) as info:
+            broker.subscribe(table, on_threads=2, thread_connections=2)
+        assert "4" in str(info.value) and "2 threads x 2" in str(info.value)
+        broker.publish_many(table, [b"a", b"b", b"c"])
+        insert = "INSERT INTO audit (note) VALUES (%s)" % db.placeholder(1)
+        with broker.subscribe(table, on_threads=3, poll_interval_ms=POLL_MS) as sub:
+            sub.run(lambda d: d.execute(insert, d.payload.decode()))
+            wait_until(lambda: db.count("jobs") == 0, what="every row")
+    assert sorted(r[0] for r in db.query("SELECT note FROM audit")) == ["a", "b", "c"]

@@ -217,14 +217,14 @@ def test_transactional_writes_commit_with_the_ack(db, broker, form) -> None:
     assert db.query("SELECT id FROM jobs") == [(second,)]
 
 
-def test_execute_needs_transactional_mode(db, broker, form) -> None:
+def test_execute_outside_transactional_mode_commits_on_its_own(db, broker, form) -> None:
     table = make_table(form)
     db.create_table(table)
     db.execute("CREATE TABLE audit (note TEXT)")
     broker.publish(table, b"x")
     with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
         with one(sub) as d:
-            with pytest.raises(libqueue.Misuse):
-                d.execute("INSERT INTO audit (note) VALUES (%s)" % db.placeholder(1), "x")
-            d.ack()
-    assert db.count("audit") == 0
+            assert d.execute("INSERT INTO audit (note) VALUES (%s)" % db.placeholder(1), "x") == 1
+            sub.stop()
+            d.retry()
+    assert db.count("audit") == 1  # not rolled back by the retry
