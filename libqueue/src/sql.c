@@ -478,6 +478,37 @@ int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table
     return build_insert(&b);
 }
 
+int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, take, d, t);
+    bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
+    if (counts) {
+        lq__sql_add(&b, "UPDATE ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " SET ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " = ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " + 1 WHERE ");
+    } else {
+        lq__sql_add(&b, "SELECT ");
+        lq__sql_row_columns(&b, NULL);
+        lq__sql_add(&b, " FROM ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " WHERE ");
+    }
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_ID);
+    lq__sql_add(&b, " AND ");
+    lq__sql_claim_where(&b, false);
+    if (counts) {
+        lq__sql_add(&b, " RETURNING ");
+        lq__sql_row_columns(&b, " - 1");
+    }
+    return lq__sql_finish(&b);
+}
+
 void lq__sqlset_free(lq_sqlset *set) {
     lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp, &set->guard,
                       &set->ack,         &set->retry, &set->release,

@@ -97,6 +97,11 @@ LQ_HIDDEN void lq__sql_literal(lq_sql *b, const char *text);
  * dialect's claims. */
 LQ_HIDDEN int lq__sqlset_build(lq_sqlset *set, const struct lq_dialect *d, const lq_table *t);
 LQ_HIDDEN void lq__sqlset_free(lq_sqlset *set);
+/* The advisory take where an update returns rows: count the attempt of a
+ * candidate still claimable and read it as it was (or only read it, without
+ * an attempt column). */
+LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialect *d,
+                                           const lq_table *t);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
 

@@ -307,32 +307,7 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
 
-    lq__sql_start(&b, &set->take, &lq__postgres_dialect, t);
-    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
-        lq__sql_add(&b, "UPDATE ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " SET ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " = ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " + 1 WHERE ");
-    } else {
-        lq__sql_add(&b, "SELECT ");
-        lq__sql_row_columns(&b, NULL);
-        lq__sql_add(&b, " FROM ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " WHERE ");
-    }
-    lq__sql_id(&b);
-    lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_ID);
-    lq__sql_add(&b, " AND ");
-    lq__sql_claim_where(&b, false);
-    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
-        lq__sql_add(&b, " RETURNING ");
-        lq__sql_row_columns(&b, " - 1");
-    }
-    return lq__sql_finish(&b);
+    return lq__sql_build_take_returning(&set->take, &lq__postgres_dialect, t);
 }
 
 /* FIFO: the claim's transaction first takes a lock on the hash of the table
