@@ -6,7 +6,7 @@ void lq__flow_init(lq_flow *f, int workers, int budget) {
 }
 
 int lq__flow_free(const lq_flow *f, int in_work, int waiting) {
-    int free_workers = f->workers - in_work - waiting - f->running;
+    int free_workers = f->workers - in_work - waiting - f->asked;
     return free_workers > 0 ? free_workers : 0;
 }
 
@@ -24,7 +24,7 @@ bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int held, in
 int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting) {
     if (f->batch) return f->batch;
     int free_workers = lq__flow_free(f, in_work, waiting);
-    if (!f->one_claim) return 1; /* claims in flight for the other free workers */
+    if (!f->one_claim && f->holds) return 1; /* claims in flight for the other free workers */
     if (f->claim_seen && f->seen > free_workers) return f->seen;
     return free_workers > 0 ? free_workers : 1;
 }

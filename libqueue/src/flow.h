@@ -1,7 +1,9 @@
 /* The claim flow: how many claims a subscription keeps in flight and how many
  * rows each asks for. Pure arithmetic on the subscription's counts, so the
  * rules of seeds/lanes.txt are tested on their own (tests/c/test_flow.c):
- * - a claim in flight for each free worker, one row each;
+ * - claims in flight for the free workers: one row each where a delivery
+ *   holds a connection (each settles in its own transaction), else one claim
+ *   for all the free workers (one commit for many rows);
  * - one claim at a time while probing (after a claim that took nothing or
  *   failed), and always on tables that keep one claim in flight;
  * - a claim beside another only while the pool has a connection to spare;
@@ -20,6 +22,7 @@ typedef struct lq_flow {
     int batch;          /* rows per claim of a batch subscription, or 0 */
     bool probing;       /* after an empty or failed claim */
     int running;        /* claims in flight */
+    int asked;          /* rows the claims in flight asked for */
     int seen;           /* the most workers seen busy at once */
 } lq_flow;
 

@@ -4,6 +4,7 @@
 #ifndef LQ_RUNTIME_H
 #define LQ_RUNTIME_H
 
+#include "coalesce.h"
 #include "flow.h"
 #include "headers.h"
 #include "lease_book.h"
@@ -82,6 +83,8 @@ struct lq_subscription {
     lq_batch_handler_fn batch_handler;
     int lanes;    /* workers_by_key: lanes by partition key, or 0 */
     int on_threads;          /* handler threads with pools of their own, or 0 */
+    bool coalesce;           /* settlements of concurrent deliveries commit together */
+    lq_coalescer coalescer;
     int thread_connections;  /* each such pool's size */
     int *lane_busy; /* per lane: deliveries in work */
 

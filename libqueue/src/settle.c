@@ -114,6 +114,17 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
 
     if (dv->shared) return settle_shared(dv, stmt, args);
+    if (s->coalesce && !in_tx && !dv->conn && stmt) {
+        /* One statement on a pool connection: commit it with the others. */
+        int64_t changes = 0;
+        rc = lq__coalesced_exec(&changes, &s->coalescer, &s->broker->pool, stmt, args);
+        if (rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE)
+            rc = lq__error(LQ_LEASE_LOST,
+                           "row %lld: its lease ran out and another claim holds it; the %s "
+                           "changed nothing",
+                           (long long)dv->id, outcome_name(outcome));
+        return rc;
+    }
     lq_conn *conn = dv->conn;
     if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
     bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */

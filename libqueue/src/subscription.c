@@ -44,6 +44,7 @@ static void subscription_free(lq_subscription *s) {
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
     pthread_cond_destroy(&s->keeper_cv);
+    lq__coalescer_destroy(&s->coalescer);
     lq_broker *b = s->broker;
     free(s);
     lq__broker_unref(b);
@@ -162,6 +163,9 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     cond_init(&s->ready_cv);
     cond_init(&s->keeper_cv);
     lq__book_init(&s->book);
+    lq__coalescer_init(&s->coalescer);
+    int64_t coalesce = lq__opt_int(o, LQ_OPT_COALESCE);
+    s->coalesce = coalesce < 0 ? !b->dialect->single_writer : coalesce != 0;
     s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
     s->on_threads = (int)lq__opt_int(o, LQ_OPT_ON_THREADS);
     s->thread_connections = (int)lq__opt_int(o, LQ_OPT_THREAD_CONNECTIONS);
@@ -286,6 +290,7 @@ static void *claimer_main(void *arg) {
         }
         int limit = lq__flow_claim_size(&s->flow, s->in_work, s->waiting);
         s->flow.running++;
+        s->flow.asked += limit;
         s->woken = false;
         pthread_mutex_unlock(&s->mu);
 
@@ -298,6 +303,7 @@ static void *claimer_main(void *arg) {
 
         pthread_mutex_lock(&s->mu);
         s->flow.running--;
+        s->flow.asked -= limit;
         lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
         s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
         s->held += held_by(&got);

@@ -4,29 +4,38 @@
 
 int main(void) {
     lq_flow f;
-    lq__flow_init(&f, 4, 7); /* workers(4), a pool of 8 */
+    lq__flow_init(&f, 4, 7); /* workers(4), a pool of 8, row locks */
+    f.holds = true;
 
     /* Probing at first: one claim of one row, even with four free workers. */
     CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
-    f.running = 1;
+    f.running = f.asked = 1;
     CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
     lq__flow_claimed(&f, 1, false);
-    /* Rows came: a claim in flight for each free worker. */
+    /* Rows came: a claim in flight for each free worker, one row each. */
     CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
-    f.running = 4;
+    f.running = f.asked = 4;
     CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
-    f.running = 2;
+    f.running = f.asked = 2;
     CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
     CHECK(!lq__flow_may_start(&f, 2, 0, 2, 8)); /* two in work, two claims coming */
     CHECK(lq__flow_claim_size(&f, 0, 0) == 1);
+    /* Where deliveries hold nothing, one claim asks for every free worker. */
+    f.holds = false;
+    f.running = f.asked = 0;
+    CHECK(lq__flow_claim_size(&f, 1, 0) == 3);
+    f.running = 1;
+    f.asked = 3;
+    CHECK(!lq__flow_may_start(&f, 1, 0, 0, 8)); /* all asked for */
+    f.holds = true;
 
     /* An empty claim: one claim per wait until rows come again. */
-    f.running = 0;
+    f.running = f.asked = 0;
     lq__flow_claimed(&f, 0, false);
     CHECK(lq__flow_may_start(&f, 0, 0, 0, 8));
     f.running = 1;
     CHECK(!lq__flow_may_start(&f, 0, 0, 0, 8));
-    f.running = 0;
+    f.running = f.asked = 0;
     lq__flow_claimed(&f, 0, true); /* a failure probes too */
     CHECK(f.probing);
     lq__flow_claimed(&f, 2, false);
