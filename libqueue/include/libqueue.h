@@ -232,8 +232,10 @@ typedef struct lq_broker lq_broker;
 
 /* Opens a broker on a URL:
  *   sqlite:///absolute/path/jobs.db   sqlite:relative/jobs.db
+ *   postgresql://user@host:5432/db    postgres://...  (libpq parses it)
+ *   mysql://user:pass@host:3306/db    mariadb://...   (?socket=, ?ssl_mode=, ...)
  * The dialect is picked from the scheme and checked against the database
- * (SQLite 3.35 or later). Fails with LQ_MISUSE for a malformed URL,
+ * (SQLite 3.35, PostgreSQL 9.5, MySQL 8.0.1, MariaDB 10.6 or later). Fails with LQ_MISUSE for a malformed URL,
  * LQ_DIALECT for an unknown scheme, LQ_CONNECT when the database cannot be
  * opened, LQ_SERVER_TOO_OLD below the floor. `options` may be NULL.
  * Ownership: the caller closes it with lq_broker_close. */

@@ -14,6 +14,7 @@ static const struct {
     {"sqlite:", &lq__sqlite_dialect},
     {"postgresql://", &lq__postgres_dialect},
     {"postgres://", &lq__postgres_dialect},
+    {"mysql://", &lq__mysql_dialect}, {"mariadb://", &lq__mysql_dialect},
 };
 
 const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
@@ -57,7 +58,7 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     const lq_dialect *d = lq__dialect_for_url(url, &rest);
     if (!d)
         return lq__error(LQ_DIALECT, "\"%s\": unknown scheme; libqueue takes sqlite:, "
-                                     "postgresql:// and postgres:// URLs",
+                                     "postgresql://, postgres://, mysql:// and mariadb:// URLs",
                          url);
     int64_t pool_size = lq__opt_int(options, LQ_OPT_POOL_SIZE);
     int64_t limit = lq__opt_int(options, LQ_OPT_CONNECTION_LIMIT);

@@ -112,6 +112,7 @@ typedef struct lq_dialect {
 /* The built-in dialects, and the one a URL names. */
 LQ_HIDDEN extern const lq_dialect lq__sqlite_dialect;
 LQ_HIDDEN extern const lq_dialect lq__postgres_dialect;
+LQ_HIDDEN extern const lq_dialect lq__mysql_dialect;
 LQ_HIDDEN const lq_dialect *lq__dialect_for_url(const char *url, const char **rest);
 
 #endif

@@ -54,14 +54,14 @@ lq_stop_servers() {
     rm -rf "$LQ_SERVERS"
 }
 
-LQ_MARIADB_PORT=${LQ_MARIADB_PORT:-33306}
-
 # Starts a private MariaDB: its own datadir, socket and pid file under
-# $LQ_SERVERS/mariadb, TCP on loopback only, no binary log. Creates database
-# lqtest and a user lq (password lq) with every privilege (the suites create
-# and drop a database per test), and exports LQ_TEST_MARIADB_URL.
+# $LQ_SERVERS/mariadb, TCP on loopback only (a free port, or $LQ_MARIADB_PORT),
+# no binary log. Creates database lqtest and a user lq (password lq) with
+# every privilege (the suites create and drop a database per test), and
+# exports LQ_TEST_MARIADB_URL and LQ_MARIADB_SOCKET.
 lq_start_mariadb() {
     local dir=$LQ_SERVERS/mariadb user=root
+    LQ_MARIADB_PORT=${LQ_MARIADB_PORT:-$(lq_free_port)}
     command -v mariadbd >/dev/null 2>&1 || [[ -x /usr/sbin/mariadbd ]] ||
         { echo "no MariaDB server installed"; return 1; }
     local server

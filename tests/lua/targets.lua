@@ -172,6 +172,54 @@ function Postgres:close()
 end
 
 ---------------------------------------------------------------------------
+-- MariaDB (or MySQL) on a server given by LQ_TEST_MARIADB_URL, through the
+-- mariadb client: each test gets a database of its own, dropped at the end.
+-- The client's session reads double quotes as identifiers (ANSI_QUOTES), so
+-- the suite's quoting holds, and keeps times in UTC, as the core does.
+
+local MARIADB = os.getenv("LQ_MARIADB_CLIENT") or "mariadb"
+
+local Mariadb = setmetatable({}, Base)
+Mariadb.__index = Mariadb
+
+local function unescape(s)
+  return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+function Mariadb.new(_dir)
+  local server = os.getenv("LQ_TEST_MARIADB_URL")
+  local scheme, user, password, host, port =
+    server:match("^(%a+)://([^:@/]*):?([^@/]*)@([^:/]+):?(%d*)/")
+  assert(user, "cannot read LQ_TEST_MARIADB_URL")
+  local database = string.format("lq_lua_%08x%04x", math.random(0, 0x7fffffff), math.random(0, 0xffff))
+  local self = setmetatable({ name = "mysql", dialect = "mysql", created = {},
+                              user = unescape(user), password = unescape(password), host = host,
+                              port = port ~= "" and port or "3306", database = database,
+                              url = string.format("%s://%s:%s@%s:%s/%s", scheme, user, password,
+                                                  host, port ~= "" and port or "3306", database),
+                              past = "'2000-01-01 00:00:00'" }, Mariadb)
+  self:run("CREATE DATABASE " .. database, true)
+  return self
+end
+
+function Mariadb:run(sql, no_database)
+  local prefix = "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'); SET time_zone = '+00:00';\n"
+  if not no_database then prefix = prefix .. "USE " .. self.database .. ";\n" end
+  local out = run_tool(string.format("%s --no-defaults --batch --skip-column-names -h %s -P %s -u %s %s",
+                                     MARIADB, shell_quote(self.host), self.port, shell_quote(self.user),
+                                     self.password ~= "" and shell_quote("-p" .. self.password) or ""),
+                       prefix .. sql .. ";\n", "mariadb")
+  return out
+end
+
+function Mariadb:exec(sql) self:run(sql) end
+function Mariadb:query(sql) return parse_rows(self:run(sql), "\t", "NULL") end
+function Mariadb:hex(column) return "lower(hex(" .. self:quote(column) .. "))" end
+function Mariadb:text(column) return "CAST(" .. self:quote(column) .. " AS CHAR)" end
+function Mariadb:param() return "?" end
+function Mariadb:close() self:run("DROP DATABASE " .. self.database, true) end
+
+---------------------------------------------------------------------------
 
 --- Every target: its name, the environment variable naming its server (none
 -- for SQLite), the claim forms its dialect serves, and its factory(dir).
@@ -179,8 +227,8 @@ T.TARGETS = {
   { name = "sqlite", forms = { "lease", "advisory" }, new = Sqlite.new },
   { name = "postgresql", env = "LQ_TEST_PG_URL", forms = { "row_lock", "lease", "advisory" },
     new = Postgres.new },
-  -- MariaDB: { name = "mysql", env = "LQ_TEST_MARIADB_URL", forms = {...}, new = Mariadb.new }
-  -- with a Mariadb target like Postgres above, driven through the mariadb client.
+  { name = "mysql", env = "LQ_TEST_MARIADB_URL", forms = { "row_lock", "lease", "advisory" },
+    new = Mariadb.new },
 }
 for _, target in ipairs(T.TARGETS) do
   local url = target.env and os.getenv(target.env)

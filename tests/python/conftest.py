@@ -22,6 +22,7 @@ import pytest
 
 import libqueue
 
+from backend_mariadb import MariaDB
 from helpers import FORMS_BY_DIALECT, PostgresDB, SqliteDB
 
 
@@ -33,11 +34,16 @@ def _postgres(tmp_path: Any) -> PostgresDB:
     return PostgresDB(os.environ["LQ_TEST_PG_URL"], "lq_" + uuid.uuid4().hex[:12])
 
 
+def _mariadb(tmp_path: Any) -> MariaDB:
+    return MariaDB(os.environ["LQ_TEST_MARIADB_URL"])
+
+
 #: Backend name -> (dialect, factory(tmp_path), environment variable naming
 #: its server, or None when it needs none).
 BACKENDS: Dict[str, Any] = {
     "sqlite": ("sqlite", _sqlite, None),
     "pg": ("postgresql", _postgres, "LQ_TEST_PG_URL"),
+    "mariadb": ("mysql", _mariadb, "LQ_TEST_MARIADB_URL"),
 }
 
 

@@ -13,17 +13,47 @@
  * cleared by hand) never gets a token equal to the earlier one's. */
 static atomic_llong last_expiry;
 
+/* Where expiries fall on whole seconds, one clock for every row would push
+ * leases ahead of the clock by a second per claim within a second, without
+ * bound under load. There the rule holds per row instead: the last expiry
+ * written for each slot of rows (a hash of the database, the table and the
+ * id; rows sharing a slot only share its clock). */
+#define EXPIRY_SLOTS 4096
+static atomic_llong last_row_expiry[EXPIRY_SLOTS];
+
+static int64_t next_expiry(atomic_llong *last_slot, int64_t expiry, int64_t step) {
+    long long last = atomic_load(last_slot);
+    for (;;) {
+        int64_t next = expiry > last ? expiry : (last + step) / step * step;
+        if (atomic_compare_exchange_weak(last_slot, &last, next)) return next;
+    }
+}
+
 int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
     /* Where the column keeps whole seconds, the expiry falls on one, so the
      * column holds the token exactly. */
     bool whole = s->broker->dialect->whole_second_leases;
     int64_t step = whole ? 1000 : 1;
     int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
-    long long last = atomic_load(&last_expiry);
-    for (;;) {
-        int64_t next = expiry > last ? expiry : (last + step) / step * step;
-        if (atomic_compare_exchange_weak(&last_expiry, &last, next)) return next;
-    }
+    return next_expiry(&last_expiry, expiry, step);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The expiry of one row: per row where leases keep whole seconds. */
+static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
+    if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
+    const char *parts[] = {s->broker->target.url, s->table->schema, s->table->name};
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (parts[i]) h = fnv1a(h, parts[i], strlen(parts[i]) + 1);
+    h = fnv1a(h, &id, sizeof id);
+    int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
+    return next_expiry(&last_row_expiry[h % EXPIRY_SLOTS], expiry, 1000);
 }
 
 typedef struct claim_ctx {
@@ -34,16 +64,20 @@ typedef struct claim_ctx {
 
 /* Where the claim is a locking read, stamp each row it locked, in its
  * transaction; a row another claim stamped since is passed over. */
-static int stamp_claimed(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args) {
+static int stamp_claimed(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args,
+                         int64_t now) {
     lq_claimed stamped = {0};
     int rc = LQ_OK;
     lq_delivery *d = out->head;
     while (d) {
         lq_delivery *next = d->queue_next;
         int64_t changes = 0;
+        int64_t token = row_expiry(s, now, d->id);
         args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
+        args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = token};
         if (rc == LQ_OK) rc = s->broker->dialect->exec(&changes, conn, &s->sql.stamp, args, NULL, NULL);
         if (rc == LQ_OK && changes == 1) {
+            d->token = token;
             lq__claimed_add(&stamped, d);
         } else {
             d->settled = true; /* never leased here: nothing to give back */
@@ -110,12 +144,20 @@ int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
         rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
         if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
         if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
-        if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args);
+        if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
         if (rc == LQ_OK) rc = d->commit(conn);
         if (rc != LQ_OK) {
             d->rollback(conn);
-            /* Nothing was leased: the rows are free as they were. */
-            for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) dv->settled = true;
+            /* Nothing was leased: the rows are free as they were, and none
+             * of them is handed out. */
+            lq_delivery *dv = out->head;
+            while (dv) {
+                lq_delivery *next = dv->queue_next;
+                dv->settled = true;
+                lq__delivery_unref(dv);
+                dv = next;
+            }
+            memset(out, 0, sizeof *out);
         }
     }
     lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
@@ -128,7 +170,7 @@ static int extend_one(lq_subscription *s, lq_conn *conn, lq_delivery *d) {
     int rc = LQ_OK;
     pthread_mutex_lock(&d->mu);
     if (!d->settled) {
-        int64_t until = lq__lease_expiry(s, lq__now_ms());
+        int64_t until = row_expiry(s, lq__now_ms(), d->id);
         lq_value args[LQ_P_COUNT] = {0};
         args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
         args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = d->token};

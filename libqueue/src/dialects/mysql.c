@@ -1,0 +1,1377 @@
+/* The MySQL and MariaDB dialect, over MariaDB Connector/C (libmariadb): every
+ * form, on MySQL 8.0.1 and MariaDB 10.6 or later (FOR UPDATE SKIP LOCKED).
+ *
+ * A connection runs its session in UTC (time_zone '+00:00', so DATETIME and
+ * TIMESTAMP columns both hold UTC), at READ COMMITTED, with utf8mb4, strict
+ * writes, a server-side statement deadline and lock wait timeout, and client
+ * read and write timeouts past them, so a server that stops answering becomes
+ * an error, not a hang. Statements are prepared once per connection and run
+ * with the binary protocol; identifiers are quoted with backticks.
+ *
+ * The lease claim is a locking read (SELECT .. FOR UPDATE SKIP LOCKED) that
+ * the core follows with one stamp per row in the same READ COMMITTED
+ * transaction; lease expiries fall on whole seconds, so a DATETIME without
+ * fractions holds the token exactly. Advisory keys are GET_LOCK names: the
+ * database's name and the rendered key, replaced by its SHA-256 when longer
+ * than GET_LOCK's 64 characters. */
+#include "../clock.h"
+#include "../dialect.h"
+
+#include <mysql.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MYSQL_FLOOR 80001   /* 8.0.1: SKIP LOCKED */
+#define MARIADB_FLOOR 100600 /* 10.6: SKIP LOCKED */
+#define NAME_LIMIT 64       /* characters in an identifier and in a GET_LOCK name */
+
+/* Statements of the dialect's own, cached beside the core's (whose ids are
+ * positive). */
+enum { STMT_LOCK_KEY = -1, STMT_UNLOCK_KEY = -2 };
+
+/* ------------------------------------------------------------------------ */
+/* The connector's per-process and per-thread initialisation. */
+
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thread_key;
+static int library_failed;
+static _Thread_local bool thread_ready;
+
+static void thread_end(void *unused) {
+    (void)unused;
+    mysql_thread_end();
+}
+
+static bool library_started;
+
+static void library_init(void) {
+    library_failed = mysql_library_init(0, NULL, NULL) != 0;
+    if (!library_failed) library_failed = pthread_key_create(&thread_key, thread_end) != 0;
+    library_started = !library_failed;
+}
+
+/* When libqueue unloads or the process exits: what the connector holds for
+ * this thread (the main thread runs no key destructor) and for the process
+ * goes back. */
+__attribute__((destructor)) static void library_end(void) {
+    if (thread_ready) {
+        mysql_thread_end();
+        thread_ready = false;
+    }
+    if (library_started) mysql_library_end();
+}
+
+/* Every entry point that calls the connector runs this first: the library
+ * once, then mysql_thread_init on each thread that uses a connection, ended
+ * by the key's destructor when the thread exits. */
+static int ensure_thread(void) {
+    pthread_once(&library_once, library_init);
+    if (library_failed)
+        return lq__error(LQ_ERROR, "mysql: the client library failed to initialise");
+    if (!thread_ready) {
+        if (mysql_thread_init() != 0)
+            return lq__error(LQ_ERROR, "mysql: the client library failed to initialise a thread");
+        pthread_setspecific(thread_key, (void *)1);
+        thread_ready = true;
+    }
+    return LQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connections. */
+
+typedef struct cached_stmt {
+    int id;
+    MYSQL_STMT *stmt;
+} cached_stmt;
+
+struct lq_conn {
+    MYSQL *my;
+    bool borrowed; /* the caller's MYSQL *: never closed here */
+    bool lost;     /* a call found the connection gone: never reused */
+    cached_stmt *cache;
+    int cache_count, cache_cap;
+};
+
+static bool is_connection_error(unsigned err) {
+    switch (err) {
+    case 1053: /* ER_SERVER_SHUTDOWN */
+    case 1927: /* ER_CONNECTION_KILLED (MariaDB) */
+    case 2002: /* CR_CONNECTION_ERROR */
+    case 2003: /* CR_CONN_HOST_ERROR */
+    case 2006: /* CR_SERVER_GONE_ERROR */
+    case 2013: /* CR_SERVER_LOST */
+    case 2055: /* CR_SERVER_LOST_EXTENDED */
+    case 4031: /* ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+) */
+        return true;
+    default: return false;
+    }
+}
+
+/* Maps a server or client error to a status and sets the message, with the
+ * SQLSTATE and the native errno. `status` is the default for the failure. */
+static int error_of(int status, unsigned err, const char *state, const char *msg,
+                    const char *what) {
+    const char *hint = "";
+    if (is_connection_error(err)) status = LQ_CONNECT;
+    else if (err == 1205 || err == 1213 || err == 3572 || err == 1020)
+        status = LQ_CONTENTION; /* lock wait timeout, deadlock, NOWAIT, changed since read */
+    else if (err == 1969 || err == 3024) {
+        status = LQ_TIMEOUT; /* max_statement_time (MariaDB), max_execution_time (MySQL) */
+        hint = " (statement_timeout_ms)";
+    } else if (err == 1146 || err == 1054 || err == 1049 || err == 1109 || err == 1136)
+        status = LQ_SCHEMA; /* no such table, column, database; column count */
+    else if (err == 1665) {
+        status = LQ_DIALECT;
+        hint = " (the binary log records statements, binlog_format = STATEMENT: libqueue writes "
+               "at READ COMMITTED, which needs binlog_format = ROW or MIXED)";
+    }
+    if (!msg || !*msg) msg = "unknown error";
+    if (state && (!*state || strcmp(state, "00000") == 0)) state = NULL;
+    return lq__error_db(status, state, (int)err, "mysql: %s: %s%s", what, msg, hint);
+}
+
+static int conn_error(lq_conn *c, int status, const char *what) {
+    status = error_of(status, mysql_errno(c->my), mysql_sqlstate(c->my), mysql_error(c->my), what);
+    if (status == LQ_CONNECT) c->lost = true;
+    return status;
+}
+
+/* Notes a lost connection after a statement's failure. */
+static int noted(lq_conn *c, int rc) {
+    if (rc == LQ_CONNECT) c->lost = true;
+    return rc;
+}
+
+static int stmt_error(MYSQL_STMT *st, int status, const char *what) {
+    return error_of(status, mysql_stmt_errno(st), mysql_stmt_sqlstate(st), mysql_stmt_error(st),
+                    what);
+}
+
+/* Runs SQL text of our own with no parameters, discarding any result. */
+static int run_plain(lq_conn *c, const char *sql) {
+    if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
+        return conn_error(c, LQ_BACKEND, sql);
+    do {
+        MYSQL_RES *res = mysql_store_result(c->my);
+        if (res) mysql_free_result(res);
+        else if (mysql_field_count(c->my) != 0) return conn_error(c, LQ_BACKEND, sql);
+    } while (mysql_next_result(c->my) == 0);
+    if (mysql_errno(c->my)) return conn_error(c, LQ_BACKEND, sql);
+    return LQ_OK;
+}
+
+/* One row of text from SQL of our own: copies of up to `n` columns (NULL
+ * where SQL NULL or absent), which the caller frees. */
+static int query_row(lq_conn *c, const char *sql, char **out, unsigned n) {
+    for (unsigned i = 0; i < n; i++) out[i] = NULL;
+    if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
+        return conn_error(c, LQ_BACKEND, sql);
+    MYSQL_RES *res = mysql_store_result(c->my);
+    if (!res) return conn_error(c, LQ_BACKEND, sql);
+    MYSQL_ROW row = mysql_fetch_row(res);
+    unsigned fields = mysql_num_fields(res);
+    int rc = LQ_OK;
+    if (!row) rc = lq__error(LQ_BACKEND, "mysql: %s returned no row", sql);
+    for (unsigned i = 0; rc == LQ_OK && i < n && i < fields; i++) {
+        if (row[i] && !(out[i] = lq__strdup(row[i]))) rc = lq__error(LQ_NOMEM, "out of memory");
+    }
+    mysql_free_result(res);
+    while (mysql_next_result(c->my) == 0) {
+        MYSQL_RES *more = mysql_store_result(c->my);
+        if (more) mysql_free_result(more);
+    }
+    if (rc != LQ_OK)
+        for (unsigned i = 0; i < n; i++) {
+            free(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* URLs: mysql://user:password@host:port/database?param=value&...
+ * (mariadb:// alike). User, password, database and values are
+ * percent-decoded; host may be [ipv6]. */
+
+/* The URL as messages show it: the password, if any, as "***". */
+static const char *shown(char out[512], const char *url) {
+    const char *rest = strstr(url, "://");
+    rest = rest ? rest + 3 : url;
+    size_t head = strcspn(rest, "?");
+    const char *at = NULL;
+    for (const char *q = rest; q < rest + head; q++)
+        if (*q == '@') at = q;
+    const char *colon = at ? memchr(rest, ':', (size_t)(at - rest)) : NULL;
+    if (!colon) snprintf(out, 512, "%s", url);
+    else snprintf(out, 512, "%.*s***%s", (int)(colon + 1 - url), url, at);
+    return out;
+}
+
+static int hex_digit(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* A NUL-terminated, percent-decoded copy of text[0..n); NULL with the error
+ * set on a bad escape or no memory. `plus_space`: '+' means ' ' (query). */
+static char *decode(const char *url, const char *text, size_t n, bool plus_space) {
+    char buf[512];
+    char *out = malloc(n + 1);
+    if (!out) {
+        lq__error(LQ_NOMEM, "out of memory");
+        return NULL;
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '%') {
+            int hi = i + 2 < n ? hex_digit(text[i + 1]) : -1;
+            int lo = i + 2 < n ? hex_digit(text[i + 2]) : -1;
+            if (hi < 0 || lo < 0) {
+                free(out);
+                lq__error(LQ_MISUSE, "\"%s\": a bad percent escape in the URL", shown(buf, url));
+                return NULL;
+            }
+            out[j++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (plus_space && text[i] == '+') {
+            out[j++] = ' ';
+        } else {
+            out[j++] = text[i];
+        }
+    }
+    out[j] = '\0';
+    if (strlen(out) != j) { /* an escaped NUL */
+        free(out);
+        lq__error(LQ_MISUSE, "\"%s\": an escaped NUL in the URL", shown(buf, url));
+        return NULL;
+    }
+    return out;
+}
+
+typedef enum ssl_mode { SSL_DEFAULT, SSL_DISABLED, SSL_PREFERRED, SSL_REQUIRED, SSL_VERIFY_CA,
+                        SSL_VERIFY_IDENTITY } ssl_mode;
+
+/* The query parameters a URL may carry. */
+typedef struct url_params {
+    ssl_mode ssl;
+    char *socket, *ssl_ca, *ssl_capath, *ssl_cert, *ssl_key, *ssl_cipher, *ssl_crl, *ssl_crlpath,
+        *tls_version, *tls_passphrase, *tls_peer_fp;
+} url_params;
+
+static void params_free(url_params *p) {
+    char **all[] = {&p->socket,      &p->ssl_ca,     &p->ssl_capath,     &p->ssl_cert,
+                    &p->ssl_key,     &p->ssl_cipher, &p->ssl_crl,        &p->ssl_crlpath,
+                    &p->tls_version, &p->tls_passphrase, &p->tls_peer_fp};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+static const char *const SSL_MODES[] = {"", "disabled", "preferred", "required", "verify_ca",
+                                        "verify_identity"};
+
+static int set_param(url_params *p, const char *url, const char *key, char *value) {
+    char buf[512];
+    struct {
+        const char *name;
+        char **slot;
+    } const strings[] = {
+        {"socket", &p->socket},           {"ssl_ca", &p->ssl_ca},
+        {"ssl_capath", &p->ssl_capath},   {"ssl_cert", &p->ssl_cert},
+        {"ssl_key", &p->ssl_key},         {"ssl_cipher", &p->ssl_cipher},
+        {"ssl_crl", &p->ssl_crl},         {"ssl_crlpath", &p->ssl_crlpath},
+        {"tls_version", &p->tls_version}, {"tls_passphrase", &p->tls_passphrase},
+        {"tls_peer_fp", &p->tls_peer_fp},
+    };
+    if (strcmp(key, "ssl_mode") == 0 || strcmp(key, "ssl-mode") == 0 ||
+        strcmp(key, "sslmode") == 0) {
+        for (size_t i = 1; i < sizeof SSL_MODES / sizeof SSL_MODES[0]; i++) {
+            if (strcasecmp(value, SSL_MODES[i]) == 0) {
+                p->ssl = (ssl_mode)i;
+                free(value);
+                return LQ_OK;
+            }
+        }
+        int rc = lq__error(LQ_MISUSE, "\"%s\": ssl_mode \"%s\": give DISABLED, PREFERRED, "
+                                      "REQUIRED, VERIFY_CA or VERIFY_IDENTITY",
+                           shown(buf, url), value);
+        free(value);
+        return rc;
+    }
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        if (strcmp(key, strings[i].name) == 0) {
+            free(*strings[i].slot);
+            *strings[i].slot = value;
+            return LQ_OK;
+        }
+    }
+    free(value);
+    return lq__error(LQ_MISUSE, "\"%s\": unknown parameter \"%s\"; a mysql URL takes socket, "
+                                "ssl_mode, ssl_ca, ssl_capath, ssl_cert, ssl_key, ssl_cipher, "
+                                "ssl_crl, ssl_crlpath, tls_version, tls_passphrase and tls_peer_fp",
+                     shown(buf, url), key);
+}
+
+/* Reads the query string (after '?') of a URL. */
+static int parse_params(url_params *p, const char *url, const char *query) {
+    char buf[512];
+    memset(p, 0, sizeof *p);
+    while (query && *query) {
+        size_t n = strcspn(query, "&");
+        const char *eq = memchr(query, '=', n);
+        if (n) {
+            if (!eq || eq == query) {
+                params_free(p);
+                return lq__error(LQ_MISUSE, "\"%s\": a URL parameter needs a name and a value "
+                                            "(name=value)",
+                                 shown(buf, url));
+            }
+            char *key = decode(url, query, (size_t)(eq - query), true);
+            char *value = key ? decode(url, eq + 1, n - (size_t)(eq - query) - 1, true) : NULL;
+            int rc = key && value ? set_param(p, url, key, value) : lq_errcode();
+            free(key);
+            if (rc != LQ_OK) {
+                params_free(p);
+                return rc;
+            }
+        }
+        query += n;
+        if (*query == '&') query++;
+    }
+    return LQ_OK;
+}
+
+/* The part of a URL after its scheme. */
+static const char *url_rest(const char *url) {
+    const char *sep = strstr(url, "://");
+    return sep ? sep + 3 : url;
+}
+
+static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+    char buf[512];
+    const char *query = strchr(rest, '?');
+    size_t head = query ? (size_t)(query - rest) : strlen(rest);
+    /* userinfo ends at the last '@' before the query, so a password may hold
+     * '@', ':' or '/' (better percent-encoded all the same). */
+    const char *at = NULL;
+    for (const char *q = rest; q < rest + head; q++)
+        if (*q == '@') at = q;
+    const char *host = at ? at + 1 : rest;
+    const char *path = memchr(host, '/', (size_t)(rest + head - host));
+    const char *host_end = path ? path : rest + head;
+    int rc = LQ_OK;
+    if (at) {
+        const char *colon = memchr(rest, ':', (size_t)(at - rest));
+        const char *user_end = colon ? colon : at;
+        if (user_end > rest && !(t->user = decode(url, rest, (size_t)(user_end - rest), false)))
+            return lq_errcode();
+        if (colon && !(t->password = decode(url, colon + 1, (size_t)(at - colon - 1), false)))
+            return lq_errcode();
+    }
+    /* host, [ipv6], with :port */
+    const char *port = NULL;
+    const char *name = host, *name_end = host_end;
+    if (host < host_end && *host == '[') {
+        const char *close = memchr(host, ']', (size_t)(host_end - host));
+        if (!close)
+            return lq__error(LQ_MISUSE, "\"%s\": an IPv6 host needs its closing ]",
+                             shown(buf, url));
+        name = host + 1;
+        name_end = close;
+        if (close + 1 < host_end) {
+            if (close[1] != ':') return lq__error(LQ_MISUSE, "\"%s\": a bad host", shown(buf, url));
+            port = close + 2;
+        }
+    } else {
+        const char *colon = memchr(host, ':', (size_t)(host_end - host));
+        if (colon) {
+            name_end = colon;
+            port = colon + 1;
+        }
+    }
+    if (name_end > name && !(t->host = decode(url, name, (size_t)(name_end - name), false)))
+        return lq_errcode();
+    if (port) {
+        unsigned long value = 0;
+        const char *q = port;
+        for (; q < host_end && *q >= '0' && *q <= '9' && value <= 65535; q++)
+            value = value * 10 + (unsigned long)(*q - '0');
+        if (q == port || q != host_end || value == 0 || value > 65535)
+            return lq__error(LQ_MISUSE, "\"%s\": the port is not a number from 1 to 65535",
+                             shown(buf, url));
+        t->port = (unsigned)value;
+    }
+    if (path && path + 1 < rest + head) {
+        const char *db = path + 1;
+        size_t n = (size_t)(rest + head - db);
+        if (memchr(db, '/', n))
+            return lq__error(LQ_MISUSE, "\"%s\": the path names one database, as /dbname",
+                             shown(buf, url));
+        if (!(t->database = decode(url, db, n, false))) return lq_errcode();
+    }
+    url_params p;
+    rc = parse_params(&p, url, query ? query + 1 : NULL);
+    if (rc != LQ_OK) return rc;
+    if (p.socket) {
+        t->socket = p.socket;
+        p.socket = NULL;
+    }
+    if (p.ssl == SSL_DISABLED && (p.ssl_ca || p.ssl_cert || p.ssl_key || p.ssl_capath))
+        rc = lq__error(LQ_MISUSE, "\"%s\": ssl_mode DISABLED with certificate options",
+                       shown(buf, url));
+    params_free(&p);
+    if (rc == LQ_OK && !t->url && !(t->url = lq__strdup(url)))
+        rc = lq__error(LQ_NOMEM, "out of memory");
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connecting. */
+
+static void free_cache(lq_conn *c) {
+    for (int i = 0; i < c->cache_count; i++) mysql_stmt_close(c->cache[i].stmt);
+    free(c->cache);
+    c->cache = NULL;
+    c->cache_count = c->cache_cap = 0;
+}
+
+static void my_disconnect(lq_conn *c) {
+    if (!c) return;
+    ensure_thread();
+    free_cache(c);
+    if (!c->borrowed && c->my) mysql_close(c->my);
+    free(c);
+}
+
+static unsigned whole_seconds(int64_t ms) {
+    int64_t s = (ms + 999) / 1000;
+    return s < 1 ? 1u : s > 86400 * 365 ? 86400u * 365 : (unsigned)s;
+}
+
+static bool server_is_mariadb(MYSQL *my) {
+    const char *info = mysql_get_server_info(my);
+    return info && strstr(info, "MariaDB");
+}
+
+/* TLS options from the URL's parameters. */
+static int set_tls(MYSQL *my, const url_params *p) {
+    my_bool yes = 1, no = 0;
+    int failed = 0;
+    if (p->ssl == SSL_DISABLED) return LQ_OK;
+    struct {
+        enum mysql_option option;
+        const char *value;
+    } const files[] = {
+        {MYSQL_OPT_SSL_CA, p->ssl_ca},       {MYSQL_OPT_SSL_CAPATH, p->ssl_capath},
+        {MYSQL_OPT_SSL_CERT, p->ssl_cert},   {MYSQL_OPT_SSL_KEY, p->ssl_key},
+        {MYSQL_OPT_SSL_CIPHER, p->ssl_cipher}, {MYSQL_OPT_SSL_CRL, p->ssl_crl},
+        {MYSQL_OPT_SSL_CRLPATH, p->ssl_crlpath}, {MARIADB_OPT_TLS_VERSION, p->tls_version},
+        {MARIADB_OPT_TLS_PASSPHRASE, p->tls_passphrase}, {MARIADB_OPT_TLS_PEER_FP, p->tls_peer_fp},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (files[i].value) failed |= mysql_optionsv(my, files[i].option, files[i].value);
+    switch (p->ssl) {
+    case SSL_PREFERRED: /* TLS where the server offers it, unverified */
+    case SSL_REQUIRED:
+        failed |= mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes);
+        failed |= mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &no);
+        break;
+    case SSL_VERIFY_CA:
+    case SSL_VERIFY_IDENTITY:
+        /* Connector/C checks the chain and the host name together. */
+        failed |= mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes);
+        failed |= mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &yes);
+        break;
+    default: break; /* unset: the client library's default (TLS when options ask for it) */
+    }
+    return failed ? lq__error(LQ_MISUSE, "mysql: the client library refused a TLS option") : LQ_OK;
+}
+
+/* The session every connection runs in. */
+static int setup_session(lq_conn *c, const lq_options *o) {
+    int64_t statement_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
+    char sql[512];
+    int rc = run_plain(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    if (rc != LQ_OK) return rc;
+    /* time_zone: DATETIME and TIMESTAMP both mean UTC. STRICT_TRANS_TABLES:
+     * a value the column cannot hold fails instead of being cut. A row lock
+     * wait ends a second before the statement deadline (error 1205,
+     * LQ_CONTENTION), any statement at the deadline (LQ_TIMEOUT), and both
+     * before the client's read timeout, so the connection lives on. */
+    unsigned lock_wait = whole_seconds(statement_ms);
+    if (lock_wait > 1) lock_wait--;
+    int n = snprintf(sql, sizeof sql,
+                     "SET SESSION time_zone = '+00:00', sql_mode = CONCAT(@@SESSION.sql_mode, "
+                     "IF(@@SESSION.sql_mode = '', '', ','), 'STRICT_TRANS_TABLES'), "
+                     "innodb_lock_wait_timeout = %u",
+                     lock_wait);
+    if (server_is_mariadb(c->my))
+        snprintf(sql + n, sizeof sql - (size_t)n, ", max_statement_time = %lld.%03lld",
+                 (long long)(statement_ms / 1000), (long long)(statement_ms % 1000));
+    else
+        snprintf(sql + n, sizeof sql - (size_t)n, ", max_execution_time = %lld",
+                 (long long)statement_ms);
+    return run_plain(c, sql);
+}
+
+static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options *o) {
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    url_params p;
+    const char *query = t->url ? strchr(url_rest(t->url), '?') : NULL;
+    rc = parse_params(&p, t->url ? t->url : "", query ? query + 1 : NULL);
+    if (rc != LQ_OK) return rc;
+    lq_conn *c = calloc(1, sizeof *c);
+    if (!c || !(c->my = mysql_init(NULL))) {
+        free(c);
+        params_free(&p);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    unsigned connect_s = whole_seconds(lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS));
+    /* The client's read deadline: a little past the server's own, which
+     * fails the statement first and keeps the connection. */
+    unsigned io_s = whole_seconds(lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS)) + 2;
+    unsigned long packet = 1024UL * 1024 * 1024;
+    unsigned protocol = MYSQL_PROTOCOL_DEFAULT;
+    my_bool no = 0;
+    unsigned int no_infile = 0;
+    int failed = mysql_optionsv(c->my, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_READ_TIMEOUT, &io_s);
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_WRITE_TIMEOUT, &io_s);
+    failed |= mysql_optionsv(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_MAX_ALLOWED_PACKET, &packet);
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_RECONNECT, &no); /* a reconnect loses locks */
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_LOCAL_INFILE, &no_infile);
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_PROTOCOL, &protocol);
+    failed |= mysql_optionsv(c->my, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "libqueue");
+    rc = failed ? lq__error(LQ_ERROR, "mysql: the client library refused an option") : LQ_OK;
+    if (rc == LQ_OK) rc = set_tls(c->my, &p);
+    ssl_mode ssl = p.ssl;
+    params_free(&p);
+    /* CLIENT_FOUND_ROWS: an UPDATE reports the rows it matched, as the core
+     * reads them (a settlement that matched its row took effect). */
+    if (rc == LQ_OK &&
+        !mysql_real_connect(c->my, t->host, t->user, t->password, t->database, t->port, t->socket,
+                            CLIENT_FOUND_ROWS)) {
+        char where[300];
+        if (t->socket) snprintf(where, sizeof where, "socket %s", t->socket);
+        else
+            snprintf(where, sizeof where, "%s:%u", t->host ? t->host : "localhost",
+                     t->port ? t->port : 3306);
+        char what[340];
+        snprintf(what, sizeof what, "cannot connect to %s", where);
+        /* Whatever the error (an unknown database too), the database could
+         * not be reached. */
+        rc = error_of(LQ_CONNECT, mysql_errno(c->my), mysql_sqlstate(c->my), mysql_error(c->my),
+                      what);
+        if (rc != LQ_CONNECT && rc != LQ_NOMEM) rc = LQ_CONNECT;
+    }
+    /* The connector falls back to plain text when the server has no TLS
+     * and nothing is verified: REQUIRED means TLS or nothing. */
+    if (rc == LQ_OK && ssl >= SSL_REQUIRED && !mysql_get_ssl_cipher(c->my))
+        rc = lq__error(LQ_CONNECT, "mysql: ssl_mode %s: the server did not start TLS",
+                       SSL_MODES[ssl]);
+    if (rc == LQ_OK) {
+        rc = setup_session(c, o);
+        if (rc != LQ_OK && rc != LQ_NOMEM) {
+            lq__error_prefix("mysql: setting up the session");
+            if (rc == LQ_BACKEND) rc = LQ_CONNECT;
+        }
+    }
+    if (rc != LQ_OK) {
+        int native = lq_errcode_native();
+        char state[6], msg[512];
+        snprintf(state, sizeof state, "%s", lq_errcode_sqlstate());
+        snprintf(msg, sizeof msg, "%s", lq_errmsg());
+        my_disconnect(c);
+        return lq__error_db(rc, *state ? state : NULL, native, "%s", msg);
+    }
+    *out = c;
+    return LQ_OK;
+}
+
+/* Back to the pool only alive and out of any transaction (a handler's
+ * statement may have opened one). */
+static bool my_reusable(lq_conn *c) {
+    unsigned int status = 0;
+    if (c->lost || ensure_thread() != LQ_OK) return false;
+    if (mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
+    return !(status & SERVER_STATUS_IN_TRANS);
+}
+
+static int my_borrow(lq_conn **out, void *native) {
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    lq_conn *c = calloc(1, sizeof *c);
+    if (!c) return lq__error(LQ_NOMEM, "out of memory");
+    c->my = native;
+    c->borrowed = true;
+    *out = c;
+    return LQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The version floor, the binary log, and what a table may declare. */
+
+/* "8.0.36", "8.0.1-log", "10.11.19-MariaDB-0+deb12u1", "5.5.5-10.6.4-MariaDB"
+ * (the replication prefix). Three numbers, or false. */
+static bool parse_version(const char *v, bool *mariadb, int *number) {
+    unsigned a, b, c;
+    int used = 0;
+    *mariadb = strstr(v, "MariaDB") || strstr(v, "mariadb");
+    if (*mariadb && strncmp(v, "5.5.5-", 6) == 0) v += 6;
+    if (sscanf(v, "%3u.%3u.%3u%n", &a, &b, &c, &used) != 3) return false;
+    if (v[used] && v[used] != '-' && v[used] != '+' && v[used] != ' ') return false;
+    if (b > 99 || c > 99 * 100) return false;
+    *number = (int)(a * 10000 + b * 100 + (c > 99 ? 99 : c));
+    return true;
+}
+
+static int check_server(lq_conn *c) {
+    char *row[1];
+    int rc = query_row(c, "SELECT VERSION()", row, 1);
+    if (rc != LQ_OK) return rc;
+    bool mariadb = false;
+    int number = 0;
+    const char *reported = row[0] ? row[0] : "(null)";
+    if (!row[0] || !parse_version(row[0], &mariadb, &number) ||
+        number < (mariadb ? MARIADB_FLOOR : MYSQL_FLOOR))
+        rc = lq__error(LQ_SERVER_TOO_OLD,
+                       "mysql: the mysql dialect needs MySQL 8.0.1 or MariaDB 10.6 or later (FOR "
+                       "UPDATE SKIP LOCKED); the server reports \"%s\"",
+                       reported);
+    free(row[0]);
+    if (rc != LQ_OK) return rc;
+
+    /* With the binary log on in STATEMENT format, InnoDB refuses writes at
+     * READ COMMITTED (error 1665): say so now, not at the first settlement.
+     * A server that no longer has these variables has no such format. */
+    static const char binlog[] =
+        "SELECT @@SESSION.binlog_format, @@GLOBAL.log_bin, @@SESSION.sql_log_bin";
+    if (mysql_real_query(c->my, binlog, (unsigned long)strlen(binlog)) != 0) {
+        unsigned err = mysql_errno(c->my);
+        if (err == 1193 || err == 1064) return LQ_OK; /* unknown variable */
+        return conn_error(c, LQ_BACKEND, "reading binlog_format");
+    }
+    MYSQL_RES *res = mysql_store_result(c->my);
+    if (!res) return conn_error(c, LQ_BACKEND, "reading binlog_format");
+    MYSQL_ROW r = mysql_fetch_row(res);
+    unsigned fields = mysql_num_fields(res);
+    bool statement = r && fields >= 1 && r[0] && strcasecmp(r[0], "STATEMENT") == 0;
+    bool logging = !r || fields < 3 ||
+                   ((!r[1] || strcmp(r[1], "0") != 0) && (!r[2] || strcmp(r[2], "0") != 0));
+    mysql_free_result(res);
+    if (statement && logging)
+        return lq__error(LQ_DIALECT,
+                         "mysql: the server's binary log records statements (binlog_format = "
+                         "STATEMENT), and InnoDB refuses writes at READ COMMITTED with that "
+                         "format; set binlog_format = ROW (or MIXED) on the server");
+    return LQ_OK;
+}
+
+static int my_check_version(lq_conn *c, const lq_table *table) {
+    int rc = ensure_thread();
+    if (rc == LQ_OK) rc = check_server(c);
+    if (rc != LQ_OK || !table) return rc;
+    if (lq_table_form(table) == LQ_FORM_ROW_LOCK && table->fifo &&
+        table->isolation == LQ_ISOLATION_SERIALIZABLE) {
+        char label[256];
+        return lq__error(LQ_DIALECT,
+                         "mysql: table %s has FIFO groups in the row lock form at SERIALIZABLE: at "
+                         "that level InnoDB locks every row a read touches, so a claim would wait "
+                         "for the group's row in work; declare read committed (the default)",
+                         lq__table_label(table, label, sizeof label));
+    }
+    return LQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Statement shapes. */
+
+static void my_placeholder(lq_strbuf *sb, int position) {
+    (void)position;
+    lq__sb_addc(sb, '?');
+}
+
+/* A string literal that means the same whatever the server's sql_mode:
+ * text with a backslash goes as hex (NO_BACKSLASH_ESCAPES decides what a
+ * backslash means inside quotes). */
+static void my_literal(lq_sql *b, const char *text) {
+    if (!strchr(text, '\\')) {
+        lq__sql_literal(b, text);
+        return;
+    }
+    lq__sql_add(b, "CONVERT(X'");
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        lq__sb_addf(&b->sb, "%02X", *p);
+    lq__sql_add(b, "' USING utf8mb4)");
+}
+
+/* The GET_LOCK name of a row: the database (the table's schema, or the
+ * connection's), a dot and the rendered key; a NULL column renders as ''. */
+static void lock_name(lq_sql *b, const lq_table *t) {
+    lq__sql_add(b, "CONCAT_WS('', LOWER(");
+    if (t->schema) my_literal(b, t->schema);
+    else lq__sql_add(b, "DATABASE()");
+    lq__sql_add(b, "), '.'");
+    for (size_t i = 0; i < t->key.count; i++) {
+        lq__sql_add(b, ", ");
+        if (t->key.parts[i].is_column) {
+            /* In the connection's character set, whatever the column's, so
+             * a latin1 column mixes with the literals. */
+            lq__sql_add(b, "CONVERT(");
+            lq__sql_ident(b, t->key.parts[i].text);
+            lq__sql_add(b, " USING utf8mb4)");
+        } else {
+            my_literal(b, t->key.parts[i].text);
+        }
+    }
+    lq__sql_add(b, ")");
+}
+
+/* GET_LOCK takes names of 1 to 64 characters: a longer one is replaced by
+ * its SHA-256 (64 hex digits). */
+static void guarded_lock_name(lq_sql *b, const lq_table *t) {
+    lq__sql_add(b, "IF(CHAR_LENGTH(");
+    lock_name(b, t);
+    lq__sql_add(b, ") BETWEEN 1 AND 64, ");
+    lock_name(b, t);
+    lq__sql_add(b, ", SHA2(");
+    lock_name(b, t);
+    lq__sql_add(b, ", 256))");
+}
+
+/* FIFO groups: only the group's head, its first unfinished row in claim
+ * order, due or not; in the lease form only while no row of the group is
+ * leased. (lq__sql_fifo_head's clause, with its alias in backticks.) */
+static void fifo_head(lq_sql *b, bool lease) {
+    lq__sql_add(b, " AND ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = (SELECT ");
+    lq__sql_id(b);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_GROUP);
+    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " IS NULL");
+    }
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " LIMIT 1)");
+    if (!lease) return;
+    lq__sql_add(b, " AND NOT EXISTS (SELECT 1 FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS `lq_work` WHERE `lq_work`.");
+    lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_GROUP);
+    lq__sql_add(b, " AND `lq_work`.");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " > ");
+    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_add(b, ")");
+}
+
+/* The FIFO group guard: the claim's transaction first locks the unfinished
+ * rows of its group, without waiting. While another transaction holds one
+ * of them (a claim of another broker, or a row lock delivery in work) the
+ * guard fails at once (NOWAIT: 3572 on MySQL, 1205 on MariaDB), which is
+ * LQ_CONTENTION: the claim is rolled back and retried after a back-off.
+ * Once taken, the locks keep other claims of the group out until the
+ * transaction ends: at its commit in the lease form, at the settlement in
+ * the row lock form. The count it returns is 0 when the group has nothing
+ * to take. */
+static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->guard, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT COUNT(*) FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_col(&b, LQ_ROLE_GROUP);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_GROUP);
+    if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(&b, " AND ");
+        lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(&b, " IS NULL");
+    }
+    lq__sql_add(&b, " FOR UPDATE NOWAIT");
+    return lq__sql_finish(&b);
+}
+
+/* Row lock and lease: a locking read that skips rows other claims hold. In
+ * the lease form the core stamps each row it returns, in its transaction. */
+static int build_locking_claim(lq_sqlset *set, const lq_table *t, bool lease) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_row_columns(&b, NULL);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, lease);
+    if (t->fifo) fifo_head(&b, lease);
+    lq__sql_add(&b, " ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT ");
+    lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED");
+    return lq__sql_finish(&b);
+}
+
+/* Advisory: candidates whose lock names no session holds; then, on the
+ * connection that took the name, a take that counts the attempt and a read
+ * of the row as it was (an UPDATE returns no rows here). */
+static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
+    lq_sql b;
+    lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " AS `lq_id`, ");
+    guarded_lock_name(&b, t);
+    lq__sql_add(&b, " AS `lq_key` FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_claim_where(&b, false);
+    lq__sql_add(&b, " AND IS_USED_LOCK(");
+    guarded_lock_name(&b, t);
+    lq__sql_add(&b, ") IS NULL ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT ");
+    lq__sql_param(&b, LQ_P_LIMIT);
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+
+    bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
+    lq__sql_start(&b, &set->take, &lq__mysql_dialect, t);
+    if (counts) {
+        lq__sql_add(&b, "UPDATE ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " SET ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " = ");
+        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(&b, " + 1 WHERE ");
+    } else {
+        lq__sql_add(&b, "SELECT ");
+        lq__sql_row_columns(&b, NULL);
+        lq__sql_add(&b, " FROM ");
+        lq__sql_table(&b);
+        lq__sql_add(&b, " WHERE ");
+    }
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_ID);
+    lq__sql_add(&b, " AND ");
+    lq__sql_claim_where(&b, false);
+    rc = lq__sql_finish(&b);
+    if (rc != LQ_OK || !counts) return rc;
+
+    lq__sql_start(&b, &set->take_read, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_row_columns(&b, " - 1");
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ_P_ID);
+    return lq__sql_finish(&b);
+}
+
+static size_t utf8_chars(const char *s) {
+    size_t n = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xC0) != 0x80) n++;
+    return n;
+}
+
+static int my_build_claims(lq_sqlset *set, const lq_table *t) {
+    const char *names[LQ_ROLE_COUNT + 3] = {t->name, t->schema, t->id};
+    int count = 3;
+    for (int role = 0; role < LQ_ROLE_COUNT; role++)
+        if (t->columns[role]) names[count++] = t->columns[role];
+    for (int i = 0; i < count; i++)
+        if (names[i] && utf8_chars(names[i]) > NAME_LIMIT)
+            return lq__error(LQ_DIALECT, "mysql: the name \"%s\" is over %d characters", names[i],
+                             NAME_LIMIT);
+    int rc = t->fifo ? build_fifo_guard(set, t) : LQ_OK;
+    if (rc != LQ_OK) return rc;
+    switch (lq_table_form(t)) {
+    case LQ_FORM_LEASE: return build_locking_claim(set, t, true);
+    case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
+    default: return build_locking_claim(set, t, false);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Prepared statements, cached per connection by statement id. */
+
+/* MySQL writes an insert of nothing but defaults as "() VALUES ()". */
+static char *mysql_text(const char *sql) {
+    static const char suffix[] = " DEFAULT VALUES";
+    size_t n = strlen(sql), k = sizeof suffix - 1;
+    if (strncmp(sql, "INSERT INTO ", 12) != 0 || n < k || strcmp(sql + n - k, suffix) != 0)
+        return lq__strdup(sql);
+    lq_strbuf sb = {0};
+    lq__sb_addn(&sb, sql, n - k);
+    lq__sb_add(&sb, " () VALUES ()");
+    return lq__sb_take(&sb);
+}
+
+static int cached(MYSQL_STMT **out, lq_conn *c, int id, const char *sql) {
+    for (int i = 0; i < c->cache_count; i++) {
+        if (c->cache[i].id == id) {
+            *out = c->cache[i].stmt;
+            return LQ_OK;
+        }
+    }
+    if (c->cache_count == c->cache_cap) {
+        int cap = c->cache_cap ? c->cache_cap * 2 : 16;
+        cached_stmt *grown = realloc(c->cache, (size_t)cap * sizeof *grown);
+        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+        c->cache = grown;
+        c->cache_cap = cap;
+    }
+    char *text = mysql_text(sql);
+    if (!text) return lq__error(LQ_NOMEM, "out of memory");
+    MYSQL_STMT *st = mysql_stmt_init(c->my);
+    if (!st) {
+        free(text);
+        return conn_error(c, LQ_NOMEM, "cannot make a statement");
+    }
+    int rc = LQ_OK;
+    if (mysql_stmt_prepare(st, text, (unsigned long)strlen(text)) != 0) {
+        /* A missing table or column, named in the server's message. */
+        rc = stmt_error(st, LQ_SCHEMA, "cannot prepare a statement");
+        mysql_stmt_close(st);
+    }
+    free(text);
+    if (rc != LQ_OK) return rc;
+    my_bool yes = 1;
+    mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &yes);
+    c->cache[c->cache_count].id = id;
+    c->cache[c->cache_count].stmt = st;
+    c->cache_count++;
+    *out = st;
+    return LQ_OK;
+}
+
+static int my_prepare(lq_conn *c, const lq_stmt *st) {
+    int rc = ensure_thread();
+    MYSQL_STMT *stmt;
+    return rc == LQ_OK ? noted(c, cached(&stmt, c, st->id, st->sql)) : rc;
+}
+
+static void to_mysql_time(MYSQL_TIME *out, int64_t epoch_ms) {
+    time_t secs = (time_t)(epoch_ms / 1000);
+    int ms = (int)(epoch_ms % 1000);
+    if (ms < 0) {
+        ms += 1000;
+        secs -= 1;
+    }
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    memset(out, 0, sizeof *out);
+    out->year = (unsigned)(tm.tm_year + 1900);
+    out->month = (unsigned)tm.tm_mon + 1;
+    out->day = (unsigned)tm.tm_mday;
+    out->hour = (unsigned)tm.tm_hour;
+    out->minute = (unsigned)tm.tm_min;
+    out->second = (unsigned)tm.tm_sec;
+    out->second_part = (unsigned long)ms * 1000;
+    out->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+/* A DATETIME read back, in the core's text form. */
+static void time_text(char out[LQ_TIME_TEXT_SIZE], const MYSQL_TIME *t) {
+    char text[64];
+    int64_t ms = 0;
+    snprintf(text, sizeof text, "%04u-%02u-%02u %02u:%02u:%02u.%06lu", t->year % 10000,
+             t->month % 100, t->day % 100, t->hour % 100, t->minute % 100, t->second % 100,
+             t->second_part % 1000000);
+    if (!lq__time_parse(&ms, text)) ms = 0;
+    lq__time_text(out, ms);
+}
+
+typedef struct param_buf {
+    MYSQL_BIND bind[LQ_MAX_PARAMS];
+    MYSQL_TIME times[LQ_MAX_PARAMS];
+    unsigned long lengths[LQ_MAX_PARAMS];
+} param_buf;
+
+static void bind_value(param_buf *pb, int i, const lq_value *v) {
+    MYSQL_BIND *b = &pb->bind[i];
+    memset(b, 0, sizeof *b);
+    switch (v->type) {
+    case LQ_V_INT:
+        b->buffer_type = MYSQL_TYPE_LONGLONG;
+        b->buffer = (void *)&v->i;
+        break;
+    case LQ_V_TEXT:
+    case LQ_V_BLOB:
+        b->buffer_type = v->type == LQ_V_TEXT ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
+        b->buffer = (void *)(v->p ? v->p : "");
+        pb->lengths[i] = (unsigned long)v->n;
+        b->buffer_length = (unsigned long)v->n;
+        b->length = &pb->lengths[i];
+        break;
+    case LQ_V_TIME:
+        to_mysql_time(&pb->times[i], v->i);
+        b->buffer_type = MYSQL_TYPE_DATETIME;
+        b->buffer = &pb->times[i];
+        break;
+    default: b->buffer_type = MYSQL_TYPE_NULL;
+    }
+}
+
+/* One result column: its buffer, and how it reads into an lq_value. */
+typedef enum col_kind { COL_INT, COL_TIME, COL_TEXT, COL_BLOB, COL_NUMBER } col_kind;
+
+typedef struct result_col {
+    col_kind kind;
+    int64_t i;
+    MYSQL_TIME time;
+    char *data;
+    unsigned long length;
+    my_bool is_null, error;
+    char text[LQ_TIME_TEXT_SIZE];
+} result_col;
+
+static col_kind kind_of(const MYSQL_FIELD *f) {
+    switch (f->type) {
+    case MYSQL_TYPE_TINY:
+    case MYSQL_TYPE_SHORT:
+    case MYSQL_TYPE_LONG:
+    case MYSQL_TYPE_INT24:
+    case MYSQL_TYPE_LONGLONG:
+    case MYSQL_TYPE_YEAR: return COL_INT;
+    case MYSQL_TYPE_DATETIME:
+    case MYSQL_TYPE_TIMESTAMP:
+    case MYSQL_TYPE_DATE: return COL_TIME;
+    case MYSQL_TYPE_DECIMAL:
+    case MYSQL_TYPE_NEWDECIMAL:
+    case MYSQL_TYPE_FLOAT:
+    case MYSQL_TYPE_DOUBLE: return COL_NUMBER;
+    case MYSQL_TYPE_TINY_BLOB:
+    case MYSQL_TYPE_MEDIUM_BLOB:
+    case MYSQL_TYPE_LONG_BLOB:
+    case MYSQL_TYPE_BLOB:
+    case MYSQL_TYPE_STRING:
+    case MYSQL_TYPE_VAR_STRING:
+    case MYSQL_TYPE_VARCHAR: return f->charsetnr == 63 ? COL_BLOB : COL_TEXT; /* 63: binary */
+    default: return COL_TEXT;
+    }
+}
+
+/* Reads a stored result row by row into the callback. */
+static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq_row_fn on_row, void *ctx) {
+    unsigned n = mysql_num_fields(meta);
+    MYSQL_FIELD *fields = mysql_fetch_fields(meta);
+    MYSQL_BIND *binds = calloc(n ? n : 1, sizeof *binds);
+    result_col *cols = calloc(n ? n : 1, sizeof *cols);
+    lq_value *values = calloc(n ? n : 1, sizeof *values);
+    int rc = binds && cols && values ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    for (unsigned i = 0; rc == LQ_OK && i < n; i++) {
+        MYSQL_BIND *b = &binds[i];
+        result_col *col = &cols[i];
+        col->kind = kind_of(&fields[i]);
+        b->is_null = &col->is_null;
+        b->error = &col->error;
+        b->length = &col->length;
+        if (col->kind == COL_INT) {
+            b->buffer_type = MYSQL_TYPE_LONGLONG;
+            b->buffer = &col->i;
+            b->is_unsigned = (fields[i].flags & UNSIGNED_FLAG) != 0;
+        } else if (col->kind == COL_TIME) {
+            b->buffer_type = MYSQL_TYPE_DATETIME;
+            b->buffer = &col->time;
+        } else {
+            /* max_length: the longest value of the stored result. */
+            unsigned long size = fields[i].max_length + 1;
+            if (!(col->data = malloc(size))) rc = lq__error(LQ_NOMEM, "out of memory");
+            b->buffer_type = col->kind == COL_BLOB ? MYSQL_TYPE_BLOB : MYSQL_TYPE_STRING;
+            b->buffer = col->data;
+            b->buffer_length = size;
+        }
+    }
+    if (rc == LQ_OK && mysql_stmt_bind_result(st, binds) != 0)
+        rc = stmt_error(st, LQ_BACKEND, "cannot bind a result");
+    while (rc == LQ_OK) {
+        int f = mysql_stmt_fetch(st);
+        if (f == MYSQL_NO_DATA) break;
+        if (f == 1) {
+            rc = stmt_error(st, LQ_BACKEND, "reading a row");
+            break;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            result_col *col = &cols[i];
+            lq_value *v = &values[i];
+            memset(v, 0, sizeof *v);
+            if (col->is_null) continue;
+            switch (col->kind) {
+            case COL_INT:
+                v->type = LQ_V_INT;
+                v->i = col->i;
+                break;
+            case COL_TIME:
+                time_text(col->text, &col->time);
+                v->type = LQ_V_TEXT;
+                v->p = col->text;
+                v->n = strlen(col->text);
+                break;
+            default: {
+                unsigned long room = binds[i].buffer_length - 1;
+                unsigned long len = col->length < room ? col->length : room;
+                col->data[len] = '\0';
+                v->type = col->kind == COL_BLOB ? LQ_V_BLOB : LQ_V_TEXT;
+                v->p = col->data;
+                v->n = len;
+                if (col->kind == COL_NUMBER) v->i = (int64_t)strtod(col->data, NULL);
+            }
+            }
+        }
+        if (on_row) rc = on_row(ctx, values, (int)n);
+    }
+    for (unsigned i = 0; cols && i < n; i++) free(cols[i].data);
+    free(binds);
+    free(cols);
+    free(values);
+    return rc;
+}
+
+/* Runs a prepared statement with bound values; rows go to on_row. */
+static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq_value *values, int count,
+                    lq_row_fn on_row, void *ctx, int64_t *insert_id) {
+    param_buf pb;
+    for (int i = 0; i < count; i++) bind_value(&pb, i, &values[i]);
+    if (count && mysql_stmt_bind_param(st, pb.bind) != 0)
+        return stmt_error(st, LQ_BACKEND, "cannot bind a value");
+    if (mysql_stmt_execute(st) != 0) return stmt_error(st, LQ_BACKEND, "a statement failed");
+    int rc = LQ_OK;
+    MYSQL_RES *meta = mysql_stmt_result_metadata(st);
+    if (meta) {
+        /* The whole result first: a statement that fails part way fails
+         * before any row reaches the caller. */
+        bool failed = mysql_stmt_store_result(st) != 0;
+        if (failed) rc = stmt_error(st, LQ_BACKEND, "a statement failed");
+        if (rc == LQ_OK) rc = read_rows(st, meta, on_row, ctx);
+        mysql_free_result(meta);
+        if (changes) *changes = (int64_t)mysql_stmt_num_rows(st);
+        mysql_stmt_free_result(st);
+        /* A result that ended in an error (a lock wait in a locking read)
+         * leaves the statement waiting for rows that never come: its next
+         * execution would wait out the read timeout. A reset clears it. */
+        if (failed && rc != LQ_CONNECT) mysql_stmt_reset(st);
+    } else {
+        if (changes) *changes = (int64_t)mysql_stmt_affected_rows(st);
+        if (insert_id) *insert_id = (int64_t)mysql_stmt_insert_id(st);
+    }
+    return rc;
+}
+
+static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
+                   lq_row_fn on_row, void *ctx) {
+    int rc = ensure_thread();
+    MYSQL_STMT *stmt;
+    if (rc == LQ_OK) rc = noted(c, cached(&stmt, c, st->id, st->sql));
+    if (rc != LQ_OK) return rc;
+    if (st->nparams > LQ_MAX_PARAMS) return lq__error(LQ_MISUSE, "too many parameters");
+    lq_value values[LQ_MAX_PARAMS];
+    bool given_id = false;
+    for (int i = 0; i < st->nparams; i++) {
+        values[i] = args[st->params[i]];
+        if (st->params[i] == LQ_P_ID) given_id = true;
+    }
+    bool insert = strncmp(st->sql, "INSERT ", 7) == 0;
+    int64_t id = 0;
+    rc = noted(c, run_stmt(changes, stmt, values, st->nparams, on_row, ctx, &id));
+    /* No INSERT .. RETURNING: the new row's id comes as a one-column row,
+     * the id the message carried or the one the database generated. */
+    if (rc == LQ_OK && insert && on_row && mysql_stmt_field_count(stmt) == 0) {
+        lq_value v = {.type = LQ_V_INT, .i = given_id ? args[LQ_P_ID].i : id};
+        rc = on_row(ctx, &v, 1);
+    }
+    return rc;
+}
+
+static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
+                      int count) {
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    if (changes) *changes = 0;
+    if (count == 0) {
+        /* Text protocol: any statement (SAVEPOINT too), one result or more. */
+        if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
+            return conn_error(c, LQ_BACKEND, "the statement failed");
+        do {
+            MYSQL_RES *res = mysql_store_result(c->my);
+            if (res) {
+                if (changes) *changes = (int64_t)mysql_num_rows(res);
+                mysql_free_result(res);
+            } else if (mysql_field_count(c->my) != 0) {
+                return conn_error(c, LQ_BACKEND, "the statement failed");
+            } else if (changes) {
+                *changes = (int64_t)mysql_affected_rows(c->my);
+            }
+        } while (mysql_next_result(c->my) == 0);
+        return mysql_errno(c->my) ? conn_error(c, LQ_BACKEND, "the statement failed") : LQ_OK;
+    }
+    if (count > LQ_MAX_PARAMS)
+        return lq__error(LQ_MISUSE, "a statement takes at most %d parameters here", LQ_MAX_PARAMS);
+    MYSQL_STMT *st = mysql_stmt_init(c->my);
+    if (!st) return conn_error(c, LQ_NOMEM, "cannot make a statement");
+    if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
+        rc = noted(c, stmt_error(st, LQ_BACKEND, "cannot prepare the statement"));
+        mysql_stmt_close(st);
+        return rc;
+    }
+    if (mysql_stmt_param_count(st) != (unsigned long)count) {
+        rc = lq__error(LQ_MISUSE, "mysql: the statement has %lu placeholders and %d parameters",
+                       mysql_stmt_param_count(st), count);
+        mysql_stmt_close(st);
+        return rc;
+    }
+    lq_value values[LQ_MAX_PARAMS];
+    for (int i = 0; i < count; i++)
+        values[i] = params[i]
+                        ? (lq_value){.type = LQ_V_TEXT, .p = params[i], .n = strlen(params[i])}
+                        : (lq_value){.type = LQ_V_NULL};
+    rc = noted(c, run_stmt(changes, st, values, count, NULL, NULL, NULL));
+    mysql_stmt_close(st);
+    return rc;
+}
+
+static int my_begin(lq_conn *c, int isolation) {
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    /* The session runs at READ COMMITTED; another level is set for the next
+     * transaction only. */
+    const char *level = NULL;
+    switch (isolation) {
+    case LQ_ISOLATION_READ_UNCOMMITTED:
+        level = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
+        break;
+    case LQ_ISOLATION_REPEATABLE_READ:
+        level = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+        break;
+    case LQ_ISOLATION_SERIALIZABLE: level = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"; break;
+    default: break;
+    }
+    if (level && (rc = run_plain(c, level)) != LQ_OK) return rc;
+    return run_plain(c, "START TRANSACTION");
+}
+
+static int my_commit(lq_conn *c) {
+    int rc = ensure_thread();
+    return rc == LQ_OK ? run_plain(c, "COMMIT") : rc;
+}
+
+static int my_rollback(lq_conn *c) {
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    /* Also after a deadlock (1213), which rolled back the transaction
+     * already: ROLLBACK is then harmless. */
+    return run_plain(c, "ROLLBACK");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Advisory keys. The key is the lock name the candidate query rendered. */
+
+typedef struct int_answer {
+    int64_t value;
+    bool seen;
+} int_answer;
+
+static int on_int_answer(void *ctx, const lq_value *cols, int count) {
+    int_answer *a = ctx;
+    if (count >= 1 && cols[0].type == LQ_V_INT) {
+        a->value = cols[0].i;
+        a->seen = true;
+    }
+    return LQ_OK;
+}
+
+static int ask(int64_t *answer, lq_conn *c, int id, const char *sql, const char *key) {
+    MYSQL_STMT *st;
+    int rc = ensure_thread();
+    if (rc == LQ_OK) rc = noted(c, cached(&st, c, id, sql));
+    if (rc != LQ_OK) return rc;
+    lq_value v[2] = {{.type = LQ_V_TEXT, .p = key, .n = strlen(key)},
+                     {.type = LQ_V_TEXT, .p = key, .n = strlen(key)}};
+    int_answer a = {0, false};
+    rc = noted(c, run_stmt(NULL, st, v, (int)mysql_stmt_param_count(st), on_int_answer, &a, NULL));
+    if (rc == LQ_OK && !a.seen) rc = lq__error(LQ_BACKEND, "mysql: a lock call returned no answer");
+    *answer = a.value;
+    return rc;
+}
+
+/* GET_LOCK is re-entrant within a session: taking a name this session holds
+ * already would count it twice, and one release would leave it held. So a
+ * name held by anyone, this session included, is not taken. */
+static int my_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target,
+                           const char *key) {
+    (void)target;
+    int64_t answer = 0;
+    *taken = false;
+    int rc = ask(&answer, c, STMT_LOCK_KEY,
+                 "SELECT IF(IS_USED_LOCK(?) IS NULL, "
+                 "CAST(COALESCE(GET_LOCK(?, 0), 0) AS SIGNED), 0)",
+                 key);
+    if (rc == LQ_OK) *taken = answer == 1;
+    return rc;
+}
+
+/* Confirmed when the release freed the name for other sessions: released,
+ * and no longer held by this one (a count left over is not a release). */
+static bool my_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
+    (void)target;
+    int64_t answer = 0;
+    if (!c) return false;
+    int rc = ask(&answer, c, STMT_UNLOCK_KEY,
+                 "SELECT IF(COALESCE(RELEASE_LOCK(?), 0) = 1, "
+                 "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, 1), 0)",
+                 key);
+    return rc == LQ_OK && answer == 1;
+}
+
+const lq_dialect lq__mysql_dialect = {
+    .name = "mysql",
+    .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
+    .single_writer = false,
+    .advisory_holds_connection = true,
+    .whole_second_leases = true,
+    .listen_notify = false,
+    .claim_writes_lease = false,
+    .insert_returning = false,
+    .parse_url = my_parse_url,
+    .connect = my_connect,
+    .disconnect = my_disconnect,
+    .reusable = my_reusable,
+    .check_version = my_check_version,
+    .quote = '\x60',
+    .placeholder = my_placeholder,
+    .build_claims = my_build_claims,
+    .prepare = my_prepare,
+    .exec = my_exec,
+    .execute = my_execute,
+    .borrow = my_borrow,
+    .release_borrowed = my_disconnect,
+    .begin = my_begin,
+    .commit = my_commit,
+    .rollback = my_rollback,
+    .try_lock_key = my_try_lock_key,
+    .unlock_key = my_unlock_key,
+};
