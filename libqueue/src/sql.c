@@ -115,11 +115,17 @@ void lq__sql_fifo_head(lq_sql *b, bool lease) {
     /* A row that entered ahead of the head in work waits too. */
     lq__sql_add(b, " AND NOT EXISTS (SELECT 1 FROM ");
     lq__sql_table(b);
-    lq__sql_add(b, " AS \"lq_work\" WHERE \"lq_work\".");
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_work");
+    lq__sql_add(b, " WHERE ");
+    lq__sql_ident(b, "lq_work");
+    lq__sql_add(b, ".");
     lq__sql_col(b, LQ_ROLE_GROUP);
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ_P_GROUP);
-    lq__sql_add(b, " AND \"lq_work\".");
+    lq__sql_add(b, " AND ");
+    lq__sql_ident(b, "lq_work");
+    lq__sql_add(b, ".");
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(b, " > ");
     lq__sql_param(b, LQ_P_LEASE_NOW);

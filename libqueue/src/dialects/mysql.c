@@ -748,42 +748,6 @@ static void guarded_lock_name(lq_sql *b, const lq_table *t) {
     lq__sql_add(b, ", 256))");
 }
 
-/* FIFO groups: only the group's head, its first unfinished row in claim
- * order, due or not; in the lease form only while no row of the group is
- * leased. (lq__sql_fifo_head's clause, with its alias in backticks.) */
-static void fifo_head(lq_sql *b, bool lease) {
-    lq__sql_add(b, " AND ");
-    lq__sql_id(b);
-    lq__sql_add(b, " = (SELECT ");
-    lq__sql_id(b);
-    lq__sql_add(b, " FROM ");
-    lq__sql_table(b);
-    lq__sql_add(b, " WHERE ");
-    lq__sql_col(b, LQ_ROLE_GROUP);
-    lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_GROUP);
-    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
-        lq__sql_add(b, " AND ");
-        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
-        lq__sql_add(b, " IS NULL");
-    }
-    lq__sql_add(b, " ORDER BY ");
-    lq__sql_claim_order(b);
-    lq__sql_add(b, " LIMIT 1)");
-    if (!lease) return;
-    lq__sql_add(b, " AND NOT EXISTS (SELECT 1 FROM ");
-    lq__sql_table(b);
-    lq__sql_add(b, " AS `lq_work` WHERE `lq_work`.");
-    lq__sql_col(b, LQ_ROLE_GROUP);
-    lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_GROUP);
-    lq__sql_add(b, " AND `lq_work`.");
-    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(b, " > ");
-    lq__sql_param(b, LQ_P_LEASE_NOW);
-    lq__sql_add(b, ")");
-}
-
 /* The FIFO group guard: the claim's transaction first locks the unfinished
  * rows of its group, without waiting. While another transaction holds one
  * of them (a claim of another broker, or a row lock delivery in work) the
@@ -822,7 +786,7 @@ static int build_locking_claim(lq_sqlset *set, const lq_table *t, bool lease) {
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, lease);
-    if (t->fifo) fifo_head(&b, lease);
+    if (t->fifo) lq__sql_fifo_head(&b, lease);
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " LIMIT ");
