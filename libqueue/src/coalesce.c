@@ -1,19 +1,8 @@
 #include "coalesce.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-struct lq_pending {
-    const lq_stmt *stmt;
-    lq_value args[LQ_P_COUNT];
-    int64_t changes;
-    int rc;
-    bool done;
-    char message[256];
-    char sqlstate[6];
-    int native;
-    lq_pending *next;
-};
 
 void lq__coalescer_init(lq_coalescer *c) {
     memset(c, 0, sizeof *c);
@@ -38,16 +27,57 @@ static void record(lq_pending *p, int rc, int64_t changes) {
     }
 }
 
+int lq__pending_error(const lq_pending *p) {
+    if (p->rc != LQ_OK) lq__error_db(p->rc, p->sqlstate, p->native, "%s", p->message);
+    return p->rc;
+}
+
 static void run_alone(const lq_dialect *d, lq_conn *conn, lq_pending *p) {
     int64_t changes = 0;
     int rc = d->exec(&changes, conn, p->stmt, p->args, NULL, NULL);
     record(p, rc, changes);
 }
 
+static bool in_set(const lq_coalescer *c, const lq_pending *p) {
+    return c->ack_set && c->ack_set->sql && p->stmt == c->ack;
+}
+
+/* The acks of the list as one statement over their rows, inside the open
+ * transaction. *whole is false when it did not change one row per ack (a
+ * lease was lost): the caller then rolls back and runs each on its own, to
+ * learn which. */
+static int run_ack_set(bool *whole, lq_coalescer *c, const lq_dialect *d, lq_conn *conn,
+                       lq_pending *list) {
+    size_t n = 0;
+    const lq_pending *first = NULL;
+    for (lq_pending *p = list; p; p = p->next)
+        if (in_set(c, p) && n++ == 0) first = p;
+    *whole = true;
+    if (n < 2) return LQ_OK;
+    lq_held *rows = malloc(n * sizeof *rows);
+    if (!rows) return lq__error(LQ_NOMEM, "out of memory");
+    n = 0;
+    for (lq_pending *p = list; p; p = p->next)
+        if (in_set(c, p)) rows[n++] = (lq_held){p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i};
+    char *json = lq__held_set_json(d, rows, n);
+    free(rows);
+    if (!json) return lq__error(LQ_NOMEM, "out of memory");
+    lq_value args[LQ_P_COUNT];
+    memcpy(args, first->args, sizeof args);
+    args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
+    int64_t changes = 0;
+    int rc = d->exec(&changes, conn, c->ack_set, args, NULL, NULL);
+    free(json);
+    if (rc == LQ_OK && changes != (int64_t)n) *whole = false;
+    for (lq_pending *p = list; rc == LQ_OK && p; p = p->next)
+        if (in_set(c, p)) p->changes = 1;
+    return rc;
+}
+
 /* One transaction for the gathered statements; if any fails, the
  * transaction is rolled back and each runs on its own, so one bad row does not
  * fail the others. */
-static void run_gathered(lq_pool *pool, lq_pending *list) {
+static void run_gathered(lq_coalescer *c, lq_pool *pool, lq_pending *list) {
     const lq_dialect *d = pool->dialect;
     lq_conn *conn;
     int rc = lq__pool_acquire(&conn, pool);
@@ -60,48 +90,66 @@ static void run_gathered(lq_pool *pool, lq_pending *list) {
         lq__pool_release(pool, conn, list->rc == LQ_CONNECT);
         return;
     }
+    bool whole = true;
     rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
-    for (lq_pending *p = list; rc == LQ_OK && p; p = p->next)
-        rc = d->exec(&p->changes, conn, p->stmt, p->args, NULL, NULL);
-    if (rc == LQ_OK) rc = d->commit(conn);
-    if (rc == LQ_OK) {
+    if (rc == LQ_OK) rc = run_ack_set(&whole, c, d, conn, list);
+    for (lq_pending *p = list; rc == LQ_OK && whole && p; p = p->next)
+        if (!in_set(c, p)) rc = d->exec(&p->changes, conn, p->stmt, p->args, NULL, NULL);
+    if (rc == LQ_OK && whole) rc = d->commit(conn);
+    if (rc == LQ_OK && whole) {
         for (lq_pending *p = list; p; p = p->next) p->rc = LQ_OK;
     } else {
         d->rollback(conn);
+        if (rc == LQ_CONNECT) { /* the connection is gone: each on a new one */
+            lq__pool_release(pool, conn, true);
+            if ((rc = lq__pool_acquire(&conn, pool)) != LQ_OK) {
+                for (lq_pending *p = list; p; p = p->next) record(p, rc, 0);
+                return;
+            }
+        }
         for (lq_pending *p = list; p; p = p->next) run_alone(d, conn, p);
+        rc = LQ_OK;
+        for (lq_pending *p = list; p; p = p->next)
+            if (p->rc == LQ_CONNECT) rc = LQ_CONNECT;
     }
     lq__pool_release(pool, conn, rc == LQ_CONNECT);
 }
 
-int lq__coalesced_exec(int64_t *changes, lq_coalescer *c, lq_pool *pool, const lq_stmt *stmt,
-                       const lq_value *args) {
-    lq_pending mine = {.stmt = stmt};
-    memcpy(mine.args, args, sizeof mine.args);
+void lq__coalesced_run(lq_coalescer *c, lq_pool *pool, lq_pending *list, bool gather) {
+    if (!gather) {
+        run_gathered(c, pool, list);
+        return;
+    }
+    lq_pending *last = list;
+    while (last->next) last = last->next;
     pthread_mutex_lock(&c->mu);
-    if (c->tail) c->tail->next = &mine;
-    else c->head = &mine;
-    c->tail = &mine;
-    while (!mine.done) {
+    if (c->tail) c->tail->next = list;
+    else c->head = list;
+    c->tail = last;
+    while (!last->done) {
         if (c->leading) {
             pthread_cond_wait(&c->done, &c->mu);
             continue;
         }
         /* Lead: take everything gathered so far and run it. */
         c->leading = true;
-        lq_pending *list = c->head;
+        lq_pending *taken = c->head;
         c->head = c->tail = NULL;
         pthread_mutex_unlock(&c->mu);
-        run_gathered(pool, list);
+        run_gathered(c, pool, taken);
         pthread_mutex_lock(&c->mu);
-        for (lq_pending *p = list, *next; p; p = next) {
-            next = p->next;
-            p->done = true;
-        }
+        for (lq_pending *p = taken; p; p = p->next) p->done = true;
         c->leading = false;
         pthread_cond_broadcast(&c->done);
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+int lq__coalesced_exec(int64_t *changes, lq_coalescer *c, lq_pool *pool, const lq_stmt *stmt,
+                       const lq_value *args) {
+    lq_pending mine = {.stmt = stmt};
+    memcpy(mine.args, args, sizeof mine.args);
+    lq__coalesced_run(c, pool, &mine, true);
     if (changes) *changes = mine.changes;
-    if (mine.rc != LQ_OK) lq__error_db(mine.rc, mine.sqlstate, mine.native, "%s", mine.message);
-    return mine.rc;
+    return lq__pending_error(&mine);
 }

@@ -1,8 +1,10 @@
 /* Coalesced settlements: settlements of concurrent deliveries that run one
  * statement each on a pool connection (the lease form, and SQLite's advisory
  * form) are gathered and committed together, one transaction for all those
- * waiting at that moment. The first caller leads: it runs what has gathered
- * while the others wait for their results; nothing waits for a timer. */
+ * waiting at that moment, the acks among them as one statement over their
+ * set of rows (sqlset.ack_set). The first caller leads: it runs what has
+ * gathered while the others wait for their results; nothing waits for a
+ * timer. */
 #ifndef LQ_COALESCE_H
 #define LQ_COALESCE_H
 
@@ -10,13 +12,25 @@
 
 #include <pthread.h>
 
-typedef struct lq_pending lq_pending;
+/* One statement to run, and its outcome. */
+typedef struct lq_pending {
+    const lq_stmt *stmt;
+    lq_value args[LQ_P_COUNT];
+    int64_t changes;
+    int rc;
+    bool done;
+    char message[256];
+    char sqlstate[6];
+    int native;
+    struct lq_pending *next;
+} lq_pending;
 
 typedef struct lq_coalescer {
     pthread_mutex_t mu;
     pthread_cond_t done;
     lq_pending *head, *tail;
     bool leading;
+    const lq_stmt *ack, *ack_set; /* acks of one row, and of a set (NULL sql: none) */
 } lq_coalescer;
 
 LQ_HIDDEN void lq__coalescer_init(lq_coalescer *c);
@@ -25,5 +39,11 @@ LQ_HIDDEN void lq__coalescer_destroy(lq_coalescer *c);
  * with the error (if any) set on the calling thread. */
 LQ_HIDDEN int lq__coalesced_exec(int64_t *changes, lq_coalescer *c, lq_pool *pool,
                                  const lq_stmt *stmt, const lq_value *args);
+/* Runs a list of statements (linked by next) in the next shared commit, or,
+ * with `gather` false, in one commit of their own at once. Each item's rc,
+ * changes and error message say how it went. */
+LQ_HIDDEN void lq__coalesced_run(lq_coalescer *c, lq_pool *pool, lq_pending *list, bool gather);
+/* Sets the calling thread's error from an item that failed. */
+LQ_HIDDEN int lq__pending_error(const lq_pending *p);
 
 #endif

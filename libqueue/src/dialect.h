@@ -4,6 +4,7 @@
 #ifndef LQ_DIALECT_H
 #define LQ_DIALECT_H
 
+#include "clock.h"
 #include "sql.h"
 
 typedef struct lq_conn lq_conn; /* defined by each dialect */
@@ -73,6 +74,15 @@ typedef struct lq_dialect {
      * rows come back in the types the core reads. */
     const char *row_casts[LQ_COL_COUNT];
     int (*build_claims)(lq_sqlset *set, const lq_table *table);
+    /* Settling a set of rows in one statement (sqlset.ack_set): a row source
+     * of columns lq_id and lq_held read from the JSON of LQ_P_HELD_SET, and
+     * the time text its tokens are written in. NULL: no such statement. */
+    void (*held_set_source)(lq_sql *b);
+    void (*held_time_text)(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms);
+    /* The set is joined to the table (DELETE t FROM set JOIN t), where a
+     * subquery in a DELETE would not use the table's index; else the rows
+     * are picked by (id, token) IN (SELECT .. FROM set). */
+    bool held_set_joins;
 
     /* Prepares a statement without running it: a missing table or column
      * fails with LQ_SCHEMA and the database's message. */

@@ -149,6 +149,10 @@ LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
+/* Acks deliveries of one claim together (a batch handler's return): one
+ * statement over their rows where they settle on pool connections or in
+ * their batch's transaction, the others one by one. The first failure. */
+LQ_HIDDEN int lq__settle_acks(lq_delivery **dvs, size_t n);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Gives back a connection a delivery (or a batch) held. */
 LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);

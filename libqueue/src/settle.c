@@ -50,29 +50,36 @@ static int end_handler_tx(lq_delivery *dv, lq_outcome outcome) {
     return d->rollback(dv->conn);
 }
 
-/* A row lock batch: the settlement's statements run in the shared
- * transaction; the last settlement commits it. A failing statement rolls the
- * whole batch back, and every row returns, the settled ones too. */
-static int settle_shared(lq_delivery *dv, const lq_stmt *stmt, const lq_value *args) {
-    lq_subscription *s = dv->sub;
+/* A row lock batch: the settlement's statement runs in the shared
+ * transaction, for `count` of its deliveries (one, or a set acked together,
+ * whose statement must change one row each); the last settlement commits it.
+ * A failing statement rolls the whole batch back, and every row returns, the
+ * settled ones too. */
+static int settle_shared(lq_delivery *const *dvs, size_t count, const lq_stmt *stmt,
+                         const lq_value *args) {
+    lq_subscription *s = dvs[0]->sub;
     const lq_dialect *d = s->broker->dialect;
-    lq_shared_tx *tx = dv->shared;
+    lq_shared_tx *tx = dvs[0]->shared;
     int rc = LQ_OK;
     pthread_mutex_lock(&tx->mu);
     if (tx->rolled_back) {
         rc = lq__error(LQ_BATCH_ROLLED_BACK, "row %lld: an earlier settlement rolled its batch "
                                              "back; the row is back in the queue",
-                       (long long)dv->id);
+                       (long long)dvs[0]->id);
     } else {
-        int64_t changes;
+        int64_t changes = 0;
         if (stmt && stmt->sql) rc = d->exec(&changes, tx->conn, stmt, args, NULL, NULL);
         else if (!stmt) rc = dead_letter_to_table(&changes, s, tx->conn, args);
+        if (rc == LQ_OK && count > 1 && changes != (int64_t)count)
+            rc = lq__error(LQ_BACKEND, "acking %zu rows of a batch together changed %lld", count,
+                           (long long)changes);
         if (rc != LQ_OK) {
             d->rollback(tx->conn);
             tx->rolled_back = true;
         }
     }
-    bool last = --tx->open == 0;
+    tx->open -= (int)count;
+    bool last = tx->open == 0;
     if (last && !tx->rolled_back) {
         int end = d->commit(tx->conn);
         if (rc == LQ_OK) rc = end;
@@ -84,12 +91,31 @@ static int settle_shared(lq_delivery *dv, const lq_stmt *stmt, const lq_value *a
     }
     pthread_mutex_unlock(&tx->mu);
     if (conn) lq__subscription_release_held(s, conn, rc == LQ_CONNECT);
-    dv->shared = NULL;
+    for (size_t i = 0; i < count; i++) dvs[i]->shared = NULL;
     if (last) {
         pthread_mutex_destroy(&tx->mu);
         free(tx);
     }
     return rc;
+}
+
+/* The values every settlement statement of a delivery binds. */
+static void settle_args(lq_value *args, const lq_delivery *dv, int64_t delay_ms) {
+    const char *dest = dv->sub->table->dead_letter;
+    int64_t now = lq__now_ms();
+    memset(args, 0, LQ_P_COUNT * sizeof *args);
+    args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = dv->id};
+    args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = dv->token};
+    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
+    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = now + delay_ms};
+    if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
+}
+
+static int lease_lost(const lq_delivery *dv, lq_outcome outcome) {
+    return lq__error(LQ_LEASE_LOST,
+                     "row %lld: its lease ran out and another claim holds it; the %s changed "
+                     "nothing",
+                     (long long)dv->id, outcome_name(outcome));
 }
 
 static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
@@ -104,25 +130,15 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     if (s->form == LQ_FORM_ROW_LOCK && !dv->conn && !dv->shared) return LQ_OK; /* nothing held */
     if (!in_tx && stmt && !stmt->sql) return LQ_OK; /* this form settles by letting go */
 
-    int64_t now = lq__now_ms();
-    lq_value args[LQ_P_COUNT] = {0};
-    args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = dv->id};
-    args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = dv->token};
-    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
-    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = now + delay_ms};
-    const char *dest = s->table->dead_letter;
-    if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
+    lq_value args[LQ_P_COUNT];
+    settle_args(args, dv, delay_ms);
 
-    if (dv->shared) return settle_shared(dv, stmt, args);
+    if (dv->shared) return settle_shared(&dv, 1, stmt, args);
     if (s->coalesce && !in_tx && !dv->conn && stmt) {
         /* One statement on a pool connection: commit it with the others. */
         int64_t changes = 0;
         rc = lq__coalesced_exec(&changes, &s->coalescer, &s->broker->pool, stmt, args);
-        if (rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE)
-            rc = lq__error(LQ_LEASE_LOST,
-                           "row %lld: its lease ran out and another claim holds it; the %s "
-                           "changed nothing",
-                           (long long)dv->id, outcome_name(outcome));
+        if (rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE) rc = lease_lost(dv, outcome);
         return rc;
     }
     lq_conn *conn = dv->conn;
@@ -149,11 +165,7 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
         dv->conn = NULL;
         lq__subscription_release_held(s, conn, rc == LQ_CONNECT);
     }
-    if (lost)
-        rc = lq__error(LQ_LEASE_LOST,
-                       "row %lld: its lease ran out and another claim holds it; the %s changed "
-                       "nothing",
-                       (long long)dv->id, outcome_name(outcome));
+    if (lost) rc = lease_lost(dv, outcome);
     return rc;
 }
 
@@ -184,4 +196,96 @@ int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv);
     lq__subscription_settled(s, dv);
     return rc;
+}
+
+/* Whether a delivery's ack can join a set: it runs one statement on a pool
+ * connection (coalesced or not), or in its batch's shared transaction. */
+static bool joins_set(const lq_delivery *dv) {
+    const lq_subscription *s = dv->sub;
+    if (dv->settled || dv->tx || !s->sql.ack_set.sql) return false;
+    if (dv->shared) return true;
+    return s->form != LQ_FORM_ROW_LOCK && !dv->conn;
+}
+
+/* Marks a delivery settled, as lq__settle does after its statements. */
+static void finish_settled(lq_delivery *dv) {
+    lq_subscription *s = dv->sub;
+    dv->settled = true;
+    pthread_mutex_unlock(&dv->mu);
+    if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv);
+    lq__subscription_settled(s, dv);
+}
+
+/* Acks that ran through the coalescer, each with its own outcome. */
+static int ack_pending(lq_delivery **dvs, size_t n) {
+    lq_subscription *s = dvs[0]->sub;
+    lq_pending *items = calloc(n, sizeof *items);
+    if (!items) return lq__error(LQ_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        items[i].stmt = &s->sql.ack;
+        settle_args(items[i].args, dvs[i], 0);
+        items[i].next = i + 1 < n ? &items[i + 1] : NULL;
+    }
+    lq__coalesced_run(&s->coalescer, &s->broker->pool, items, s->coalesce);
+    int first = LQ_OK;
+    for (size_t i = 0; i < n; i++) {
+        int rc = lq__pending_error(&items[i]);
+        if (rc == LQ_OK && items[i].changes == 0 && s->form == LQ_FORM_LEASE)
+            rc = lease_lost(dvs[i], LQ_ACK);
+        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "acking a batch");
+        if (first == LQ_OK) first = rc;
+        finish_settled(dvs[i]);
+    }
+    free(items);
+    return first;
+}
+
+/* Acks of one shared transaction, as one statement over their rows. */
+static int ack_shared(lq_delivery **dvs, size_t n) {
+    lq_subscription *s = dvs[0]->sub;
+    lq_held *rows = malloc(n * sizeof *rows);
+    char *json = NULL;
+    if (rows) {
+        for (size_t i = 0; i < n; i++) rows[i] = (lq_held){dvs[i]->id, dvs[i]->token};
+        json = lq__held_set_json(s->broker->dialect, rows, n);
+    }
+    free(rows);
+    if (!json) {
+        for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    lq_value args[LQ_P_COUNT];
+    settle_args(args, dvs[0], 0);
+    args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
+    int rc = settle_shared(dvs, n, &s->sql.ack_set, args);
+    free(json);
+    for (size_t i = 0; i < n; i++) finish_settled(dvs[i]);
+    return rc;
+}
+
+int lq__settle_acks(lq_delivery **dvs, size_t n) {
+    if (n == 0) return LQ_OK;
+    lq_delivery **set = malloc(n * sizeof *set);
+    if (!set) return lq__error(LQ_NOMEM, "out of memory");
+    int first = LQ_OK;
+    size_t k = 0;
+    /* The rows that join the set, their mutexes held until they settle:
+     * the deliveries of one claim, so of one shared transaction if any. */
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&dvs[i]->mu);
+        if (joins_set(dvs[i]) && (k == 0 || dvs[i]->shared == set[0]->shared)) set[k++] = dvs[i];
+        else pthread_mutex_unlock(&dvs[i]->mu);
+    }
+    if (k == 1) { /* nothing to gain: the usual path */
+        pthread_mutex_unlock(&set[0]->mu);
+        k = 0;
+    }
+    if (k) first = set[0]->shared ? ack_shared(set, k) : ack_pending(set, k);
+    for (size_t i = 0; i < n; i++) {
+        if (dvs[i]->settled) continue; /* in the set: settled above */
+        int rc = lq__settle(dvs[i], LQ_ACK, 0);
+        if (rc != LQ_OK && first == LQ_OK) first = rc;
+    }
+    free(set);
+    return first;
 }

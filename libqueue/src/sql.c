@@ -222,6 +222,92 @@ static int build_ack(lq_sql *b) {
     return lq__sql_finish(b);
 }
 
+/* The ack of a set of rows: the ack's DELETE (or UPDATE of processed_at)
+ * for every row of LQ_P_HELD_SET, each with its token in the lease form. */
+static int build_ack_set(lq_sql *b) {
+    bool lease = lq_table_form(b->table) == LQ_FORM_LEASE;
+    bool marks = lq__has(b->table, LQ_ROLE_PROCESSED_AT);
+    if (b->dialect->held_set_joins) {
+        lq__sql_add(b, marks ? "UPDATE " : "DELETE ");
+        if (!marks) {
+            lq__sql_ident(b, "lq_t");
+            lq__sql_add(b, " FROM ");
+        }
+        b->dialect->held_set_source(b);
+        lq__sql_add(b, " AS ");
+        lq__sql_ident(b, "lq_s");
+        lq__sql_add(b, " JOIN ");
+        lq__sql_table(b);
+        lq__sql_add(b, " AS ");
+        lq__sql_ident(b, "lq_t");
+        lq__sql_add(b, " ON ");
+        lq__sql_qualified(b, "lq_t", b->table->id);
+        lq__sql_add(b, " = ");
+        lq__sql_qualified(b, "lq_s", "lq_id");
+        if (lease) {
+            lq__sql_add(b, " AND ");
+            lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
+            lq__sql_add(b, " = ");
+            lq__sql_qualified(b, "lq_s", "lq_held");
+        }
+        if (marks) {
+            lq__sql_add(b, " SET ");
+            lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_PROCESSED_AT]);
+            lq__sql_add(b, " = ");
+            lq__sql_param(b, LQ_P_NOW);
+            if (lease) {
+                lq__sql_add(b, ", ");
+                lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
+                lq__sql_add(b, " = NULL");
+            }
+        }
+        return lq__sql_finish(b);
+    }
+    if (marks) {
+        lq__sql_add(b, "UPDATE ");
+        lq__sql_table(b);
+        lq__sql_add(b, " SET ");
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ_P_NOW);
+        settle_tail(b, false);
+    } else {
+        lq__sql_add(b, "DELETE FROM ");
+        lq__sql_table(b);
+    }
+    lq__sql_add(b, lease ? " WHERE (" : " WHERE ");
+    lq__sql_id(b);
+    if (lease) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, ")");
+    }
+    lq__sql_add(b, " IN (SELECT ");
+    lq__sql_ident(b, "lq_id");
+    if (lease) {
+        lq__sql_add(b, ", ");
+        lq__sql_ident(b, "lq_held");
+    }
+    lq__sql_add(b, " FROM ");
+    b->dialect->held_set_source(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, ")");
+    return lq__sql_finish(b);
+}
+
+char *lq__held_set_json(const lq_dialect *d, const lq_held *rows, size_t count) {
+    lq_strbuf sb = {0};
+    lq__sb_addc(&sb, '[');
+    for (size_t i = 0; i < count; i++) {
+        char token[LQ_TIME_TEXT_SIZE];
+        d->held_time_text(token, rows[i].token);
+        lq__sb_addf(&sb, "%s[%lld,\"%s\"]", i ? "," : "", (long long)rows[i].id, token);
+    }
+    lq__sb_addc(&sb, ']');
+    return lq__sb_take(&sb);
+}
+
 /* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>. */
 static int build_update(lq_sql *b, int role, lq_param value, bool settles, bool counts) {
     lq__sql_add(b, "UPDATE ");
@@ -445,6 +531,10 @@ int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     memset(set, 0, sizeof *set);
     lq__sql_start(&b, &set->ack, d, t);
     rc = build_ack(&b);
+    if (rc == LQ_OK && d->held_set_source) {
+        lq__sql_start(&b, &set->ack_set, d, t);
+        rc = build_ack_set(&b);
+    }
     if (rc == LQ_OK) {
         lq__sql_start(&b, &set->retry, d, t);
         rc = build_retry(&b);
@@ -517,7 +607,7 @@ int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_ta
 
 void lq__sqlset_free(lq_sqlset *set) {
     lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp, &set->guard,
-                      &set->ack,         &set->retry, &set->release,
+                      &set->ack,         &set->ack_set,    &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
                       &set->dead_delete, &set->extend};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {

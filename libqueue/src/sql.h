@@ -25,6 +25,7 @@ typedef enum lq_param {
     LQ_P_HEADERS,
     LQ_P_MSG_GROUP,   /* the group a publish writes */
     LQ_P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
+    LQ_P_HELD_SET,    /* rows settled together: JSON [[id, token], ..] (lq__held_set_json) */
     LQ_P_COUNT
 } lq_param;
 
@@ -50,6 +51,8 @@ typedef struct lq_sqlset {
     lq_stmt stamp;       /* lease, where the claim is a locking read: leases one row */
     lq_stmt guard;       /* FIFO: takes the group in the claim's transaction; returns 1 or 0 */
     lq_stmt ack;
+    lq_stmt ack_set;     /* acks a set of rows in one statement, or NULL sql where the
+                          * database cannot (the acks then run one by one) */
     lq_stmt retry;       /* NULL sql in the advisory form: releasing the key is the retry */
     lq_stmt release;     /* gives back a row never settled, undoing the claim's count */
     lq_stmt retry_after;
@@ -102,6 +105,12 @@ LQ_HIDDEN void lq__sqlset_free(lq_sqlset *set);
  * an attempt column). */
 LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialect *d,
                                            const lq_table *t);
+/* The JSON a set of rows is bound as: [[id, "token"], ..], the token in the
+ * dialect's time text; NULL when out of memory. */
+typedef struct lq_held {
+    int64_t id, token;
+} lq_held;
+LQ_HIDDEN char *lq__held_set_json(const struct lq_dialect *d, const lq_held *rows, size_t count);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
 

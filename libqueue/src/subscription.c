@@ -113,11 +113,13 @@ static void plan_flow(lq_subscription *s) {
         f->holds = false; /* keys kept in the process hold no connection */
     /* One claim at a time where claims beside each other only collide (one
      * writer), could finish out of claim order (FIFO groups, partition keys),
-     * or lock what they read until a multi-statement claim commits (a lease
-     * claim stamped row by row). */
+     * or where one claim serves every free worker: a lease claim asks a row
+     * for every worker seen, one commit for all of them, and the rows past
+     * the free workers wait in the lease book. Lease claims beside each
+     * other would each find one worker free and spend a commit per row. */
     f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
-                   (s->form == LQ_FORM_LEASE && !d->claim_writes_lease);
-    f->claim_seen = d->single_writer && s->form == LQ_FORM_LEASE;
+                   s->form == LQ_FORM_LEASE;
+    f->claim_seen = s->form == LQ_FORM_LEASE;
 }
 
 /* Prepares every statement on one connection: a missing table or column
@@ -144,6 +146,14 @@ static int prepare_all(lq_subscription *s) {
         if (!all[i].stmt->sql) continue;
         rc = s->broker->dialect->prepare(conn, all[i].stmt);
         if (rc != LQ_OK) lq__error_prefix("the %s statement", all[i].what);
+    }
+    /* Acks of a set are an optimisation: a server that cannot run them
+     * (MariaDB before 10.6 has no JSON_TABLE) acks row by row. */
+    if (rc == LQ_OK && s->sql.ack_set.sql && s->broker->dialect->prepare(conn, &s->sql.ack_set) != LQ_OK) {
+        lq__log_error(LQ_LOG_DEBUG, "acks of a set of rows (acking one by one)");
+        lq__error_clear();
+        free(s->sql.ack_set.sql);
+        s->sql.ack_set.sql = NULL;
     }
     lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
     return rc;
@@ -198,6 +208,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
     if (rc == LQ_OK) rc = prepare_all(s);
+    s->coalescer.ack = &s->sql.ack;
+    s->coalescer.ack_set = &s->sql.ack_set;
     if (rc == LQ_OK) rc = lq__broker_attach(b, s);
     if (rc != LQ_OK) {
         if (s->table) {
@@ -445,6 +457,8 @@ static void *batch_worker_main(void *arg) {
         running_handler_of = s;
         int status = s->batch_handler(batch, n, s->userdata);
         running_handler_of = NULL;
+        if (status == LQ_OK && lq__settle_acks(batch, n) != LQ_OK)
+            lq__log_error(LQ_LOG_WARNING, "acking a batch after its handler");
         for (size_t i = 0; i < n; i++) finish_delivery(batch[i], status);
         pthread_mutex_lock(&s->mu);
     }

@@ -862,6 +862,15 @@ static size_t utf8_chars(const char *s) {
     return n;
 }
 
+/* The rows of a settled set, from their JSON (JSON_TABLE: MySQL 8.0,
+ * MariaDB 10.6; where the server lacks it the statement does not prepare and
+ * acks run one by one). */
+static void my_held_set_source(lq_sql *b) {
+    lq__sql_add(b, "JSON_TABLE(");
+    lq__sql_param(b, LQ_P_HELD_SET);
+    lq__sql_add(b, ", '$[*]' COLUMNS (`lq_id` BIGINT PATH '$[0]', `lq_held` DATETIME(6) PATH '$[1]'))");
+}
+
 static int my_build_claims(lq_sqlset *set, const lq_table *t) {
     const char *names[LQ_ROLE_COUNT + 3] = {t->name, t->schema, t->id};
     int count = 3;
@@ -957,6 +966,15 @@ static void to_mysql_time(MYSQL_TIME *out, int64_t epoch_ms) {
     out->second = (unsigned)tm.tm_sec;
     out->second_part = (unsigned long)ms * 1000;
     out->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+/* A token as JSON_TABLE reads a DATETIME: UTC, as the session runs. */
+static void my_held_time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms) {
+    MYSQL_TIME t;
+    to_mysql_time(&t, epoch_ms);
+    snprintf(out, LQ_TIME_TEXT_SIZE, "%04u-%02u-%02u %02u:%02u:%02u.%06lu", t.year % 10000,
+             t.month % 100, t.day % 100, t.hour % 100, t.minute % 100, t.second % 100,
+             t.second_part % 1000000);
 }
 
 /* A DATETIME read back, in the core's text form. */
@@ -1328,6 +1346,9 @@ const lq_dialect lq__mysql_dialect = {
     .quote = '\x60',
     .placeholder = my_placeholder,
     .build_claims = my_build_claims,
+    .held_set_source = my_held_set_source,
+    .held_time_text = my_held_time_text,
+    .held_set_joins = true,
     .prepare = my_prepare,
     .exec = my_exec,
     .execute = my_execute,

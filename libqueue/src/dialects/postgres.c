@@ -322,6 +322,14 @@ static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
     return lq__sql_finish(&b);
 }
 
+/* The rows of a settled set, from their JSON. */
+static void pg_held_set_source(lq_sql *b) {
+    lq__sql_add(b, "(SELECT (\"lq_e\"->>0)::bigint AS \"lq_id\", (\"lq_e\"->>1)::timestamptz AS "
+                   "\"lq_held\" FROM json_array_elements(");
+    lq__sql_param(b, LQ_P_HELD_SET);
+    lq__sql_add(b, "::json) AS \"lq_e\")");
+}
+
 static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
     if (t->schema && strlen(t->schema) > 63)
         return lq__error(LQ_DIALECT, "postgresql: schema name \"%s\" is over 63 bytes", t->schema);
@@ -555,6 +563,8 @@ const lq_dialect lq__postgres_dialect = {
                   [LQ_COL_GROUP] = "::text", [LQ_COL_PKEY] = "::text",
                   [LQ_COL_HEADERS] = "::text", [LQ_COL_PRIORITY] = "::bigint"},
     .build_claims = pg_build_claims,
+    .held_set_source = pg_held_set_source,
+    .held_time_text = lq__time_text,
     .prepare = pg_prepare,
     .exec = pg_exec,
     .execute = pg_execute,

@@ -223,6 +223,15 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     return lq__sql_build_take_returning(&set->take, &lq__sqlite_dialect, t);
 }
 
+/* The rows of a settled set, from their JSON; tokens compare as the text
+ * the lease column keeps. */
+static void sqlite_held_set_source(lq_sql *b) {
+    lq__sql_add(b, "(SELECT json_extract(value, '$[0]') AS \"lq_id\", json_extract(value, '$[1]') "
+                   "AS \"lq_held\" FROM json_each(");
+    lq__sql_param(b, LQ_P_HELD_SET);
+    lq__sql_add(b, "))");
+}
+
 static int sqlite_build_claims(lq_sqlset *set, const lq_table *t) {
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);
@@ -388,6 +397,8 @@ const lq_dialect lq__sqlite_dialect = {
     .quote = '"',
     .placeholder = sqlite_placeholder,
     .build_claims = sqlite_build_claims,
+    .held_set_source = sqlite_held_set_source,
+    .held_time_text = lq__time_text,
     .prepare = sqlite_prepare,
     .exec = sqlite_exec,
     .execute = sqlite_execute,

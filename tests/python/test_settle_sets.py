@@ -1,0 +1,67 @@
+"""Acks of a set of rows in one statement: a batch handler's return, and the
+acks coalesced from concurrent deliveries."""
+
+from __future__ import annotations
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, Recorder, make_table, wait_until
+
+
+def test_a_batch_acked_by_its_return(db, form) -> None:
+    """Every row of every batch is acked when the handler returns, whatever
+    the form: none is left, none is delivered twice."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 57
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        seen = Recorder()
+        with broker.subscribe(table, batch=20, workers=2, poll_interval_ms=POLL_MS) as sub:
+            sub.run_batch(lambda batch: [seen.add(d.payload) for d in batch] and None)
+            wait_until(lambda: db.count("jobs") == 0, what="every row")
+            assert sub.stat("settled") == rows
+    assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
+
+
+def test_a_batch_acked_into_processed_at(db, form) -> None:
+    """With a processed_at column the set's ack marks every row and keeps it."""
+    table = make_table(form, processed_at="processed_at")
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(12)])
+        with broker.subscribe(table, batch=12, poll_interval_ms=POLL_MS) as sub:
+            sub.run_batch(lambda batch: None)
+            wait_until(lambda: db.count("jobs", "processed_at IS NOT NULL") == 12, what="every row")
+    assert db.count("jobs") == 12
+    if form == "lease":
+        assert db.count("jobs", "locked_until IS NOT NULL") == 0
+
+
+@pytest.mark.forms("lease")
+def test_a_lost_lease_in_a_set_fails_that_row_alone(db, form) -> None:
+    """One row of an acked set whose lease another claim took: the others are
+    acked, that one is left to its new holder."""
+    table = make_table(form)
+    db.create_table(table)
+    later = ("'2100-01-01T00:00:00.000+00:00'" if db.dialect == "sqlite"
+             else "'2100-01-01 00:00:00'")
+    victims = Recorder()
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(6)])
+        with broker.subscribe(table, batch=6, poll_interval_ms=POLL_MS) as sub:
+            @sub.run_batch
+            def handle(batch: list) -> None:
+                if len(victims):
+                    return
+                victim = batch[len(batch) // 2]
+                # Another holder's lease on one row: a token of its own.
+                victim.execute("UPDATE jobs SET locked_until = %s WHERE id = %d"
+                               % (later, victim.id))
+                victims.add(victim.id)
+
+            wait_until(lambda: db.count("jobs") == 1, what="every row but one")
+            wait_until(lambda: sub.stat("settled") == 6, what="every settlement")
+    assert [r[0] for r in db.query("SELECT id FROM jobs")] == victims.snapshot()
