@@ -121,6 +121,10 @@ static int cmd_w1(int argc, char **argv) {
     if (batch > 0) check(lq_options_set_int(o, LQ_OPT_BATCH, batch), "batch");
     const char *coalesce = bench_arg(argc, argv, "--coalesce", NULL);
     if (coalesce) check(lq_options_set_int(o, LQ_OPT_COALESCE, strtoll(coalesce, NULL, 10)), "coalesce");
+    const char *coalesce_wait = bench_arg(argc, argv, "--coalesce-wait-us", NULL);
+    if (coalesce_wait)
+        check(lq_options_set_int(o, LQ_OPT_COALESCE_WAIT_US, strtoll(coalesce_wait, NULL, 10)),
+              "coalesce_wait_us");
     lq_subscription *sub;
     int rc = lq_subscription_open(&sub, broker, table, o);
     lq_options_free(o);

@@ -128,10 +128,13 @@ typedef enum lq_option {
     LQ_OPT_ON_THREADS = 28,         /* push handlers on n dedicated threads, each with
                                        a pool of its own for lq_delivery_exec; 0 = off */
     LQ_OPT_THREAD_CONNECTIONS = 29, /* connections of each on_threads pool; default 1 */
-    LQ_OPT_COALESCE = 30            /* settlements of concurrent deliveries that take a pool
+    LQ_OPT_COALESCE = 30,           /* settlements of concurrent deliveries that take a pool
                                        connection commit together: 1 on, 0 off; default
                                        -1: on where a commit waits for the server's log
                                        (PostgreSQL, MySQL), off on SQLite */
+    LQ_OPT_COALESCE_WAIT_US = 31    /* how long a coalesced settlement waits for the other
+                                       deliveries in work to settle with it, at most;
+                                       default 1000 (1 ms), 0 = never */
 } lq_option;
 
 typedef enum lq_option_type {

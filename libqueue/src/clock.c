@@ -15,12 +15,14 @@ int64_t lq__mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-struct timespec lq__deadline_in(int64_t ms) {
+struct timespec lq__deadline_in(int64_t ms) { return lq__deadline_in_us(ms * 1000); }
+
+struct timespec lq__deadline_in_us(int64_t us) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (ms < 0) ms = 0;
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (us < 0) us = 0;
+    ts.tv_sec += (time_t)(us / 1000000);
+    ts.tv_nsec += (long)(us % 1000000) * 1000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;

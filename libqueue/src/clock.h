@@ -15,6 +15,7 @@ LQ_HIDDEN int64_t lq__mono_ms(void);
 /* An absolute CLOCK_MONOTONIC time `ms` from now, for pthread_cond_timedwait
  * on a condition created by lq__cond_init. */
 LQ_HIDDEN struct timespec lq__deadline_in(int64_t ms);
+LQ_HIDDEN struct timespec lq__deadline_in_us(int64_t us);
 
 /* "YYYY-MM-DDTHH:MM:SS.fff+00:00": 29 characters and a NUL. Text in this form
  * sorts as the times do. */

@@ -1,5 +1,8 @@
 #include "coalesce.h"
 
+#include "clock.h"
+
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,11 +11,17 @@ void lq__coalescer_init(lq_coalescer *c) {
     memset(c, 0, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->done, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->arrived, &attr);
+    pthread_condattr_destroy(&attr);
 }
 
 void lq__coalescer_destroy(lq_coalescer *c) {
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->arrived);
 }
 
 /* Keeps a statement's outcome, and its error message for the thread that
@@ -54,7 +63,7 @@ static int run_ack_set(bool *whole, lq_coalescer *c, const lq_dialect *d, lq_con
         if (in_set(c, p) && n++ == 0) first = p;
     *whole = true;
     if (n < 2) return LQ_OK;
-    lq_held *rows = malloc(n * sizeof *rows);
+    lq_held *rows = calloc(n, sizeof *rows);
     if (!rows) return lq__error(LQ_NOMEM, "out of memory");
     n = 0;
     for (lq_pending *p = list; p; p = p->next)
@@ -121,20 +130,30 @@ void lq__coalesced_run(lq_coalescer *c, lq_pool *pool, lq_pending *list, bool ga
         return;
     }
     lq_pending *last = list;
-    while (last->next) last = last->next;
+    int count = 1;
+    for (; last->next; last = last->next) count++;
     pthread_mutex_lock(&c->mu);
     if (c->tail) c->tail->next = list;
     else c->head = list;
     c->tail = last;
+    c->gathered += count;
+    pthread_cond_signal(&c->arrived);
     while (!last->done) {
         if (c->leading) {
             pthread_cond_wait(&c->done, &c->mu);
             continue;
         }
-        /* Lead: take everything gathered so far and run it. */
+        /* Lead: wait a moment for the deliveries in work that have not
+         * joined, then take everything gathered and run it. */
         c->leading = true;
+        if (c->wait_us > 0 && c->gathered < atomic_load(&c->in_work)) {
+            struct timespec until = lq__deadline_in_us(c->wait_us);
+            while (c->gathered < atomic_load(&c->in_work))
+                if (pthread_cond_timedwait(&c->arrived, &c->mu, &until) == ETIMEDOUT) break;
+        }
         lq_pending *taken = c->head;
         c->head = c->tail = NULL;
+        c->gathered = 0;
         pthread_mutex_unlock(&c->mu);
         run_gathered(c, pool, taken);
         pthread_mutex_lock(&c->mu);

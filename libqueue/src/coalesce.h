@@ -2,15 +2,16 @@
  * statement each on a pool connection (the lease form, and SQLite's advisory
  * form) are gathered and committed together, one transaction for all those
  * waiting at that moment, the acks among them as one statement over their
- * set of rows (sqlset.ack_set). The first caller leads: it runs what has
- * gathered while the others wait for their results; nothing waits for a
- * timer. */
+ * set of rows (sqlset.ack_set). The first caller leads: it waits, a
+ * bounded time, for the other deliveries in work to join, then runs what has
+ * gathered while the others wait for their results. */
 #ifndef LQ_COALESCE_H
 #define LQ_COALESCE_H
 
 #include "pool.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* One statement to run, and its outcome. */
 typedef struct lq_pending {
@@ -27,9 +28,15 @@ typedef struct lq_pending {
 
 typedef struct lq_coalescer {
     pthread_mutex_t mu;
-    pthread_cond_t done;
+    pthread_cond_t done;    /* a leader finished */
+    pthread_cond_t arrived; /* a settlement joined the list */
     lq_pending *head, *tail;
+    int gathered;           /* on the list */
     bool leading;
+    /* The deliveries in work (kept by the subscription): a leader waits up
+     * to wait_us while some of them have not joined yet. */
+    atomic_int in_work;
+    int64_t wait_us;
     const lq_stmt *ack, *ack_set; /* acks of one row, and of a set (NULL sql: none) */
 } lq_coalescer;
 

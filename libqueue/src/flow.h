@@ -18,7 +18,7 @@ typedef struct lq_flow {
     int budget;         /* connections the subscription may hold: the pool less one */
     bool holds;         /* deliveries in work hold connections */
     bool one_claim;     /* one claim in flight at a time */
-    bool claim_seen;    /* a claim asks a row for every worker seen (single writer) */
+    bool claim_seen;    /* a claim asks a row for every worker seen (lease form) */
     int batch;          /* rows per claim of a batch subscription, or 0 */
     bool probing;       /* after an empty or failed claim */
     int running;        /* claims in flight */

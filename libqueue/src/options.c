@@ -30,6 +30,7 @@ static const option_spec specs[] = {
     {LQ_OPT_ON_THREADS, "on_threads", LQ_OPTION_INT, 0, 4096, 0},
     {LQ_OPT_THREAD_CONNECTIONS, "thread_connections", LQ_OPTION_INT, 1, 64, 1},
     {LQ_OPT_COALESCE, "coalesce", LQ_OPTION_INT, -1, 1, -1},
+    {LQ_OPT_COALESCE_WAIT_US, "coalesce_wait_us", LQ_OPTION_INT, 0, 1000000, 1000},
 };
 
 #define SPEC_COUNT (sizeof specs / sizeof specs[0])

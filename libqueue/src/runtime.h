@@ -60,6 +60,7 @@ struct lq_delivery {
     char *due;     /* retry_after as read: with priority, the claim order */
     bool settled;
     bool handed; /* counted in the subscription's in_work */
+    bool settling; /* counted in its settling */
     int lane;    /* workers_by_key: the lane its partition key hashes to */
     lq_delivery *queue_next; /* waiting for a worker */
 };
@@ -97,6 +98,7 @@ struct lq_subscription {
     lq_delivery *queue_head, *queue_tail;
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
+    int settling; /* of those, settling now: their workers' next rows may be claimed */
     unsigned jitter_seed;
     int contention_streak; /* claims in a row that met a conflict */
     int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
@@ -158,6 +160,9 @@ LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);
 /* A delivery took a connection to hold (a transactional delivery's). */
 LQ_HIDDEN void lq__subscription_hold(lq_subscription *s);
+/* A handed-out delivery's settlement began: where it holds no connection,
+ * the claim of its worker's next row may go beside it. */
+LQ_HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *d);
 /* A handed-out delivery settled: its worker, lane and key are free again. */
 LQ_HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *d);
 

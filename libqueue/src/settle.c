@@ -189,6 +189,7 @@ int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
         return lq__error(LQ_MISUSE, "row %lld: the table has no dead-letter destination",
                          (long long)dv->id);
     }
+    lq__subscription_settling(s, dv);
     int rc = run_outcome(dv, outcome, delay_ms);
     dv->settled = true;
     pthread_mutex_unlock(&dv->mu);
@@ -243,7 +244,7 @@ static int ack_pending(lq_delivery **dvs, size_t n) {
 /* Acks of one shared transaction, as one statement over their rows. */
 static int ack_shared(lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
-    lq_held *rows = malloc(n * sizeof *rows);
+    lq_held *rows = calloc(n, sizeof *rows);
     char *json = NULL;
     if (rows) {
         for (size_t i = 0; i < n; i++) rows[i] = (lq_held){dvs[i]->id, dvs[i]->token};
@@ -280,6 +281,7 @@ int lq__settle_acks(lq_delivery **dvs, size_t n) {
         pthread_mutex_unlock(&set[0]->mu);
         k = 0;
     }
+    for (size_t i = 0; i < k; i++) lq__subscription_settling(set[i]->sub, set[i]);
     if (k) first = set[0]->shared ? ack_shared(set, k) : ack_pending(set, k);
     for (size_t i = 0; i < n; i++) {
         if (dvs[i]->settled) continue; /* in the set: settled above */

@@ -176,6 +176,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     lq__coalescer_init(&s->coalescer);
     int64_t coalesce = lq__opt_int(o, LQ_OPT_COALESCE);
     s->coalesce = coalesce < 0 ? !b->dialect->single_writer : coalesce != 0;
+    s->coalescer.wait_us = lq__opt_int(o, LQ_OPT_COALESCE_WAIT_US);
     s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
     s->on_threads = (int)lq__opt_int(o, LQ_OPT_ON_THREADS);
     s->thread_connections = (int)lq__opt_int(o, LQ_OPT_THREAD_CONNECTIONS);
@@ -233,7 +234,7 @@ static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
 
 /* Whether another claim may start now; s->mu held. */
 static bool may_claim(lq_subscription *s) {
-    return lq__flow_may_start(&s->flow, s->in_work, s->waiting, s->held,
+    return lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
                               lq__pool_spare(&s->broker->pool));
 }
 
@@ -300,7 +301,7 @@ static void *claimer_main(void *arg) {
             pthread_cond_wait(&s->claim_cv, &s->mu);
             continue;
         }
-        int limit = lq__flow_claim_size(&s->flow, s->in_work, s->waiting);
+        int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
         s->flow.running++;
         s->flow.asked += limit;
         s->woken = false;
@@ -400,6 +401,7 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     d->queue_next = NULL;
     s->waiting--;
     s->in_work++;
+    atomic_fetch_add(&s->coalescer.in_work, 1);
     d->handed = true;
     if (s->lanes) s->lane_busy[d->lane]++;
     lq__flow_handed(&s->flow, s->in_work - 1);
@@ -408,10 +410,26 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     return d;
 }
 
+void lq__subscription_settling(lq_subscription *s, lq_delivery *d) {
+    if (s->flow.holds) return; /* its connection stays held until it settles */
+    pthread_mutex_lock(&s->mu);
+    if (d->handed && !d->settling) {
+        d->settling = true;
+        s->settling++;
+        pthread_cond_signal(&s->claim_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
     pthread_mutex_lock(&s->mu);
+    if (d->settling) {
+        d->settling = false;
+        s->settling--;
+    }
     if (d->handed) {
         s->in_work--;
+        atomic_fetch_sub(&s->coalescer.in_work, 1);
         if (s->lanes) s->lane_busy[d->lane]--;
         d->handed = false;
     }

@@ -65,3 +65,22 @@ def test_a_lost_lease_in_a_set_fails_that_row_alone(db, form) -> None:
             wait_until(lambda: db.count("jobs") == 1, what="every row but one")
             wait_until(lambda: sub.stat("settled") == 6, what="every settlement")
     assert [r[0] for r in db.query("SELECT id FROM jobs")] == victims.snapshot()
+
+
+@pytest.mark.forms("lease")
+def test_coalesced_acks_with_and_without_a_wait(db, form) -> None:
+    """Concurrent acks commit together whether the leader waits for the
+    deliveries in work or not; a wait out of range is refused by name."""
+    table = make_table(form)
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        with pytest.raises(libqueue.Misuse) as info:
+            broker.subscribe(table, coalesce_wait_us=-1)
+        assert "coalesce_wait_us" in str(info.value)
+        for wait in (0, 2000):
+            broker.publish_many(table, [b"%d" % i for i in range(40)])
+            with broker.subscribe(table, workers=8, coalesce=1, coalesce_wait_us=wait,
+                                  poll_interval_ms=POLL_MS) as sub:
+                sub.run(lambda d: None)
+                wait_until(lambda: db.count("jobs") == 0, what="every row")
+                wait_until(lambda: sub.stat("settled") == 40, what="every settlement")
