@@ -205,7 +205,9 @@ static void settle_tail(lq_sql *b, bool counts) {
     }
 }
 
-static int build_ack(lq_sql *b) {
+/* What an ack does to its rows, up to the WHERE: delete them, or mark them
+ * processed (and clear their leases). */
+static void ack_head(lq_sql *b) {
     if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(b, "UPDATE ");
         lq__sql_table(b);
@@ -218,6 +220,10 @@ static int build_ack(lq_sql *b) {
         lq__sql_add(b, "DELETE FROM ");
         lq__sql_table(b);
     }
+}
+
+static int build_ack(lq_sql *b) {
+    ack_head(b);
     where_held(b);
     return lq__sql_finish(b);
 }
@@ -263,18 +269,7 @@ static int build_ack_set(lq_sql *b) {
         }
         return lq__sql_finish(b);
     }
-    if (marks) {
-        lq__sql_add(b, "UPDATE ");
-        lq__sql_table(b);
-        lq__sql_add(b, " SET ");
-        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
-        lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ_P_NOW);
-        settle_tail(b, false);
-    } else {
-        lq__sql_add(b, "DELETE FROM ");
-        lq__sql_table(b);
-    }
+    ack_head(b);
     lq__sql_add(b, lease ? " WHERE (" : " WHERE ");
     lq__sql_id(b);
     if (lease) {
