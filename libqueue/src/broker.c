@@ -47,6 +47,7 @@ static void broker_free(lq_broker *b) {
     target_free(&b->target);
     lq_options_free(b->options);
     pthread_mutex_destroy(&b->mu);
+    pthread_mutex_destroy(&b->room_mu);
     free(b);
 }
 
@@ -76,16 +77,19 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     atomic_init(&b->refs, 1);
     b->dialect = d;
     pthread_mutex_init(&b->mu, NULL);
+    pthread_mutex_init(&b->room_mu, NULL);
     int rc = lq__options_copy(&b->options, options);
     if (rc == LQ_OK) rc = (b->target.url = lq__strdup(url)) ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     if (rc == LQ_OK) rc = d->parse_url(&b->target, url, rest);
     if (rc == LQ_OK) rc = lq__pool_init(&b->pool, d, &b->target, b->options);
+    if (rc == LQ_OK) b->room.budget = b->pool.size > 1 ? b->pool.size - 1 : 1;
     if (rc != LQ_OK) {
         if (b->pool.idle) broker_free(b);
         else {
             target_free(&b->target);
             lq_options_free(b->options);
             pthread_mutex_destroy(&b->mu);
+            pthread_mutex_destroy(&b->room_mu);
             free(b);
         }
         return rc;
@@ -216,6 +220,17 @@ void lq__broker_detach(lq_broker *b, lq_subscription *s) {
             b->thread_connections -= s->on_threads * s->thread_connections;
             break;
         }
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+void lq__broker_wake_room(lq_broker *b, const lq_subscription *except) {
+    pthread_mutex_lock(&b->mu);
+    for (lq_subscription *s = b->subscriptions; s; s = s->next_in_broker) {
+        if (s == except) continue;
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->claim_cv); /* not a wake-up: a resting claimer rests on */
+        pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&b->mu);
 }

@@ -37,3 +37,9 @@ void lq__flow_handed(lq_flow *f, int in_work) {
     int busy = in_work + 1 > f->workers ? f->workers : in_work + 1;
     if (busy > f->seen) f->seen = busy;
 }
+
+int lq__room_share(const lq_room *r, int mine, bool starved) {
+    int left = r->budget - r->taken;
+    if (mine == 0) return left;
+    return left - (r->starved - (starved ? 1 : 0));
+}

@@ -7,7 +7,9 @@
  * - one claim at a time while probing (after a claim that took nothing or
  *   failed), and always on tables that keep one claim in flight;
  * - a claim beside another only while the pool has a connection to spare;
- * - never more held than the pool's size less one. */
+ * - never more held than the pool's size less one;
+ * - the subscriptions of one broker hold no more than the pool's size less
+ *   one together, and leave each other room (lq_room). */
 #ifndef LQ_FLOW_H
 #define LQ_FLOW_H
 
@@ -39,5 +41,22 @@ LQ_HIDDEN int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting);
 LQ_HIDDEN void lq__flow_claimed(lq_flow *f, int got, bool failed);
 /* A delivery went into work, `in_work` now busy. */
 LQ_HIDDEN void lq__flow_handed(lq_flow *f, int in_work);
+
+/* The room of a broker's pool that its subscriptions share. What a
+ * subscription holds (its claims in flight, and the connections its
+ * deliveries keep where they keep one) counts against one budget, the pool's
+ * size less one, for all of them together. The rule that keeps one
+ * subscription from starving another: a subscription that holds nothing may
+ * take any room left; one that holds something leaves a room free for each
+ * other subscription that holds nothing and was refused for want of room. */
+typedef struct lq_room {
+    int budget;  /* the pool less one */
+    int taken;   /* held by every subscription of the broker */
+    int starved; /* subscriptions holding nothing, refused for want of room */
+} lq_room;
+
+/* Connections a subscription that holds `mine` may take now (0 or less:
+ * none); `starved` tells whether it is one of the room's starved. */
+LQ_HIDDEN int lq__room_share(const lq_room *r, int mine, bool starved);
 
 #endif

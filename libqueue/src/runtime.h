@@ -1,6 +1,7 @@
 /* The structures the broker, the subscription runtime, the forms and the
- * settlements share. Lock order: broker mu, then subscription mu; a
- * delivery's mu is never taken while holding either. */
+ * settlements share. Lock order: broker mu, then subscription mu, then the
+ * broker's room_mu (nothing is taken under it); a delivery's mu is never
+ * taken while holding the broker's or a subscription's. */
 #ifndef LQ_RUNTIME_H
 #define LQ_RUNTIME_H
 
@@ -26,6 +27,9 @@ struct lq_broker {
     size_t statement_count;
     struct lq_listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
     int thread_connections;         /* the on_threads pools of its subscriptions */
+    pthread_mutex_t room_mu;        /* guards room and room_wanted */
+    lq_room room;                   /* the pool's room its subscriptions share (flow.h) */
+    bool room_wanted;               /* a subscription was refused for want of room */
 };
 
 /* A row lock batch: the rows of one claim share its transaction, which
@@ -80,6 +84,8 @@ struct lq_subscription {
     bool transactional;
     lq_flow flow; /* claims in flight and their sizes (flow.h) */
     int held;     /* pool connections its deliveries hold */
+    int room_counted;  /* what it holds, as counted in the broker's room */
+    bool room_starved; /* counted among the room's starved */
     int batch;    /* rows per claim of a batch subscription, or 0 */
     lq_batch_handler_fn batch_handler;
     int lanes;    /* workers_by_key: lanes by partition key, or 0 */
@@ -127,6 +133,9 @@ LQ_HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
 /* Wakes the subscriptions of a table (and group) after a publish. */
 LQ_HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
 LQ_HIDDEN void lq__subscription_wake(lq_subscription *s);
+/* Room came free in the pool: the claimers of the broker's subscriptions
+ * (but `except`) that wait for room look again. Holds no subscription's mu. */
+LQ_HIDDEN void lq__broker_wake_room(lq_broker *b, const lq_subscription *except);
 
 /* LISTEN/NOTIFY (notify.c). The channel of a table is its qualified name. */
 LQ_HIDDEN int lq__listener_start(lq_broker *b);

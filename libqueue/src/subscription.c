@@ -34,6 +34,11 @@ static void cond_init(pthread_cond_t *cv) {
 }
 
 static void subscription_free(lq_subscription *s) {
+    lq_broker *b = s->broker;
+    pthread_mutex_lock(&b->room_mu); /* nothing is left held by now; if it were, give it back */
+    b->room.taken -= s->room_counted;
+    if (s->room_starved) b->room.starved--;
+    pthread_mutex_unlock(&b->room_mu);
     lq__sqlset_free(&s->sql);
     lq_table_free(s->table);
     free(s->group);
@@ -45,7 +50,6 @@ static void subscription_free(lq_subscription *s) {
     pthread_cond_destroy(&s->ready_cv);
     pthread_cond_destroy(&s->keeper_cv);
     lq__coalescer_destroy(&s->coalescer);
-    lq_broker *b = s->broker;
     free(s);
     lq__broker_unref(b);
 }
@@ -232,15 +236,58 @@ static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
     }
 }
 
-/* Whether another claim may start now; s->mu held. */
+/* What the subscription takes of its broker's room: its claims in flight,
+ * and the connections its deliveries keep where they keep one. s->mu held. */
+static int room_of(const lq_subscription *s) {
+    return s->flow.running + (s->flow.holds ? s->held : 0);
+}
+
+/* Marks the subscription starved for room, or not; room_mu held. */
+static void set_starved(lq_subscription *s, bool starved) {
+    if (starved == s->room_starved) return;
+    s->broker->room.starved += starved ? 1 : -1;
+    s->room_starved = starved;
+}
+
+/* Brings the broker's room up to date with what the subscription holds;
+ * true when room came free that another subscription waited for (the caller
+ * wakes them, with no subscription's mu held). s->mu held. */
+static bool account_room(lq_subscription *s) {
+    lq_broker *b = s->broker;
+    int now = room_of(s);
+    pthread_mutex_lock(&b->room_mu);
+    b->room.taken += now - s->room_counted;
+    bool wake = now < s->room_counted && b->room_wanted;
+    if (wake) b->room_wanted = false;
+    s->room_counted = now;
+    pthread_mutex_unlock(&b->room_mu);
+    return wake;
+}
+
+/* Whether another claim may start now: the flow allows it, and so does the
+ * broker's room, whose share for the claim is taken at once, so two
+ * subscriptions never count on the same room. s->mu held. */
 static bool may_claim(lq_subscription *s) {
-    return lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
-                              lq__pool_spare(&s->broker->pool));
+    bool wants = lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
+                                    lq__pool_spare(&s->broker->pool));
+    lq_broker *b = s->broker;
+    int mine = room_of(s);
+    pthread_mutex_lock(&b->room_mu);
+    bool go = wants && lq__room_share(&b->room, mine, s->room_starved) > 0;
+    set_starved(s, wants && !go && mine == 0);
+    if (wants && !go) b->room_wanted = true;
+    if (go) {
+        b->room.taken++; /* the claim's connection: running goes up next */
+        s->room_counted++;
+    }
+    pthread_mutex_unlock(&b->room_mu);
+    return go;
 }
 
 void lq__subscription_hold(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     s->held++;
+    account_room(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -248,8 +295,10 @@ void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broke
     lq__pool_release(&s->broker->pool, conn, broken);
     pthread_mutex_lock(&s->mu);
     s->held--;
+    bool wake = account_room(s);
     pthread_cond_broadcast(&s->claim_cv);
     pthread_mutex_unlock(&s->mu);
+    if (wake) lq__broker_wake_room(s->broker, s);
 }
 
 /* The connections a claim's deliveries went on holding. */
@@ -320,6 +369,7 @@ static void *claimer_main(void *arg) {
         lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
         s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
         s->held += held_by(&got);
+        bool room_freed = account_room(s);
         for (lq_delivery *d = got.head; d; d = d->queue_next) {
             lq__book_add(&s->book, &d->entry);
             d->lane = lane_of(s, d);
@@ -337,6 +387,11 @@ static void *claimer_main(void *arg) {
         else if (got.count < limit) rest = s->poll_ms;
         if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
         pthread_cond_broadcast(&s->claim_cv); /* the flow changed: others may go */
+        if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
+            pthread_mutex_unlock(&s->mu);
+            lq__broker_wake_room(s->broker, s);
+            pthread_mutex_lock(&s->mu);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -645,13 +700,19 @@ int lq_subscription_stop(lq_subscription *s) {
     for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
     for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
 
-    /* Rows claimed but never handed out go back at once. */
+    /* Rows claimed but never handed out go back at once. A stopped
+     * subscription waits for no room, so the others need leave it none. */
     pthread_mutex_lock(&s->mu);
     lq_claimed left = {s->queue_head, s->queue_tail, s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
     s->stopped = true;
+    pthread_mutex_lock(&s->broker->room_mu);
+    bool was_starved = s->room_starved;
+    set_starved(s, false);
+    pthread_mutex_unlock(&s->broker->room_mu);
     pthread_mutex_unlock(&s->mu);
+    if (was_starved) lq__broker_wake_room(s->broker, s);
     lq__claimed_free(&left);
     return LQ_OK;
 }

@@ -128,48 +128,145 @@ def test_an_empty_table_sees_one_claim_per_wait(db, form) -> None:
     assert 1 <= claims <= waits + 2
 
 
-@pytest.mark.dialect("postgresql")
+def held_connections(db: Any, form: str) -> int:
+    """The connections libqueue's subscriptions hold, read from the server:
+    those in a statement or an open transaction (claims in flight, the row
+    lock form's held transactions) and those holding an advisory key; not the
+    handlers' own statements, which are all INSERTs here (publishes, and
+    their writes to ``audit``). PostgreSQL's are told by application name in
+    this database (the suite runs one test at a time), MariaDB's by this
+    test's database of its own. MariaDB shows an idle transaction only in
+    information_schema.innodb_trx, a snapshot InnoDB takes at most every
+    100 ms: callers sample no faster, so each read takes a fresh one."""
+    if db.dialect == "postgresql":
+        return int(db.scalar(
+            "SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = 'libqueue' "
+            "AND a.datname = current_database() AND a.pid <> pg_backend_pid() "
+            "AND ((a.state <> 'idle' AND a.query NOT LIKE 'INSERT%') "
+            "OR a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted))"))
+    keys = ""
+    if form == "advisory":  # GET_LOCK names: <database>.job-<id> (test_mysql.py)
+        keys = (" OR p.id IN (SELECT IS_USED_LOCK(CONCAT('%s.job-', id)) FROM jobs)"
+                % db.database.lower())
+    return int(db.scalar(
+        "SELECT count(*) FROM information_schema.processlist p WHERE p.db = DATABASE() "
+        "AND p.id <> CONNECTION_ID() AND (p.id IN (SELECT trx_mysql_thread_id FROM "
+        "information_schema.innodb_trx WHERE COALESCE(trx_query, '') NOT LIKE 'INSERT%')"
+        + keys + ")"))
+
+
+def sample_until(samples: List[int], db: Any, form: str, done: Any, timeout: float) -> None:
+    """Appends held_connections to ``samples`` until ``done()`` (or fails)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.01 if db.dialect == "postgresql" else 0.11
+    while not done():
+        samples.append(held_connections(db, form))
+        if time.monotonic() > deadline:
+            pytest.fail("timed out sampling the held connections")
+        time.sleep(pause)
+
+
+@pytest.mark.dialect("postgresql", "mysql")
 def test_a_small_pool_keeps_a_connection_for_the_handlers(db, form) -> None:
-    """Pool of 4, workers(8): the subscription holds at most 3 connections,
-    and a handler's own query (a publish) still gets the fourth."""
+    """Pool of 4, workers(8): the subscription holds at most 3 connections
+    at every sample taken from the server while handlers run (blocked, then
+    draining), and each handler's own statements (a publish, an insert of its
+    own through the broker) get the fourth."""
     table = make_table(form)
     db.create_table(table)
+    db.execute("CREATE TABLE audit (note TEXT)")
+    rows = 12
     release = threading.Event()
-    published = Recorder()
-    held_most = [0]
+    own, failed = Recorder(), Recorder()
+    samples: List[int] = []
     with libqueue.Broker(db.url, pool_size=4, acquire_timeout_ms=5000) as broker:
-        broker.publish_many(table, [b"%d" % i for i in range(12)])
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
 
         def handle(d: libqueue.Delivery) -> None:
-            if not d.payload.startswith(b"child"):
-                published.add(broker.publish(table, b"child"))
+            if d.payload == b"child":
+                return
+            try:
+                broker.publish(table, b"child")
+                d.execute("INSERT INTO audit (note) VALUES ('own')")
+                own.add(d.payload)
+            except libqueue.Error as e:
+                failed.add(repr(e))
+                raise
             release.wait(30)
 
         with broker.subscribe(table, workers=8, poll_interval_ms=POLL_MS) as sub:
             sub.run(handle)
-            wait_until(lambda: sub.stat("in_work") >= 1, what="deliveries in work")
-            # Connections held for deliveries: open transactions (row lock),
-            # advisory locks (advisory).
-            held_sql = {
-                "row_lock": "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                            "'libqueue' AND state LIKE 'idle in transaction%' AND "
-                            "datname = current_database()",
-                "advisory": "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' "
-                            "AND granted",
-                "lease": "SELECT 0",
-            }[form]
-            deadline = time.monotonic() + 1.5
-            while time.monotonic() < deadline:
-                held_most[0] = max(held_most[0], db.scalar(held_sql))
-                time.sleep(0.05)
+            # Row lock and advisory deliveries hold a connection each: 3 of
+            # them at once; leases hold none between statements: all 8.
+            busy = 8 if form == "lease" else 3
+            wait_until(lambda: sub.stat("in_work") >= busy, what="%d deliveries in work" % busy)
+            stop = time.monotonic() + 1.5
+            sample_until(samples, db, form, lambda: time.monotonic() > stop, 10)
             in_work = sub.stat("in_work")
             release.set()
-    if form == "lease":
-        assert in_work == 8  # leases hold no connection between statements
-    else:
-        assert in_work <= 3
-        assert held_most[0] <= 3
-    assert len(published) >= 1, "a handler's own publish was starved"
+            sample_until(samples, db, form, lambda: db.count("jobs") == 0, 60)
+    assert max(samples) <= 3, "the subscription held %d connections of 4" % max(samples)
+    assert in_work == busy
+    assert not failed.snapshot(), "a handler's own statement was starved: %s" % failed.snapshot()
+    assert len(own) == rows
+    assert db.count("audit") == rows
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("row_lock")
+def test_subscriptions_on_one_pool_leave_each_other_room(db, form) -> None:
+    """Two subscriptions of one broker, pool of 4, workers(4) each, slow
+    handlers: together they hold at most 3 connections at every sample, the
+    one that starts second is not starved by the first, and every handler's
+    own statement gets the fourth."""
+    tables = [make_table(form, name) for name in ("jobs", "jobs_b")]
+    for table in tables:
+        db.create_table(table)
+    db.execute("CREATE TABLE audit (note TEXT)")
+    rows = 24
+    spans, failed = Recorder(), Recorder()
+    samples: List[int] = []
+    with libqueue.Broker(db.url, pool_size=4, acquire_timeout_ms=5000) as broker:
+        for table in tables:
+            broker.publish_many(table, [b"%d" % i for i in range(rows)])
+
+        def handler(name: str) -> Any:
+            def handle(d: libqueue.Delivery) -> None:
+                start = time.monotonic()
+                try:
+                    d.execute("INSERT INTO audit (note) VALUES ('%s')" % name)
+                except libqueue.Error as e:
+                    failed.add(repr(e))
+                    raise
+                time.sleep(0.08)
+                spans.add((name, start, time.monotonic()))
+            return handle
+
+        subs = [broker.subscribe(t, workers=4, poll_interval_ms=POLL_MS) for t in tables]
+        try:
+            # The first takes all the room; the second, starting later, is
+            # left the next connection that comes free.
+            subs[0].run(handler("jobs"))
+            wait_until(lambda: subs[0].stat("in_work") == 3, what="the first to hold 3")
+            subs[1].run(handler("jobs_b"))
+            left = lambda: db.count("jobs") + db.count("jobs_b")  # noqa: E731
+            sample_until(samples, db, form, lambda: left() == 0, 90)
+        finally:
+            for sub in subs:
+                sub.close()
+    assert max(samples) <= 3, "the subscriptions held %d connections of 4" % max(samples)
+    assert not failed.snapshot(), "a handler's own statement was starved: %s" % failed.snapshot()
+    assert db.count("audit") == 2 * rows
+    # Side by side: each began rows before the other had finished its own
+    # (the second before the first had done half of its rows).
+    by_name: Dict[str, List[Tuple[float, float]]] = {}
+    for name, start, end in spans.snapshot():
+        by_name.setdefault(name, []).append((start, end))
+    assert sorted(len(v) for v in by_name.values()) == [rows, rows]
+    first = {name: min(s for s, _ in v) for name, v in by_name.items()}
+    last = {name: max(e for _, e in v) for name, v in by_name.items()}
+    assert first["jobs"] < last["jobs_b"]
+    assert first["jobs_b"] < sorted(e for _, e in by_name["jobs"])[rows // 2]
 
 
 def test_batch_subscription(db, form) -> None:

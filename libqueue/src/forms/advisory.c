@@ -48,14 +48,18 @@ static int on_taken(void *arg, const lq_value *cols, int count) {
     return lq__delivery_from_row(&ctx->taken, ctx->s, cols, count);
 }
 
-/* The connection a candidate's key is locked on: its own where the lock
- * lives in the session, taken without waiting (a claim shrinks rather than
- * waits when the pool is short); the shared one where keys live here. */
-static int key_connection(lq_conn **out, lq_subscription *s, lq_conn *shared) {
-    if (!s->broker->dialect->advisory_holds_connection) {
+/* The connection a candidate's key is locked on: the shared one where keys
+ * live in the process, or for the claim's first key (so a claim of one row
+ * holds one connection, as the flow counts it); else a connection of its
+ * own where the lock lives in the session, taken without waiting and only
+ * while the pool keeps one to spare for the handlers (a claim shrinks
+ * rather than waits when the pool is short). */
+static int key_connection(lq_conn **out, lq_subscription *s, lq_conn *shared, bool shared_free) {
+    if (!s->broker->dialect->advisory_holds_connection || shared_free) {
         *out = shared;
         return LQ_OK;
     }
+    if (lq__pool_spare(&s->broker->pool) < 2) return LQ_TIMEOUT; /* the caller stops here */
     return lq__pool_acquire_within(out, &s->broker->pool, 0);
 }
 
@@ -101,21 +105,25 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held};
     candidates c = {0};
     rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
+    bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
     for (int i = 0; rc == LQ_OK && i < c.count && out->count < limit; i++) {
         lq_conn *conn;
-        if (key_connection(&conn, s, shared) != LQ_OK) break; /* the pool is short: stop here */
+        if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
         lq_delivery *taken;
         rc = take_candidate(&taken, s, conn, &c.items[i], args);
         if (taken) {
             taken->key = c.items[i].key;
             c.items[i].key = NULL;
-            if (conn != shared) taken->conn = conn;
+            if (holds) taken->conn = conn;
+            if (conn == shared) shared_free = false;
             lq__claimed_add(out, taken);
         } else if (conn != shared) {
             lq__pool_release(pool, conn, rc != LQ_OK);
+        } else if (holds && rc != LQ_OK) {
+            shared_broken = true; /* its session may still hold the key */
         }
     }
-    lq__pool_release(pool, shared, rc == LQ_CONNECT);
+    if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     for (int i = 0; i < c.count; i++) free(c.items[i].key);
     free(c.items);
     return rc;
