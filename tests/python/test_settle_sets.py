@@ -22,7 +22,8 @@ def test_a_batch_acked_by_its_return(db, form) -> None:
         with broker.subscribe(table, batch=20, workers=2, poll_interval_ms=POLL_MS) as sub:
             sub.run_batch(lambda batch: [seen.add(d.payload) for d in batch] and None)
             wait_until(lambda: db.count("jobs") == 0, what="every row")
-            assert sub.stat("settled") == rows
+            # The count follows the statement: wait for it too.
+            wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
     assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
 
 
