@@ -63,13 +63,10 @@ static int run_ack_set(bool *whole, lq_coalescer *c, const lq_dialect *d, lq_con
         if (in_set(c, p) && n++ == 0) first = p;
     *whole = true;
     if (n < 2) return LQ_OK;
-    lq_held *rows = calloc(n, sizeof *rows);
-    if (!rows) return lq__error(LQ_NOMEM, "out of memory");
-    n = 0;
+    lq_strbuf sb = {0};
     for (lq_pending *p = list; p; p = p->next)
-        if (in_set(c, p)) rows[n++] = (lq_held){p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i};
-    char *json = lq__held_set_json(d, rows, n);
-    free(rows);
+        if (in_set(c, p)) lq__held_set_add(&sb, d, p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i);
+    char *json = lq__held_set_take(&sb);
     if (!json) return lq__error(LQ_NOMEM, "out of memory");
     lq_value args[LQ_P_COUNT];
     memcpy(args, first->args, sizeof args);

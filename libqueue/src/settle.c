@@ -221,7 +221,10 @@ static void finish_settled(lq_delivery *dv) {
 static int ack_pending(lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
     lq_pending *items = calloc(n, sizeof *items);
-    if (!items) return lq__error(LQ_NOMEM, "out of memory");
+    if (!items) { /* each is then acked on its own */
+        for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
     for (size_t i = 0; i < n; i++) {
         items[i].stmt = &s->sql.ack;
         settle_args(items[i].args, dvs[i], 0);
@@ -244,13 +247,9 @@ static int ack_pending(lq_delivery **dvs, size_t n) {
 /* Acks of one shared transaction, as one statement over their rows. */
 static int ack_shared(lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
-    lq_held *rows = calloc(n, sizeof *rows);
-    char *json = NULL;
-    if (rows) {
-        for (size_t i = 0; i < n; i++) rows[i] = (lq_held){dvs[i]->id, dvs[i]->token};
-        json = lq__held_set_json(s->broker->dialect, rows, n);
-    }
-    free(rows);
+    lq_strbuf sb = {0};
+    for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, dvs[i]->id, dvs[i]->token);
+    char *json = lq__held_set_take(&sb);
     if (!json) {
         for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
         return lq__error(LQ_NOMEM, "out of memory");

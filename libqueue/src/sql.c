@@ -144,6 +144,54 @@ void lq__sql_claim_order(lq_sql *b) {
     lq__sql_id(b);
 }
 
+void lq__sql_claim_limit(lq_sql *b) {
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " LIMIT ");
+    lq__sql_param(b, LQ_P_LIMIT);
+}
+
+void lq__sql_locking_read(lq_sql *b, bool lease) {
+    lq__sql_add(b, "SELECT ");
+    lq__sql_row_columns(b, NULL);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_claim_where(b, lease);
+    if (b->table->fifo) lq__sql_fifo_head(b, lease);
+    lq__sql_claim_limit(b);
+    lq__sql_add(b, " FOR UPDATE SKIP LOCKED");
+}
+
+/* "UPDATE t SET attempt = attempt + 1". */
+static void count_attempt(lq_sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, LQ_ROLE_ATTEMPT);
+    lq__sql_add(b, " = ");
+    lq__sql_col(b, LQ_ROLE_ATTEMPT);
+    lq__sql_add(b, " + 1");
+}
+
+void lq__sql_take(lq_sql *b, bool counts) {
+    if (counts) {
+        count_attempt(b);
+        lq__sql_add(b, " WHERE ");
+    } else {
+        lq__sql_add(b, "SELECT ");
+        lq__sql_row_columns(b, NULL);
+        lq__sql_add(b, " FROM ");
+        lq__sql_table(b);
+        lq__sql_add(b, " WHERE ");
+    }
+    lq__sql_id(b);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ_P_ID);
+    lq__sql_add(b, " AND ");
+    lq__sql_claim_where(b, false);
+}
+
 void lq__sql_row_columns(lq_sql *b, const char *attempt_expr) {
     static const int roles[LQ_COL_COUNT] = {
         [LQ_COL_ID] = 0, /* the id column */
@@ -291,16 +339,15 @@ static int build_ack_set(lq_sql *b) {
     return lq__sql_finish(b);
 }
 
-char *lq__held_set_json(const lq_dialect *d, const lq_held *rows, size_t count) {
-    lq_strbuf sb = {0};
-    lq__sb_addc(&sb, '[');
-    for (size_t i = 0; i < count; i++) {
-        char token[LQ_TIME_TEXT_SIZE];
-        d->held_time_text(token, rows[i].token);
-        lq__sb_addf(&sb, "%s[%lld,\"%s\"]", i ? "," : "", (long long)rows[i].id, token);
-    }
-    lq__sb_addc(&sb, ']');
-    return lq__sb_take(&sb);
+void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, int64_t id, int64_t token) {
+    char text[LQ_TIME_TEXT_SIZE];
+    d->held_time_text(text, token);
+    lq__sb_addf(sb, "%c[%lld,\"%s\"]", sb->len ? ',' : '[', (long long)id, text);
+}
+
+char *lq__held_set_take(lq_strbuf *sb) {
+    lq__sb_addc(sb, ']');
+    return lq__sb_take(sb);
 }
 
 /* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>. */
@@ -321,13 +368,7 @@ static int build_retry(lq_sql *b) {
     int form = lq_table_form(b->table);
     if (form == LQ_FORM_LEASE) return build_update(b, LQ_ROLE_LOCKED_UNTIL, 0, false, false);
     if (form == LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
-        lq__sql_add(b, "UPDATE ");
-        lq__sql_table(b);
-        lq__sql_add(b, " SET ");
-        lq__sql_col(b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(b, " = ");
-        lq__sql_col(b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(b, " + 1");
+        count_attempt(b);
         where_held(b);
         return lq__sql_finish(b);
     }
@@ -573,26 +614,7 @@ int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_ta
     lq_sql b;
     lq__sql_start(&b, take, d, t);
     bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
-    if (counts) {
-        lq__sql_add(&b, "UPDATE ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " SET ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " = ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " + 1 WHERE ");
-    } else {
-        lq__sql_add(&b, "SELECT ");
-        lq__sql_row_columns(&b, NULL);
-        lq__sql_add(&b, " FROM ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " WHERE ");
-    }
-    lq__sql_id(&b);
-    lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_ID);
-    lq__sql_add(&b, " AND ");
-    lq__sql_claim_where(&b, false);
+    lq__sql_take(&b, counts);
     if (counts) {
         lq__sql_add(&b, " RETURNING ");
         lq__sql_row_columns(&b, " - 1");

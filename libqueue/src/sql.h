@@ -25,7 +25,7 @@ typedef enum lq_param {
     LQ_P_HEADERS,
     LQ_P_MSG_GROUP,   /* the group a publish writes */
     LQ_P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
-    LQ_P_HELD_SET,    /* rows settled together: JSON [[id, token], ..] (lq__held_set_json) */
+    LQ_P_HELD_SET,    /* rows settled together: JSON [[id, token], ..] (lq__held_set_add) */
     LQ_P_COUNT
 } lq_param;
 
@@ -90,6 +90,16 @@ LQ_HIDDEN void lq__sql_claim_where(lq_sql *b, bool lease_free);
 LQ_HIDDEN void lq__sql_fifo_head(lq_sql *b, bool lease);
 /* "priority, retry_after, id" for the columns the table has. */
 LQ_HIDDEN void lq__sql_claim_order(lq_sql *b);
+/* " ORDER BY <claim order> LIMIT <LQ_P_LIMIT>". */
+LQ_HIDDEN void lq__sql_claim_limit(lq_sql *b);
+/* The locking read of claimable rows (row lock, and the lease claims of
+ * PostgreSQL and MySQL): SELECT <row columns> FROM t WHERE <claimable> [FIFO
+ * head] ORDER BY .. LIMIT .. FOR UPDATE SKIP LOCKED. */
+LQ_HIDDEN void lq__sql_locking_read(lq_sql *b, bool lease);
+/* The advisory take up to its end: counts the attempt of a candidate still
+ * claimable (UPDATE .. SET attempt = attempt + 1 WHERE ..), or, without an
+ * attempt column, reads it (SELECT <row columns> FROM t WHERE ..). */
+LQ_HIDDEN void lq__sql_take(lq_sql *b, bool counts);
 /* The LQ_COL_* list, named "lq_c0".."lq_c7"; `attempt_expr` follows the
  * attempt column when set (e.g. " - 1" after a count). */
 LQ_HIDDEN void lq__sql_row_columns(lq_sql *b, const char *attempt_expr);
@@ -106,11 +116,10 @@ LQ_HIDDEN void lq__sqlset_free(lq_sqlset *set);
 LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialect *d,
                                            const lq_table *t);
 /* The JSON a set of rows is bound as: [[id, "token"], ..], the token in the
- * dialect's time text; NULL when out of memory. */
-typedef struct lq_held {
-    int64_t id, token;
-} lq_held;
-LQ_HIDDEN char *lq__held_set_json(const struct lq_dialect *d, const lq_held *rows, size_t count);
+ * dialect's time text. Add each row, then take the text (NULL when out of
+ * memory). */
+LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, int64_t id, int64_t token);
+LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
 

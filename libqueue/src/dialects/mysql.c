@@ -780,18 +780,7 @@ static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
 static int build_locking_claim(lq_sqlset *set, const lq_table *t, bool lease) {
     lq_sql b;
     lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
-    lq__sql_add(&b, "SELECT ");
-    lq__sql_row_columns(&b, NULL);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, lease);
-    if (t->fifo) lq__sql_fifo_head(&b, lease);
-    lq__sql_add(&b, " ORDER BY ");
-    lq__sql_claim_order(&b);
-    lq__sql_add(&b, " LIMIT ");
-    lq__sql_param(&b, LQ_P_LIMIT);
-    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED");
+    lq__sql_locking_read(&b, lease);
     return lq__sql_finish(&b);
 }
 
@@ -811,35 +800,14 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_claim_where(&b, false);
     lq__sql_add(&b, " AND IS_USED_LOCK(");
     guarded_lock_name(&b, t);
-    lq__sql_add(&b, ") IS NULL ORDER BY ");
-    lq__sql_claim_order(&b);
-    lq__sql_add(&b, " LIMIT ");
-    lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_add(&b, ") IS NULL");
+    lq__sql_claim_limit(&b);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
 
     bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
     lq__sql_start(&b, &set->take, &lq__mysql_dialect, t);
-    if (counts) {
-        lq__sql_add(&b, "UPDATE ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " SET ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " = ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " + 1 WHERE ");
-    } else {
-        lq__sql_add(&b, "SELECT ");
-        lq__sql_row_columns(&b, NULL);
-        lq__sql_add(&b, " FROM ");
-        lq__sql_table(&b);
-        lq__sql_add(&b, " WHERE ");
-    }
-    lq__sql_id(&b);
-    lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_ID);
-    lq__sql_add(&b, " AND ");
-    lq__sql_claim_where(&b, false);
+    lq__sql_take(&b, counts);
     rc = lq__sql_finish(&b);
     if (rc != LQ_OK || !counts) return rc;
 

@@ -223,18 +223,7 @@ static void pg_placeholder(lq_strbuf *sb, int position) { lq__sb_addf(sb, "$%d",
 static int build_row_lock_claim(lq_sqlset *set, const lq_table *t) {
     lq_sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
-    lq__sql_add(&b, "SELECT ");
-    lq__sql_row_columns(&b, NULL);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, false);
-    if (t->fifo) lq__sql_fifo_head(&b, false);
-    lq__sql_add(&b, " ORDER BY ");
-    lq__sql_claim_order(&b);
-    lq__sql_add(&b, " LIMIT ");
-    lq__sql_param(&b, LQ_P_LIMIT);
-    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED");
+    lq__sql_locking_read(&b, false);
     return lq__sql_finish(&b);
 }
 
@@ -243,18 +232,9 @@ static int build_row_lock_claim(lq_sqlset *set, const lq_table *t) {
 static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
     lq_sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
-    lq__sql_add(&b, "WITH \"lq_claimed\" AS (SELECT ");
-    lq__sql_row_columns(&b, NULL);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, true);
-    if (t->fifo) lq__sql_fifo_head(&b, true);
-    lq__sql_add(&b, " ORDER BY ");
-    lq__sql_claim_order(&b);
-    lq__sql_add(&b, " LIMIT ");
-    lq__sql_param(&b, LQ_P_LIMIT);
-    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED), \"lq_stamped\" AS (UPDATE ");
+    lq__sql_add(&b, "WITH \"lq_claimed\" AS (");
+    lq__sql_locking_read(&b, true);
+    lq__sql_add(&b, "), \"lq_stamped\" AS (UPDATE ");
     lq__sql_table(&b);
     lq__sql_add(&b, " AS \"lq_row\" SET ");
     lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);

@@ -213,10 +213,7 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, false);
-    lq__sql_add(&b, " ORDER BY ");
-    lq__sql_claim_order(&b);
-    lq__sql_add(&b, " LIMIT ");
-    lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_claim_limit(&b);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
 
