@@ -149,8 +149,11 @@ int lq__delivery_begin(lq_delivery *d) {
         /* The claim's transaction goes on; a failure outcome rolls back to here. */
         rc = dialect->execute(NULL, d->conn, "SAVEPOINT lq_claim", NULL, 0);
     } else {
-        if (!d->conn && (rc = lq__pool_acquire(&d->conn, &s->broker->pool)) == LQ_OK)
-            lq__subscription_hold(s);
+        if (!d->conn && (rc = lq__pool_acquire(&d->conn, &s->broker->pool)) == LQ_OK) {
+            /* Reserved at its claim: the connection was counted as held then. */
+            if (!d->reserved) lq__subscription_hold(s);
+            d->reserved = false;
+        }
         if (rc == LQ_OK) rc = dialect->begin(d->conn, s->table->isolation);
     }
     if (rc == LQ_OK) d->tx = true;

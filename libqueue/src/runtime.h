@@ -59,6 +59,7 @@ struct lq_delivery {
     char *key;     /* the advisory key held (advisory form) */
     lq_conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
+    bool reserved; /* transactional mode: counted as held from its claim, before it has conn */
     lq_shared_tx *shared; /* a row lock batch's transaction, instead of conn */
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
@@ -167,7 +168,8 @@ LQ_HIDDEN int lq__settle_acks(lq_delivery **dvs, size_t n);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Gives back a connection a delivery (or a batch) held. */
 LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);
-/* A delivery took a connection to hold (a transactional delivery's). */
+/* A delivery took a connection to hold (a transactional delivery's, unless
+ * it was reserved at its claim). */
 LQ_HIDDEN void lq__subscription_hold(lq_subscription *s);
 /* A handed-out delivery's settlement began: where it holds no connection,
  * the claim of its worker's next row may go beside it. */

@@ -266,22 +266,25 @@ static bool account_room(lq_subscription *s) {
 
 /* Whether another claim may start now: the flow allows it, and so does the
  * broker's room, whose share for the claim is taken at once, so two
- * subscriptions never count on the same room. s->mu held. */
-static bool may_claim(lq_subscription *s) {
+ * subscriptions never count on the same room. Returns the connections the
+ * subscription may still take, the claim's own included (0: no claim).
+ * s->mu held. */
+static int may_claim(lq_subscription *s) {
     bool wants = lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
                                     lq__pool_spare(&s->broker->pool));
     lq_broker *b = s->broker;
     int mine = room_of(s);
     pthread_mutex_lock(&b->room_mu);
-    bool go = wants && lq__room_share(&b->room, mine, s->room_starved) > 0;
-    set_starved(s, wants && !go && mine == 0);
-    if (wants && !go) b->room_wanted = true;
-    if (go) {
+    int share = wants ? lq__room_share(&b->room, mine, s->room_starved) : 0;
+    set_starved(s, wants && share <= 0 && mine == 0);
+    if (wants && share <= 0) b->room_wanted = true;
+    if (share > 0) {
         b->room.taken++; /* the claim's connection: running goes up next */
         s->room_counted++;
     }
     pthread_mutex_unlock(&b->room_mu);
-    return go;
+    int own = s->flow.budget - mine;
+    return share <= 0 ? 0 : share < own ? share : own;
 }
 
 void lq__subscription_hold(lq_subscription *s) {
@@ -301,13 +304,20 @@ void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broke
     if (wake) lq__broker_wake_room(s->broker, s);
 }
 
-/* The connections a claim's deliveries went on holding. */
-static int held_by(const lq_claimed *got) {
+/* The connections a claim's deliveries went on holding, and in transactional
+ * mode those they will hold: a delivery's transaction takes its connection
+ * when a worker begins it, and counting it only then would let claims pass
+ * the pool's room in between. */
+static int held_by(const lq_subscription *s, const lq_claimed *got) {
     int n = 0;
     const lq_shared_tx *last = NULL;
-    for (const lq_delivery *d = got->head; d; d = d->queue_next) {
+    for (lq_delivery *d = got->head; d; d = d->queue_next) {
         if (d->conn) n++;
         else if (d->shared && d->shared != last) n++;
+        else if (!d->shared && s->transactional) {
+            d->reserved = true;
+            n++;
+        }
         if (d->shared) last = d->shared;
     }
     return n;
@@ -346,11 +356,17 @@ static void *claimer_main(void *arg) {
             pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
             continue;
         }
-        if (!may_claim(s)) {
+        int room = may_claim(s);
+        if (!room) {
             pthread_cond_wait(&s->claim_cv, &s->mu);
             continue;
         }
         int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
+        /* Where each row of a claim holds a connection of its own (an
+         * advisory claim of several keys, a transactional claim's rows), it
+         * asks for no more rows than the claim's own connection and the
+         * room beside it. */
+        if (s->flow.holds && !s->flow.batch && limit > room) limit = room;
         s->flow.running++;
         s->flow.asked += limit;
         s->woken = false;
@@ -368,7 +384,7 @@ static void *claimer_main(void *arg) {
         s->flow.asked -= limit;
         lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
         s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
-        s->held += held_by(&got);
+        s->held += held_by(s, &got);
         bool room_freed = account_room(s);
         for (lq_delivery *d = got.head; d; d = d->queue_next) {
             lq__book_add(&s->book, &d->entry);
@@ -478,6 +494,12 @@ void lq__subscription_settling(lq_subscription *s, lq_delivery *d) {
 
 void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
     pthread_mutex_lock(&s->mu);
+    bool room_freed = false;
+    if (d->reserved) { /* it never took the connection counted for it */
+        d->reserved = false;
+        s->held--;
+        room_freed = account_room(s);
+    }
     if (d->settling) {
         d->settling = false;
         s->settling--;
@@ -492,6 +514,7 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
     pthread_cond_broadcast(&s->claim_cv);
     if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
     pthread_mutex_unlock(&s->mu);
+    if (room_freed) lq__broker_wake_room(s->broker, s);
     atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], 1);
 }
 

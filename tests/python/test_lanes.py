@@ -128,7 +128,7 @@ def test_an_empty_table_sees_one_claim_per_wait(db, form) -> None:
     assert 1 <= claims <= waits + 2
 
 
-def held_connections(db: Any, form: str) -> int:
+def held_connections(db: Any, form: str, tables: Tuple[str, ...] = ("jobs",)) -> int:
     """The connections libqueue's subscriptions hold, read from the server:
     those in a statement or an open transaction (claims in flight, the row
     lock form's held transactions) and those holding an advisory key; not the
@@ -146,8 +146,8 @@ def held_connections(db: Any, form: str) -> int:
             "OR a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted))"))
     keys = ""
     if form == "advisory":  # GET_LOCK names: <database>.job-<id> (test_mysql.py)
-        keys = (" OR p.id IN (SELECT IS_USED_LOCK(CONCAT('%s.job-', id)) FROM jobs)"
-                % db.database.lower())
+        keys = "".join(" OR p.id IN (SELECT IS_USED_LOCK(CONCAT('%s.job-', id)) FROM %s)"
+                       % (db.database.lower(), table) for table in tables)
     return int(db.scalar(
         "SELECT count(*) FROM information_schema.processlist p WHERE p.db = DATABASE() "
         "AND p.id <> CONNECTION_ID() AND (p.id IN (SELECT trx_mysql_thread_id FROM "
@@ -155,12 +155,13 @@ def held_connections(db: Any, form: str) -> int:
         + keys + ")"))
 
 
-def sample_until(samples: List[int], db: Any, form: str, done: Any, timeout: float) -> None:
+def sample_until(samples: List[int], db: Any, form: str, done: Any, timeout: float,
+                 tables: Tuple[str, ...] = ("jobs",)) -> None:
     """Appends held_connections to ``samples`` until ``done()`` (or fails)."""
     deadline = time.monotonic() + timeout
     pause = 0.01 if db.dialect == "postgresql" else 0.11
     while not done():
-        samples.append(held_connections(db, form))
+        samples.append(held_connections(db, form, tables))
         if time.monotonic() > deadline:
             pytest.fail("timed out sampling the held connections")
         time.sleep(pause)
@@ -213,13 +214,60 @@ def test_a_small_pool_keeps_a_connection_for_the_handlers(db, form) -> None:
 
 
 @pytest.mark.dialect("postgresql", "mysql")
-@pytest.mark.forms("row_lock")
+def test_transactional_deliveries_count_against_the_pool(db, form) -> None:
+    """Transactional mode, pool of 4, workers(8): every delivery holds its
+    transaction's connection, in every form, so 3 are in work at once (the
+    lease form counts each row's connection from its claim, before its
+    worker begins the transaction), the subscription holds at most 3
+    connections at every sample, and a handler's publish gets the fourth."""
+    table = make_table(form)
+    db.create_table(table)
+    db.execute("CREATE TABLE audit (note TEXT)")
+    rows = 12
+    release = threading.Event()
+    failed = Recorder()
+    samples: List[int] = []
+    with libqueue.Broker(db.url, pool_size=4, acquire_timeout_ms=5000) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+
+        def handle(d: libqueue.Delivery) -> None:
+            if d.payload == b"child":
+                return
+            try:
+                # In the delivery's transaction, and not an INSERT, so the
+                # samples count its connection (see held_connections).
+                d.execute("DELETE FROM audit WHERE note = 'none'")
+                broker.publish(table, b"child")
+            except libqueue.Error as e:
+                failed.add(repr(e))
+                raise
+            release.wait(30)
+
+        with broker.subscribe(table, workers=8, poll_interval_ms=POLL_MS,
+                              transactional=1) as sub:
+            sub.run(handle)
+            wait_until(lambda: sub.stat("in_work") >= 3, what="3 deliveries in work")
+            stop = time.monotonic() + 1.5
+            sample_until(samples, db, form, lambda: time.monotonic() > stop, 10)
+            in_work = sub.stat("in_work")
+            release.set()
+            sample_until(samples, db, form, lambda: db.count("jobs") == 0, 60)
+    assert max(samples) <= 3, "the subscription held %d connections of 4" % max(samples)
+    assert in_work == 3
+    assert not failed.snapshot(), "a handler's own statement was starved: %s" % failed.snapshot()
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("row_lock", "advisory")
 def test_subscriptions_on_one_pool_leave_each_other_room(db, form) -> None:
     """Two subscriptions of one broker, pool of 4, workers(4) each, slow
     handlers: together they hold at most 3 connections at every sample, the
     one that starts second is not starved by the first, and every handler's
-    own statement gets the fourth."""
-    tables = [make_table(form, name) for name in ("jobs", "jobs_b")]
+    own statement gets the fourth. The advisory tables have a partition key,
+    so each claim locks several keys, each on a connection of its own."""
+    names = ("jobs", "jobs_b")
+    keyed = dict(partition_key="account") if form == "advisory" else {}
+    tables = [make_table(form, name, **keyed) for name in names]
     for table in tables:
         db.create_table(table)
     db.execute("CREATE TABLE audit (note TEXT)")
@@ -228,7 +276,8 @@ def test_subscriptions_on_one_pool_leave_each_other_room(db, form) -> None:
     samples: List[int] = []
     with libqueue.Broker(db.url, pool_size=4, acquire_timeout_ms=5000) as broker:
         for table in tables:
-            broker.publish_many(table, [b"%d" % i for i in range(rows)])
+            key = (lambda i: dict(partition_key="k%d" % i)) if keyed else (lambda i: {})
+            broker.publish_many(table, [dict(payload=b"%d" % i, **key(i)) for i in range(rows)])
 
         def handler(name: str) -> Any:
             def handle(d: libqueue.Delivery) -> None:
@@ -250,7 +299,7 @@ def test_subscriptions_on_one_pool_leave_each_other_room(db, form) -> None:
             wait_until(lambda: subs[0].stat("in_work") == 3, what="the first to hold 3")
             subs[1].run(handler("jobs_b"))
             left = lambda: db.count("jobs") + db.count("jobs_b")  # noqa: E731
-            sample_until(samples, db, form, lambda: left() == 0, 90)
+            sample_until(samples, db, form, lambda: left() == 0, 90, names)
         finally:
             for sub in subs:
                 sub.close()
