@@ -318,6 +318,45 @@ def test_subscriptions_on_one_pool_leave_each_other_room(db, form) -> None:
     assert first["jobs_b"] < sorted(e for _, e in by_name["jobs"])[rows // 2]
 
 
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("row_lock")
+def test_a_busy_subscription_leaves_the_next_room_to_a_starved_one(db, form) -> None:
+    """Pool of 4: the first subscription holds all 3 connections of the
+    room; the second, started then, holds nothing and waits. When one of the
+    first's deliveries settles, the connection goes to the second, not back
+    to the first, whose claimer is woken first and has rows waiting."""
+    tables = [make_table(form, name) for name in ("jobs", "jobs_b")]
+    for table in tables:
+        db.create_table(table)
+    gates = {"jobs": threading.Semaphore(0), "jobs_b": threading.Semaphore(0)}
+    with libqueue.Broker(db.url, pool_size=4, acquire_timeout_ms=5000) as broker:
+        for table in tables:
+            broker.publish_many(table, [b"%d" % i for i in range(8)])
+
+        def handler(name: str) -> Any:
+            def handle(d: libqueue.Delivery) -> None:
+                if not gates[name].acquire(timeout=30):
+                    raise RuntimeError("never let go")
+            return handle
+
+        subs = [broker.subscribe(t, workers=4, poll_interval_ms=POLL_MS) for t in tables]
+        try:
+            subs[0].run(handler("jobs"))
+            wait_until(lambda: subs[0].stat("in_work") == 3, what="the first to hold 3")
+            subs[1].run(handler("jobs_b"))
+            time.sleep(0.2)  # the second's claimer finds no room and waits
+            assert subs[1].stat("in_work") == 0
+            gates["jobs"].release()  # one of the first's deliveries settles
+            wait_until(lambda: subs[1].stat("in_work") == 1, what="the second to take the room")
+            assert subs[0].stat("in_work") == 2
+        finally:
+            for gate in gates.values():
+                for _ in range(16):
+                    gate.release()
+            for sub in subs:
+                sub.close()
+
+
 def test_batch_subscription(db, form) -> None:
     """A batch handler receives up to n deliveries at once and settles each."""
     table = make_table(form)
