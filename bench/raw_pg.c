@@ -77,10 +77,10 @@ static PGresult *run(raw_worker *w, const char *name, int n, const char *const *
     return r;
 }
 
-/* BEGIN / COMMIT / ROLLBACK as the dialect sends them (extended protocol). */
+/* BEGIN / COMMIT / ROLLBACK as the dialect sends them (simple protocol). */
 static bool plain(raw_worker *w, const char *sql) {
     pg_worker *c = w->conn;
-    PGresult *r = PQexecParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
+    PGresult *r = PQexec(c->pg, sql);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     if (!ok) snprintf(w->error, sizeof w->error, "%s: %s", sql, PQresultErrorMessage(r));
     PQclear(r);

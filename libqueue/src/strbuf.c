@@ -69,3 +69,18 @@ void lq__sb_free(lq_strbuf *sb) {
     sb->len = sb->cap = 0;
     sb->failed = false;
 }
+
+size_t lq__int_text(char out[LQ_INT_TEXT_SIZE], int64_t v) {
+    char digits[LQ_INT_TEXT_SIZE];
+    size_t n = 0, len = 0;
+    /* In unsigned arithmetic, so INT64_MIN negates without overflow. */
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) out[len++] = '-';
+    while (n) out[len++] = digits[--n];
+    out[len] = '\0';
+    return len;
+}

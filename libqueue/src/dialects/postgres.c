@@ -324,6 +324,12 @@ static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
     }
 }
 
+/* The server-side name of a statement: lq_<its id>. */
+static void statement_name(char name[32], const lq_stmt *st) {
+    memcpy(name, "lq_", 3);
+    lq__int_text(name + 3, st->id);
+}
+
 static int ensure_prepared(lq_conn *c, const lq_stmt *st) {
     for (int i = 0; i < c->count; i++)
         if (c->names[i].id == st->id) return LQ_OK;
@@ -335,7 +341,7 @@ static int ensure_prepared(lq_conn *c, const lq_stmt *st) {
         c->cap = cap;
     }
     char name[32];
-    snprintf(name, sizeof name, "lq_%d", st->id);
+    statement_name(name, st);
     int rc = LQ_OK;
     PGresult *res = finish(c, PQsendPrepare(c->pg, name, st->sql, 0, NULL), &rc);
     if (!res) return rc;
@@ -398,7 +404,7 @@ static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
         formats[i] = 0;
         switch (v->type) {
         case LQ_V_INT:
-            snprintf(numbers[i], sizeof numbers[i], "%lld", (long long)v->i);
+            lq__int_text(numbers[i], v->i);
             values[i] = numbers[i];
             break;
         case LQ_V_TIME: lq__time_text(numbers[i], v->i); values[i] = numbers[i]; break;
@@ -412,7 +418,7 @@ static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
         }
     }
     char name[32];
-    snprintf(name, sizeof name, "lq_%d", st->id);
+    statement_name(name, st);
     int sent = c->borrowed ? PQsendQueryParams(c->pg, st->sql, st->nparams, NULL, values, lengths,
                                                formats, 1)
                            : PQsendQueryPrepared(c->pg, name, st->nparams, values, lengths, formats, 1);
@@ -447,7 +453,17 @@ static int pg_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
     return LQ_OK;
 }
 
-static int run_plain(lq_conn *c, const char *sql) { return pg_execute(NULL, c, sql, NULL, 0); }
+/* A statement of ours with no parameters (BEGIN, COMMIT, LISTEN): the
+ * simple protocol sends it in one message, where the extended one takes a
+ * parse, bind, describe, execute and sync. */
+static int run_plain(lq_conn *c, const char *sql) {
+    int rc = LQ_OK;
+    PGresult *res = finish(c, PQsendQuery(c->pg, sql), &rc);
+    if (!res) return rc;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_BACKEND, "the statement failed");
+    PQclear(res);
+    return LQ_OK;
+}
 
 static int pg_begin(lq_conn *c, int isolation) {
     switch (isolation) {
