@@ -131,7 +131,10 @@ typedef enum lq_option {
     LQ_OPT_COALESCE = 30,           /* settlements of concurrent deliveries that take a pool
                                        connection commit together: 1 on, 0 off; default
                                        -1: on where a commit waits for the server's log
-                                       (PostgreSQL, MySQL), off on SQLite */
+                                       (PostgreSQL, MySQL), off on SQLite. Unless 0, a
+                                       push handler's return in the lease form hands its
+                                       ack to a thread that commits the acks gathered
+                                       meanwhile together, and the worker moves on */
     LQ_OPT_COALESCE_WAIT_US = 31    /* how long a coalesced settlement waits for the other
                                        deliveries in work to settle with it, at most;
                                        default 1000 (1 ms), 0 = never */

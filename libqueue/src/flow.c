@@ -6,7 +6,7 @@ void lq__flow_init(lq_flow *f, int workers, int budget) {
 }
 
 int lq__flow_free(const lq_flow *f, int in_work, int waiting) {
-    int free_workers = f->workers - in_work - waiting - f->asked;
+    int free_workers = f->workers + f->ahead - in_work - waiting - f->asked;
     return free_workers > 0 ? free_workers : 0;
 }
 
@@ -31,6 +31,26 @@ int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting) {
 
 void lq__flow_claimed(lq_flow *f, int got, bool failed) {
     f->probing = failed || got == 0;
+}
+
+void lq__flow_waited(lq_flow *f) {
+    if (!f->probing) f->ran_dry = true;
+}
+
+void lq__flow_look_ahead(lq_flow *f, bool full) {
+    if (!f->ahead_max) {
+        f->ran_dry = false;
+        return;
+    }
+    if (!full) {
+        f->ahead = 0;
+    } else if (f->ran_dry) {
+        int grown = f->ahead ? 2 * f->ahead : f->workers;
+        f->ahead = grown < f->ahead_max ? grown : f->ahead_max;
+    } else {
+        f->ahead -= (f->ahead + 7) / 8;
+    }
+    f->ran_dry = false;
 }
 
 void lq__flow_handed(lq_flow *f, int in_work) {

@@ -4,6 +4,7 @@
  * - claims in flight for the free workers: one row each where a delivery
  *   holds a connection (each settles in its own transaction), else one claim
  *   for all the free workers (one commit for many rows);
+ * - lease claims look ahead of the free workers while handlers outrun them;
  * - one claim at a time while probing (after a claim that took nothing or
  *   failed), and always on tables that keep one claim in flight;
  * - a claim beside another only while the pool has a connection to spare;
@@ -26,6 +27,9 @@ typedef struct lq_flow {
     int running;        /* claims in flight */
     int asked;          /* rows the claims in flight asked for */
     int seen;           /* the most workers seen busy at once */
+    int ahead;          /* rows a claim asks for beyond the free workers */
+    int ahead_max;      /* its bound (0: claims never look ahead) */
+    bool ran_dry;       /* a worker waited for a row since the last claim that took rows */
 } lq_flow;
 
 LQ_HIDDEN void lq__flow_init(lq_flow *f, int workers, int budget);
@@ -39,6 +43,15 @@ LQ_HIDDEN bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, in
 LQ_HIDDEN int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting);
 /* A claim finished: it took `got` rows (0 or a failure: probe again). */
 LQ_HIDDEN void lq__flow_claimed(lq_flow *f, int got, bool failed);
+/* A worker found no row waiting: while the claims take rows, the claims are
+ * slower than the handlers. */
+LQ_HIDDEN void lq__flow_waited(lq_flow *f);
+/* Where claims look ahead (the lease form, whose waiting rows hold no
+ * connection): after a claim that took every row it asked for, asks for
+ * more rows ahead when a worker ran dry since the claim before (double, up
+ * to ahead_max), else for slowly fewer; after a short claim, none. So fast
+ * handlers get many rows per claim's commit, slow ones keep few waiting. */
+LQ_HIDDEN void lq__flow_look_ahead(lq_flow *f, bool full);
 /* A delivery went into work, `in_work` now busy. */
 LQ_HIDDEN void lq__flow_handed(lq_flow *f, int in_work);
 

@@ -5,6 +5,7 @@
 #ifndef LQ_RUNTIME_H
 #define LQ_RUNTIME_H
 
+#include "acker.h"
 #include "coalesce.h"
 #include "flow.h"
 #include "headers.h"
@@ -85,6 +86,7 @@ struct lq_subscription {
     bool transactional;
     lq_flow flow; /* claims in flight and their sizes (flow.h) */
     int held;     /* pool connections its deliveries hold */
+    int claim_extra;   /* room a claim in flight took beyond its connection, for its rows */
     int room_counted;  /* what it holds, as counted in the broker's room */
     bool room_starved; /* counted among the room's starved */
     int batch;    /* rows per claim of a batch subscription, or 0 */
@@ -93,6 +95,8 @@ struct lq_subscription {
     int on_threads;          /* handler threads with pools of their own, or 0 */
     bool coalesce;           /* settlements of concurrent deliveries commit together */
     lq_coalescer coalescer;
+    bool acks_behind;        /* coalesce not 0: acks may go behind the handlers */
+    lq_acker acker;          /* push mode, lease form: acks behind the handlers */
     int thread_connections;  /* each such pool's size */
     int *lane_busy; /* per lane: deliveries in work */
 
@@ -161,10 +165,13 @@ LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
-/* Acks deliveries of one claim together (a batch handler's return): one
+/* Acks deliveries together (a batch handler's return, the acker): one
  * statement over their rows where they settle on pool connections or in
- * their batch's transaction, the others one by one. The first failure. */
-LQ_HIDDEN int lq__settle_acks(lq_delivery **dvs, size_t n);
+ * one batch's transaction, the others one by one. Each failure is logged;
+ * returns the first. With `gather`, a set on pool connections waits for
+ * other settlements to commit with it (the coalescer), else commits at once.
+ * Every delivery is settled on return, even out of memory. */
+LQ_HIDDEN int lq__settle_acks(lq_delivery **dvs, size_t n, bool gather);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Gives back a connection a delivery (or a batch) held. */
 LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);

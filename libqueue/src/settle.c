@@ -218,7 +218,7 @@ static void finish_settled(lq_delivery *dv) {
 }
 
 /* Acks that ran through the coalescer, each with its own outcome. */
-static int ack_pending(lq_delivery **dvs, size_t n) {
+static int ack_pending(lq_delivery **dvs, size_t n, bool gather) {
     lq_subscription *s = dvs[0]->sub;
     lq_pending *items = calloc(n, sizeof *items);
     if (!items) { /* each is then acked on its own */
@@ -230,13 +230,13 @@ static int ack_pending(lq_delivery **dvs, size_t n) {
         settle_args(items[i].args, dvs[i], 0);
         items[i].next = i + 1 < n ? &items[i + 1] : NULL;
     }
-    lq__coalesced_run(&s->coalescer, &s->broker->pool, items, s->coalesce);
+    lq__coalesced_run(&s->coalescer, &s->broker->pool, items, gather);
     int first = LQ_OK;
     for (size_t i = 0; i < n; i++) {
         int rc = lq__pending_error(&items[i]);
         if (rc == LQ_OK && items[i].changes == 0 && s->form == LQ_FORM_LEASE)
             rc = lease_lost(dvs[i], LQ_ACK);
-        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "acking a batch");
+        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (first == LQ_OK) first = rc;
         finish_settled(dvs[i]);
     }
@@ -263,15 +263,15 @@ static int ack_shared(lq_delivery **dvs, size_t n) {
     return rc;
 }
 
-int lq__settle_acks(lq_delivery **dvs, size_t n) {
+int lq__settle_acks(lq_delivery **dvs, size_t n, bool gather) {
     if (n == 0) return LQ_OK;
-    lq_delivery **set = malloc(n * sizeof *set);
-    if (!set) return lq__error(LQ_NOMEM, "out of memory");
     int first = LQ_OK;
     size_t k = 0;
+    lq_delivery **set = malloc(n * sizeof *set);
+    if (!set) first = lq__error(LQ_NOMEM, "out of memory"); /* each on its own */
     /* The rows that join the set, their mutexes held until they settle:
      * the deliveries of one claim, so of one shared transaction if any. */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; set && i < n; i++) {
         pthread_mutex_lock(&dvs[i]->mu);
         if (joins_set(dvs[i]) && (k == 0 || dvs[i]->shared == set[0]->shared)) set[k++] = dvs[i];
         else pthread_mutex_unlock(&dvs[i]->mu);
@@ -281,12 +281,13 @@ int lq__settle_acks(lq_delivery **dvs, size_t n) {
         k = 0;
     }
     for (size_t i = 0; i < k; i++) lq__subscription_settling(set[i]->sub, set[i]);
-    if (k) first = set[0]->shared ? ack_shared(set, k) : ack_pending(set, k);
+    if (k) first = set[0]->shared ? ack_shared(set, k) : ack_pending(set, k, gather);
+    free(set);
     for (size_t i = 0; i < n; i++) {
         if (dvs[i]->settled) continue; /* in the set: settled above */
         int rc = lq__settle(dvs[i], LQ_ACK, 0);
+        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (rc != LQ_OK && first == LQ_OK) first = rc;
     }
-    free(set);
     return first;
 }

@@ -50,6 +50,7 @@ static void subscription_free(lq_subscription *s) {
     pthread_cond_destroy(&s->ready_cv);
     pthread_cond_destroy(&s->keeper_cv);
     lq__coalescer_destroy(&s->coalescer);
+    lq__acker_destroy(&s->acker);
     free(s);
     lq__broker_unref(b);
 }
@@ -124,6 +125,10 @@ static void plan_flow(lq_subscription *s) {
     f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
                    s->form == LQ_FORM_LEASE;
     f->claim_seen = s->form == LQ_FORM_LEASE;
+    /* Rows waiting ahead hold a lease, which the keeper extends, and no
+     * connection: up to 8 per worker (at most 512) for handlers that run
+     * faster than a claim's commit. */
+    if (s->form == LQ_FORM_LEASE && !s->batch) f->ahead_max = s->workers < 64 ? 8 * s->workers : 512;
 }
 
 /* Prepares every statement on one connection: a missing table or column
@@ -178,8 +183,11 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     cond_init(&s->keeper_cv);
     lq__book_init(&s->book);
     lq__coalescer_init(&s->coalescer);
+    lq__acker_init(&s->acker);
     int64_t coalesce = lq__opt_int(o, LQ_OPT_COALESCE);
     s->coalesce = coalesce < 0 ? !b->dialect->single_writer : coalesce != 0;
+    /* Acks behind the handlers gain on SQLite too: they wait for no one. */
+    s->acks_behind = coalesce != 0;
     s->coalescer.wait_us = lq__opt_int(o, LQ_OPT_COALESCE_WAIT_US);
     s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
     s->on_threads = (int)lq__opt_int(o, LQ_OPT_ON_THREADS);
@@ -239,8 +247,13 @@ static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
 /* What the subscription takes of its broker's room: its claims in flight,
  * and the connections its deliveries keep where they keep one. s->mu held. */
 static int room_of(const lq_subscription *s) {
-    return s->flow.running + (s->flow.holds ? s->held : 0);
+    return s->flow.running + s->claim_extra + (s->flow.holds ? s->held : 0);
 }
+
+/* Whether each row of a claim holds a connection of its own (an advisory
+ * claim of several keys, a transactional claim's rows), so the claim takes
+ * room for every row it asks for. */
+static bool rows_hold(const lq_subscription *s) { return s->flow.holds && !s->flow.batch; }
 
 /* Marks the subscription starved for room, or not; room_mu held. */
 static void set_starved(lq_subscription *s, bool starved) {
@@ -266,25 +279,35 @@ static bool account_room(lq_subscription *s) {
 
 /* Whether another claim may start now: the flow allows it, and so does the
  * broker's room, whose share for the claim is taken at once, so two
- * subscriptions never count on the same room. Returns the connections the
- * subscription may still take, the claim's own included (0: no claim).
+ * subscriptions never count on the same room. Returns the rows the claim
+ * asks for (0: no claim); where rows hold connections, no more than the
+ * room, all of it taken now (the claim's connection and claim_extra).
  * s->mu held. */
 static int may_claim(lq_subscription *s) {
     bool wants = lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
                                     lq__pool_spare(&s->broker->pool));
+    int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
     lq_broker *b = s->broker;
     int mine = room_of(s);
     pthread_mutex_lock(&b->room_mu);
     int share = wants ? lq__room_share(&b->room, mine, s->room_starved) : 0;
+    int own = s->flow.budget - mine;
+    if (rows_hold(s) && share > own) share = own;
     set_starved(s, wants && share <= 0 && mine == 0);
     if (wants && share <= 0) b->room_wanted = true;
-    if (share > 0) {
-        b->room.taken++; /* the claim's connection: running goes up next */
-        s->room_counted++;
+    if (share <= 0) limit = 0;
+    int take = 1; /* the claim's connection: running goes up next */
+    if (limit && rows_hold(s)) {
+        if (limit > share) limit = share;
+        take = limit;
+        s->claim_extra += take - 1;
+    }
+    if (limit) {
+        b->room.taken += take;
+        s->room_counted += take;
     }
     pthread_mutex_unlock(&b->room_mu);
-    int own = s->flow.budget - mine;
-    return share <= 0 ? 0 : share < own ? share : own;
+    return limit;
 }
 
 void lq__subscription_hold(lq_subscription *s) {
@@ -356,17 +379,12 @@ static void *claimer_main(void *arg) {
             pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
             continue;
         }
-        int room = may_claim(s);
-        if (!room) {
+        int limit = may_claim(s);
+        if (!limit) {
             pthread_cond_wait(&s->claim_cv, &s->mu);
             continue;
         }
-        int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
-        /* Where each row of a claim holds a connection of its own (an
-         * advisory claim of several keys, a transactional claim's rows), it
-         * asks for no more rows than the claim's own connection and the
-         * room beside it. */
-        if (s->flow.holds && !s->flow.batch && limit > room) limit = room;
+        int extra = rows_hold(s) ? limit - 1 : 0;
         s->flow.running++;
         s->flow.asked += limit;
         s->woken = false;
@@ -383,7 +401,9 @@ static void *claimer_main(void *arg) {
         s->flow.running--;
         s->flow.asked -= limit;
         lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
+        lq__flow_look_ahead(&s->flow, rc == LQ_OK && got.count == limit);
         s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
+        s->claim_extra -= extra; /* now counted in held, as far as rows came */
         s->held += held_by(s, &got);
         bool room_freed = account_room(s);
         for (lq_delivery *d = got.head; d; d = d->queue_next) {
@@ -523,8 +543,10 @@ typedef struct worker_arg {
     int lane;
 } worker_arg;
 
-/* Settles what a handler left unsettled by its return, and lets go. */
+/* Settles what a handler left unsettled by its return, and lets go. An ack
+ * goes to the acker where it runs (the acker lets go). */
 static void finish_delivery(lq_delivery *d, int status) {
+    if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d)) return;
     if (!d->settled) {
         int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
         if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
@@ -553,8 +575,7 @@ static void *batch_worker_main(void *arg) {
         running_handler_of = s;
         int status = s->batch_handler(batch, n, s->userdata);
         running_handler_of = NULL;
-        if (status == LQ_OK && lq__settle_acks(batch, n) != LQ_OK)
-            lq__log_error(LQ_LOG_WARNING, "acking a batch after its handler");
+        if (status == LQ_OK) lq__settle_acks(batch, n, s->coalesce);
         for (size_t i = 0; i < n; i++) finish_delivery(batch[i], status);
         pthread_mutex_lock(&s->mu);
     }
@@ -592,7 +613,10 @@ static void *handler_thread_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         lq_delivery **slot;
-        while (!s->stopping && !(slot = next_ready(s, lane))) pthread_cond_wait(&s->ready_cv, &s->mu);
+        while (!s->stopping && !(slot = next_ready(s, lane))) {
+            lq__flow_waited(&s->flow);
+            pthread_cond_wait(&s->ready_cv, &s->mu);
+        }
         if (s->stopping) break;
         lq_delivery *d = take_locked(s, slot);
         pthread_mutex_unlock(&s->mu);
@@ -624,6 +648,7 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
     s->batch_handler = batch_handler;
     s->userdata = userdata;
     int rc = start_locked(s, LQ_MODE_PUSH);
+    if (rc == LQ_OK && !batch_handler && lq__acker_wanted(s)) rc = lq__acker_start(&s->acker);
     if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
         rc = lq__error(LQ_NOMEM, "out of memory");
     for (int i = 0; rc == LQ_OK && i < s->workers; i++) {
@@ -689,6 +714,7 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
     struct timespec deadline = lq__deadline_in(timeout_ms);
     lq_delivery **slot = NULL;
     while (rc == LQ_OK && !s->stopping && !(slot = next_ready(s, -1))) {
+        lq__flow_waited(&s->flow);
         if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
         else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
             rc = lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
@@ -722,6 +748,7 @@ int lq_subscription_stop(lq_subscription *s) {
 
     for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
     for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
+    lq__acker_stop(&s->acker); /* after the workers: it runs every ack they left */
 
     /* Rows claimed but never handed out go back at once. A stopped
      * subscription waits for no room, so the others need leave it none. */

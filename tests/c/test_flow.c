@@ -74,6 +74,34 @@ int main(void) {
     CHECK(lq__flow_claim_size(&f, 1, 0) == 3);
     CHECK(!lq__flow_may_start(&f, 2, 2, 4, 8)); /* nobody free */
 
+    /* Lease claims look ahead while a worker runs dry during a claim: the
+     * rows asked beyond the free workers double up to the bound, shrink
+     * slowly while none runs dry, and vanish after a short claim. */
+    lq__flow_init(&f, 4, 7);
+    f.one_claim = f.claim_seen = true;
+    f.ahead_max = 32;
+    lq__flow_claimed(&f, 4, false);
+    CHECK(lq__flow_claim_size(&f, 0, 0) == 4);
+    f.ran_dry = true;
+    lq__flow_look_ahead(&f, true);
+    CHECK(f.ahead == 4 && !f.ran_dry);
+    CHECK(lq__flow_claim_size(&f, 0, 0) == 8);
+    CHECK(lq__flow_may_start(&f, 4, 3, 0, 8)); /* rows waiting, still room ahead */
+    CHECK(!lq__flow_may_start(&f, 4, 4, 0, 8)); /* a full look-ahead waits */
+    for (int i = 0; i < 4; i++) {
+        f.ran_dry = true;
+        lq__flow_look_ahead(&f, true);
+    }
+    CHECK(f.ahead == 32);
+    lq__flow_look_ahead(&f, true); /* nobody ran dry */
+    CHECK(f.ahead == 28);
+    lq__flow_look_ahead(&f, false); /* the table ran short */
+    CHECK(f.ahead == 0);
+    f.ahead_max = 0; /* other forms never look ahead */
+    f.ran_dry = true;
+    lq__flow_look_ahead(&f, true);
+    CHECK(f.ahead == 0);
+
     /* A row lock batch shares one connection: what counts is what is held. */
     lq__flow_init(&f, 20, 3);
     f.holds = true;

@@ -144,15 +144,21 @@ def held_connections(db: Any, form: str, tables: Tuple[str, ...] = ("jobs",)) ->
             "AND a.datname = current_database() AND a.pid <> pg_backend_pid() "
             "AND ((a.state <> 'idle' AND a.query NOT LIKE 'INSERT%') "
             "OR a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted))"))
-    keys = ""
-    if form == "advisory":  # GET_LOCK names: <database>.job-<id> (test_mysql.py)
-        keys = "".join(" OR p.id IN (SELECT IS_USED_LOCK(CONCAT('%s.job-', id)) FROM %s)"
-                       % (db.database.lower(), table) for table in tables)
+    if form == "advisory":
+        # Advisory deliveries hold a key, not a transaction: the key holders
+        # (GET_LOCK names <database>.job-<id>, test_mysql.py) and the claims
+        # running, both read live; innodb_trx's snapshot could still show a
+        # handler's INSERT that has finished.
+        keys = " OR ".join("p.id IN (SELECT IS_USED_LOCK(CONCAT('%s.job-', id)) FROM %s)"
+                           % (db.database.lower(), table) for table in tables)
+        return int(db.scalar(
+            "SELECT count(*) FROM information_schema.processlist p WHERE p.db = DATABASE() "
+            "AND p.id <> CONNECTION_ID() AND (" + keys + " OR (p.command = 'Query' "
+            "AND COALESCE(p.info, '') NOT LIKE 'INSERT%'))"))
     return int(db.scalar(
         "SELECT count(*) FROM information_schema.processlist p WHERE p.db = DATABASE() "
         "AND p.id <> CONNECTION_ID() AND (p.id IN (SELECT trx_mysql_thread_id FROM "
-        "information_schema.innodb_trx WHERE COALESCE(trx_query, '') NOT LIKE 'INSERT%')"
-        + keys + ")"))
+        "information_schema.innodb_trx WHERE COALESCE(trx_query, '') NOT LIKE 'INSERT%'))"))
 
 
 def sample_until(samples: List[int], db: Any, form: str, done: Any, timeout: float,
