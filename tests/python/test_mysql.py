@@ -396,6 +396,30 @@ def test_publish_in_the_callers_transaction(db, broker) -> None:
         lib.mysql_close(conn)
 
 
+def test_bulk_publish_in_the_callers_transaction(db, broker) -> None:
+    """lq_publish_on of many messages on the caller's MYSQL *: MariaDB's
+    multi-row INSERT .. RETURNING, committed with the caller's transaction;
+    the ids follow message order."""
+    lib = _libmariadb()
+    p = db._params
+    conn = lib.mysql_init(None)
+    assert lib.mysql_real_connect(conn, p["host"].encode(), p["user"].encode(),
+                                  p["password"].encode(), db.database.encode(), p["port"],
+                                  None, 0), lib.mysql_error(conn)
+    try:
+        table = make_table("lease")
+        db.create_table(table)
+        payloads = [b"c%d" % i for i in range(1500)]
+        assert lib.mysql_query(conn, b"START TRANSACTION") == 0
+        ids = broker.publish_on(conn, table, payloads)
+        assert db.count("jobs") == 0  # not before the caller's commit
+        assert lib.mysql_query(conn, b"COMMIT") == 0
+        rows = dict(db.query("SELECT id, payload FROM jobs"))
+        assert [bytes(rows[i]) for i in ids] == payloads
+    finally:
+        lib.mysql_close(conn)
+
+
 def test_create_sql_runs_on_mysql(db) -> None:
     for form in ("row_lock", "lease", "advisory"):
         table = make_table(form, name="made_" + form, retry_after="retry_after",
