@@ -78,23 +78,28 @@ def test_bulk_mixed_fields_survive(db, broker) -> None:
             d.ack()
 
 
-def test_bulk_with_an_invalid_message_writes_nothing(db, broker) -> None:
-    table = make_table("lease")  # no group column
-    db.create_table(table)
+def invalid_message() -> tuple:
+    """A message the table has no column for, near the end: refused before
+    anything is written."""
     messages = [b"fine"] * MANY
     messages[MANY - 10] = {"payload": b"bad", "group": "g"}
-    with pytest.raises(libqueue.SchemaError):
-        broker.publish_many(table, messages)
-    assert db.count("jobs") == 0
+    return {}, messages, libqueue.SchemaError
 
 
-def test_bulk_failing_in_a_later_chunk_writes_nothing(db, broker) -> None:
-    """A database error in the last statement rolls back the chunks before it."""
-    table = make_table("lease", id_generated=False)
-    db.create_table(table)
+def duplicate_id() -> tuple:
+    """The last chunk repeats the first chunk's id: the database fails its
+    statement, and the transaction takes back the chunks before it."""
     messages = [{"payload": b"x", "id": i + 1} for i in range(MANY)]
-    messages[-1]["id"] = 1  # the first chunk's id again
-    with pytest.raises(libqueue.Error):
+    messages[-1]["id"] = 1
+    return {"id_generated": False}, messages, libqueue.Error
+
+
+@pytest.mark.parametrize("case", [invalid_message, duplicate_id])
+def test_bulk_that_fails_writes_nothing(db, broker, case) -> None:
+    roles, messages, error = case()
+    table = make_table("lease", **roles)
+    db.create_table(table)
+    with pytest.raises(error):
         broker.publish_many(table, messages)
     assert db.count("jobs") == 0
 
