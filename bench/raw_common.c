@@ -115,6 +115,21 @@ const char *raw_itoa(char buf[24], int64_t v) {
     return buf;
 }
 
+char *raw_insert_rows(const char *head, const char *tuple, const char *tail, int rows) {
+    const char *mark = strstr(tuple, "%d");
+    size_t prefix = mark ? (size_t)(mark - tuple) : strlen(tuple);
+    size_t size = strlen(head) + strlen(tail) + (size_t)rows * (strlen(tuple) + 16) + 1;
+    char *sql = malloc(size);
+    if (!sql) bench_die("out of memory");
+    size_t len = (size_t)snprintf(sql, size, "%s", head);
+    for (int r = 0; r < rows; r++) {
+        len += (size_t)snprintf(sql + len, size - len, "%s%.*s", r ? ", " : "", (int)prefix, tuple);
+        if (mark) len += (size_t)snprintf(sql + len, size - len, "%d%s", r + 1, mark + 2);
+    }
+    snprintf(sql + len, size - len, "%s", tail);
+    return sql;
+}
+
 /* ---- in-process advisory keys ---- */
 
 enum { MAX_KEYS = 256 };

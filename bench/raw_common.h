@@ -42,6 +42,11 @@ int raw_w1(const raw_config *cfg);
 /* The record of a single-threaded W2 figure. */
 void raw_w2_record(const char *db, const char *workload, int64_t n, double seconds, double p50,
                    double p99, int64_t count);
+/* A multi-row insert of `rows` tuples, as the library writes one
+ * (lq__sql_build_insert_rows): head, the tuples separated by ", ", tail. A
+ * "%d" in `tuple` is its row's placeholder number (from 1; one parameter a
+ * row). Exits when out of memory; the caller frees the text. */
+char *raw_insert_rows(const char *head, const char *tuple, const char *tail, int rows);
 /* Text of an integer, into buf. */
 const char *raw_itoa(char buf[24], int64_t v);
 

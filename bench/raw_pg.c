@@ -10,7 +10,8 @@
  *                 DELETE; pg_advisory_unlock
  *       With --batch b > 1 the rows of a claim settle in one DELETE .. = ANY($1).
  *   raw_pg --url U --workload W2-single|W2-bulk [--n N]
- *       N prepared INSERTs, each its own transaction, or in transactions of 1000. */
+ *       N prepared INSERTs, each its own transaction, or multi-row INSERTs of 1000
+ *       rows (the library's bulk publish), each its own transaction. */
 #include "raw_common.h"
 #include "raw_sql.h"
 
@@ -228,18 +229,61 @@ static int64_t pg_count(const raw_config *cfg) {
     return n;
 }
 
-static int w2(const raw_config *cfg, bool bulk) {
+/* W2-bulk: the library's multi-row insert of RAW_INSERT_ROWS rows, one
+ * transaction a statement; a shorter last batch runs its own text unnamed,
+ * as the library runs a remainder. */
+static int w2_bulk(const raw_config *cfg) {
+    raw_worker w = {.cfg = cfg};
+    pg_worker c;
+    w.conn = &c;
+    c.pg = PQconnectdb(cfg->url);
+    if (PQstatus(c.pg) != CONNECTION_OK) bench_die("connect: %s", PQerrorMessage(c.pg));
+    char *sql = raw_insert_rows(PG_INSERT_ROWS_HEAD, PG_INSERT_ROWS_TUPLE, PG_INSERT_ROWS_TAIL, RAW_INSERT_ROWS);
+    if (!prepare(&w, c.pg, "insert_rows", sql)) bench_die("%s", w.error);
+    static char payloads[RAW_INSERT_ROWS][256];
+    const char *values[RAW_INSERT_ROWS];
+    int lengths[RAW_INSERT_ROWS], formats[RAW_INSERT_ROWS];
+    double t0 = bench_now();
+    for (int64_t done = 0, k; done < cfg->n; done += k) {
+        k = cfg->n - done < RAW_INSERT_ROWS ? cfg->n - done : RAW_INSERT_ROWS;
+        for (int i = 0; i < k; i++) {
+            lengths[i] = (int)bench_payload(payloads[i], sizeof payloads[i], done + i + 1, 0);
+            values[i] = payloads[i];
+            formats[i] = 1;
+        }
+        if (!plain(&w, "BEGIN")) bench_die("%s", w.error);
+        PGresult *r;
+        if (k == RAW_INSERT_ROWS) {
+            r = PQexecPrepared(c.pg, "insert_rows", (int)k, values, lengths, formats, 1);
+        } else {
+            char *once = raw_insert_rows(PG_INSERT_ROWS_HEAD, PG_INSERT_ROWS_TUPLE, PG_INSERT_ROWS_TAIL, (int)k);
+            r = PQexecParams(c.pg, once, (int)k, NULL, values, lengths, formats, 1);
+            free(once);
+        }
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != k)
+            bench_die("insert: %s", PQerrorMessage(c.pg));
+        PQclear(r);
+        if (!plain(&w, "COMMIT")) bench_die("%s", w.error);
+    }
+    double seconds = bench_now() - t0;
+    PQfinish(c.pg);
+    free(sql);
+    raw_w2_record("postgresql", "W2-bulk", cfg->n, seconds, BENCH_NULL, BENCH_NULL, pg_count(cfg));
+    return 0;
+}
+
+/* W2-single: one insert a transaction. */
+static int w2_single(const raw_config *cfg) {
     raw_worker w = {.cfg = cfg};
     pg_worker c;
     w.conn = &c;
     c.pg = PQconnectdb(cfg->url);
     if (PQstatus(c.pg) != CONNECTION_OK) bench_die("connect: %s", PQerrorMessage(c.pg));
     if (!prepare(&w, c.pg, "insert", PG_INSERT)) bench_die("%s", w.error);
-    double *lat = bulk ? NULL : calloc((size_t)cfg->n, sizeof *lat);
+    double *lat = calloc((size_t)cfg->n, sizeof *lat);
     char payload[256];
     double t0 = bench_now();
     for (int64_t i = 0; i < cfg->n; i++) {
-        if (bulk && i % 1000 == 0 && !plain(&w, "BEGIN")) bench_die("%s", w.error);
         int len = (int)bench_payload(payload, sizeof payload, i + 1, 0);
         const char *values[1] = {payload};
         int format = 1;
@@ -247,14 +291,13 @@ static int w2(const raw_config *cfg, bool bulk) {
         PGresult *r = PQexecPrepared(c.pg, "insert", 1, values, &len, &format, 1);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) bench_die("insert: %s", PQerrorMessage(c.pg));
         PQclear(r);
-        if (lat) lat[i] = (bench_now() - s) * 1000.0;
-        if (bulk && (i % 1000 == 999 || i == cfg->n - 1) && !plain(&w, "COMMIT")) bench_die("%s", w.error);
+        lat[i] = (bench_now() - s) * 1000.0;
     }
     double seconds = bench_now() - t0;
     PQfinish(c.pg);
-    double p50 = lat ? bench_percentile(lat, (size_t)cfg->n, 50) : BENCH_NULL;
-    double p99 = lat ? bench_percentile(lat, (size_t)cfg->n, 99) : BENCH_NULL;
-    raw_w2_record("postgresql", bulk ? "W2-bulk" : "W2-single", cfg->n, seconds, p50, p99, pg_count(cfg));
+    double p50 = bench_percentile(lat, (size_t)cfg->n, 50);
+    double p99 = bench_percentile(lat, (size_t)cfg->n, 99);
+    raw_w2_record("postgresql", "W2-single", cfg->n, seconds, p50, p99, pg_count(cfg));
     free(lat);
     return 0;
 }
@@ -262,8 +305,8 @@ static int w2(const raw_config *cfg, bool bulk) {
 int main(int argc, char **argv) {
     raw_config cfg = {.open = pg_open, .drain = pg_drain, .close = pg_close, .count = pg_count};
     raw_config_args(&cfg, argc, argv);
-    if (strcmp(cfg.workload, "W2-single") == 0) return w2(&cfg, false);
-    if (strcmp(cfg.workload, "W2-bulk") == 0) return w2(&cfg, true);
+    if (strcmp(cfg.workload, "W2-single") == 0) return w2_single(&cfg);
+    if (strcmp(cfg.workload, "W2-bulk") == 0) return w2_bulk(&cfg);
     if (cfg.form == BENCH_NO_FORM) bench_die("unknown form");
     return raw_w1(&cfg);
 }

@@ -5,11 +5,18 @@
  * compares each with the library's own, so a change in a dialect shows up as
  * a failed check in bench/run instead of a silently unfair baseline.
  *
+ * W2-bulk's insert is the library's multi-row insert of a publish of many
+ * messages: RAW_INSERT_ROWS tuples (a full chunk, publish.c's CHUNK_ROWS for
+ * the bench table's one parameter a row), written by raw_insert_rows from
+ * the *_INSERT_ROWS_* parts.
+ *
  * The *_BATCH_* settlements are not the library's (it has no batch
  * settlement yet): they are the coalesced settlement of the "best settings"
  * raw loops (claim 100, settle 100 in one statement and one commit). */
 #ifndef LQ_BENCH_RAW_SQL_H
 #define LQ_BENCH_RAW_SQL_H
+
+#define RAW_INSERT_ROWS 1000
 
 #define RAW_COLS_REST ", NULL AS \"lq_c3\", NULL AS \"lq_c4\", NULL AS \"lq_c5\", NULL AS \"lq_c6\", NULL AS \"lq_c7\""
 
@@ -41,6 +48,9 @@
 #define PG_LOCK_KEY "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
 #define PG_UNLOCK_KEY "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
 #define PG_INSERT "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES (1, $1) RETURNING \"id\""
+#define PG_INSERT_ROWS_HEAD "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES "
+#define PG_INSERT_ROWS_TUPLE "(1, $%d)"
+#define PG_INSERT_ROWS_TAIL " RETURNING \"id\""
 #define PG_ROW_LOCK_BATCH_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ANY($1::bigint[])"
 #define PG_LEASE_BATCH_ACK \
     "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ANY($1::bigint[]) AND \"locked_until\" = $2"
@@ -60,6 +70,9 @@
     "RETURNING \"id\" AS \"lq_c0\", \"payload\" AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\"" RAW_COLS_REST
 #define SQ_ADVISORY_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ?1"
 #define SQ_INSERT "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES (1, ?1) RETURNING \"id\""
+#define SQ_INSERT_ROWS_HEAD "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES "
+#define SQ_INSERT_ROWS_TUPLE "(1, ?%d)"
+#define SQ_INSERT_ROWS_TAIL " RETURNING \"id\""
 #define SQ_LEASE_BATCH_ACK                                                                         \
     "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT value FROM json_each(?1)) AND "          \
     "\"locked_until\" = ?2"
@@ -94,5 +107,10 @@
 #define MY_UNLOCK_KEY \
     "SELECT IF(COALESCE(RELEASE_LOCK(?), 0) = 1, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, 1), 0)"
 #define MY_INSERT "INSERT INTO `lq_bench_jobs` (`attempt`, `payload`) VALUES (1, ?)"
+/* MariaDB: the multi-row insert returns its ids (MySQL, which cannot, gets
+ * single-row inserts from the library). */
+#define MY_INSERT_ROWS_HEAD "INSERT INTO `lq_bench_jobs` (`attempt`, `payload`) VALUES "
+#define MY_INSERT_ROWS_TUPLE "(1, ?)"
+#define MY_INSERT_ROWS_TAIL " RETURNING `id`"
 
 #endif

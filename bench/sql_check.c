@@ -8,6 +8,7 @@
 #include "bench_common.h"
 #include "bench_db.h"
 #include "dialect.h"
+#include "raw_common.h"
 #include "raw_sql.h"
 #include "sql.h"
 
@@ -76,6 +77,31 @@ int main(int argc, char **argv) {
         expect(where, "insert", &insert, cases[i].insert);
         lq__sqlset_free(&set);
         free(insert.sql);
+        lq_table_free(t);
+    }
+    /* W2-bulk's multi-row insert: a full chunk of the bench table's rows. */
+    const struct {
+        const lq_dialect *dialect;
+        const char *head, *tuple, *tail;
+    } rows[] = {
+        {&lq__postgres_dialect, PG_INSERT_ROWS_HEAD, PG_INSERT_ROWS_TUPLE, PG_INSERT_ROWS_TAIL},
+        {&lq__sqlite_dialect, SQ_INSERT_ROWS_HEAD, SQ_INSERT_ROWS_TUPLE, SQ_INSERT_ROWS_TAIL},
+        {&lq__mysql_dialect, MY_INSERT_ROWS_HEAD, MY_INSERT_ROWS_TUPLE, MY_INSERT_ROWS_TAIL},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        lq_table *t = bench_table(BENCH_LEASE);
+        lq_stmt insert;
+        char *want = raw_insert_rows(rows[i].head, rows[i].tuple, rows[i].tail, RAW_INSERT_ROWS);
+        if (lq__sql_build_insert_rows(&insert, rows[i].dialect, t, RAW_INSERT_ROWS) != LQ_OK) {
+            printf("sql_check: %s: the library cannot build its multi-row insert: %s\n",
+                   rows[i].dialect->name, lq_errmsg());
+            failures++;
+        } else {
+            if (print) printf("%s insert_rows: %.200s..\n", rows[i].dialect->name, insert.sql);
+            expect(rows[i].dialect->name, "insert_rows", &insert, want);
+            free(insert.sql);
+        }
+        free(want);
         lq_table_free(t);
     }
     if (!failures) printf("sql_check: ok (the raw loops run the library's statements)\n");

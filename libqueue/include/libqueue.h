@@ -276,7 +276,10 @@ LQ_API int lq_message_set_header(lq_message *message, const char *name, const ch
 
 /* Writes `count` messages into `table` in one transaction: all or none.
  * A field the table has no column for fails with LQ_SCHEMA and writes nothing.
- * ids_out, when not NULL, receives `count` ids. Thread-safe. */
+ * ids_out, when not NULL, receives `count` ids, in message order. Several
+ * messages are written with multi-row INSERTs of up to 1000 rows (row by row
+ * on MySQL, which cannot return a multi-row insert's ids, where the table
+ * generates them). Thread-safe. */
 LQ_API int lq_publish(int64_t *ids_out, lq_broker *broker, const lq_table *table,
                       lq_message *const *messages, size_t count);
 

@@ -54,6 +54,13 @@ typedef struct lq_dialect {
     /* INSERT .. RETURNING gives the new id. Otherwise exec reports the
      * generated id of an insert as a one-column row. */
     bool insert_returning;
+    /* The most parameters one statement binds: multi-row inserts stay
+     * within it. */
+    int max_params;
+    /* Whether this connection's server returns the ids of a multi-row
+     * INSERT .. RETURNING (NULL: insert_returning says). Where it cannot,
+     * rows whose ids the table generates are inserted one by one. */
+    bool (*insert_rows_returning)(lq_conn *conn);
 
     /* Reads the URL's part after the scheme into the target. */
     int (*parse_url)(lq_broker_target *target, const char *url, const char *rest);
@@ -88,8 +95,9 @@ typedef struct lq_dialect {
      * fails with LQ_SCHEMA and the database's message. */
     int (*prepare)(lq_conn *conn, const lq_stmt *stmt);
     /* Runs a statement with the values of its parameters, taken by symbol
-     * from `args` (indexed by lq_param). `changes` (may be NULL) receives the
-     * rows written. */
+     * from `args` (indexed by lq_param; a multi-row insert's, see
+     * lq__stmt_arg). `changes` (may be NULL) receives the rows written. A
+     * statement of id 0 runs once: the connection keeps no prepared copy. */
     int (*exec)(int64_t *changes, lq_conn *conn, const lq_stmt *stmt, const lq_value *args,
                 lq_row_fn on_row, void *ctx);
     /* Runs SQL text of the caller's own, with text parameters in the
@@ -118,6 +126,18 @@ typedef struct lq_dialect {
     int (*try_lock_key)(bool *taken, lq_conn *conn, const lq_broker_target *target, const char *key);
     bool (*unlock_key)(lq_conn *conn, const lq_broker_target *target, const char *key);
 } lq_dialect;
+
+/* The values a statement binds: its parameters, in each of its rows. */
+static inline int lq__stmt_values(const lq_stmt *st) {
+    return st->rows > 1 ? st->nparams * st->rows : st->nparams;
+}
+
+/* The value bound at position i (from 0): row r's parameters come from the
+ * r-th set of LQ_P_COUNT arguments. */
+static inline const lq_value *lq__stmt_arg(const lq_stmt *st, const lq_value *args, int i) {
+    if (st->rows <= 1) return &args[st->params[i]];
+    return &args[(size_t)(i / st->nparams) * LQ_P_COUNT + st->params[i % st->nparams]];
+}
 
 /* The built-in dialects, and the one a URL names. */
 LQ_HIDDEN extern const lq_dialect lq__sqlite_dialect;

@@ -1,5 +1,6 @@
-/* Publishing: one insert per message, all in one transaction, then a wake-up
- * for this process's subscriptions of the table. */
+/* Publishing: the messages' rows, in multi-row inserts where there are
+ * several, all in one transaction, then a wake-up for this process's
+ * subscriptions of the table. */
 #include "clock.h"
 #include "message.h"
 #include "runtime.h"
@@ -25,16 +26,15 @@ static int check_message(const lq_table *t, const lq_message *m, size_t index) {
                      lq__table_label(t, label, sizeof label), index, missing);
 }
 
-static int read_id(void *ctx, const lq_value *cols, int count) {
-    int64_t *id = ctx;
-    if (count > 0) *id = cols[0].i;
-    return LQ_OK;
-}
+/* A multi-row insert writes up to CHUNK_ROWS rows, within the dialect's
+ * parameter limit, and about CHUNK_BYTES of values (a chunk ends early past
+ * it, so a statement stays well inside a server's packet limit, e.g.
+ * MariaDB's max_allowed_packet). */
+enum { CHUNK_ROWS = 1000, CHUNK_BYTES = 4 << 20 };
 
-static int insert_one(int64_t *id, lq_broker *b, lq_conn *conn, const lq_stmt *insert,
-                      const lq_message *m, int64_t now) {
-    lq_value args[LQ_P_COUNT] = {0};
-    lq_strbuf json = {0};
+/* The values of one message's row, in args[LQ_P_COUNT]; the headers' JSON
+ * goes to `json`, which the caller frees after the statement ran. */
+static int row_args(lq_value *args, lq_strbuf *json, const lq_message *m, int64_t now) {
     args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = m->id};
     args[LQ_P_PAYLOAD] = (lq_value){.type = LQ_V_BLOB, .p = m->payload, .n = m->payload_size};
     if (m->group) args[LQ_P_MSG_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = m->group, .n = strlen(m->group)};
@@ -43,29 +43,135 @@ static int insert_one(int64_t *id, lq_broker *b, lq_conn *conn, const lq_stmt *i
     args[LQ_P_PRIORITY] = (lq_value){.type = LQ_V_INT, .i = m->priority};
     args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = now + m->delay_ms};
     if (m->headers.count) {
-        lq__headers_to_json(&json, &m->headers);
-        if (json.failed) return lq__error(LQ_NOMEM, "out of memory");
-        args[LQ_P_HEADERS] = (lq_value){.type = LQ_V_TEXT, .p = json.data, .n = json.len};
+        lq__headers_to_json(json, &m->headers);
+        if (json->failed) return lq__error(LQ_NOMEM, "out of memory");
+        args[LQ_P_HEADERS] = (lq_value){.type = LQ_V_TEXT, .p = json->data, .n = json->len};
     }
-    int rc = b->dialect->exec(NULL, conn, insert, args, read_id, id);
+    return LQ_OK;
+}
+
+/* The ids a statement returns, as they come. */
+typedef struct id_list {
+    int64_t *ids;
+    size_t count, cap;
+} id_list;
+
+static int read_id(void *ctx, const lq_value *cols, int count) {
+    id_list *list = ctx;
+    if (count < 1 || list->count == list->cap)
+        return lq__error(LQ_BACKEND, "an insert returned more rows than it wrote");
+    list->ids[list->count++] = cols[0].i;
+    return LQ_OK;
+}
+
+static int insert_one(int64_t *id, lq_broker *b, lq_conn *conn, const lq_stmt *insert,
+                      const lq_message *m, int64_t now) {
+    lq_value args[LQ_P_COUNT] = {0};
+    lq_strbuf json = {0};
+    id_list list = {.ids = id, .cap = 1};
+    int rc = row_args(args, &json, m, now);
+    if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read_id, &list);
     lq__sb_free(&json);
     return rc;
 }
 
+static int cmp_id(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Inserts messages[0..n) with one multi-row statement of n rows. */
+static int insert_rows(int64_t *ids_out, lq_broker *b, lq_conn *conn, const lq_table *t,
+                       const lq_stmt *insert, lq_message *const *messages, size_t n, int64_t now) {
+    lq_value *args = calloc(n * LQ_P_COUNT, sizeof *args);
+    lq_strbuf *json = calloc(n, sizeof *json);
+    id_list list = {.ids = ids_out, .cap = ids_out ? n : 0};
+    int rc = args && json ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    for (size_t i = 0; rc == LQ_OK && i < n; i++)
+        rc = row_args(&args[i * LQ_P_COUNT], &json[i], messages[i], now);
+    bool read = t->id_generated && ids_out;
+    if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read ? read_id : NULL, &list);
+    if (rc == LQ_OK && read && list.count != n)
+        rc = lq__error(LQ_BACKEND, "an insert of %zu rows returned %zu ids", n, list.count);
+    /* RETURNING's row order is promised by no server, but a generated id
+     * (identity or serial, SQLite's rowid, AUTO_INCREMENT) is taken as each
+     * row is inserted, in VALUES order: the ids sorted ascending are the
+     * messages' in order. */
+    if (rc == LQ_OK && read) qsort(ids_out, n, sizeof *ids_out, cmp_id);
+    for (size_t i = 0; rc == LQ_OK && !t->id_generated && ids_out && i < n; i++)
+        ids_out[i] = messages[i]->id;
+    for (size_t i = 0; json && i < n; i++) lq__sb_free(&json[i]);
+    free(json);
+    free(args);
+    return rc;
+}
+
+static size_t message_bytes(const lq_message *m) {
+    size_t n = m->payload_size + (m->group ? strlen(m->group) : 0) +
+               (m->partition_key ? strlen(m->partition_key) : 0);
+    for (size_t i = 0; i < m->headers.count; i++)
+        n += strlen(m->headers.names[i]) + strlen(m->headers.values[i]) + 6;
+    return n;
+}
+
+/* The rows of the next chunk: up to `most`, and past the first, within
+ * CHUNK_BYTES. */
+static size_t chunk_of(lq_message *const *messages, size_t count, size_t most) {
+    size_t n = 0, bytes = 0;
+    while (n < count && n < most) {
+        bytes += message_bytes(messages[n]);
+        if (n && bytes > CHUNK_BYTES) break;
+        n++;
+    }
+    return n;
+}
+
 /* Checks every message, then inserts them on `conn`; the caller owns the
- * transaction. */
+ * transaction. Several messages go in multi-row inserts of full chunks,
+ * whose statement is interned (prepared once per connection), and the rest:
+ * a chunk cut short (the remainder, or a chunk of large values) has a size
+ * of its own, so its statement runs once, unprepared (id 0), and the
+ * broker's statements do not grow with every size seen. Where ids the table
+ * generates cannot be read back from a multi-row insert (MySQL without
+ * INSERT .. RETURNING), or where the table has no column to write (each
+ * row is DEFAULT VALUES), the rows go one by one. */
 static int insert_all(int64_t *ids_out, lq_broker *b, lq_conn *conn, const lq_table *t,
                       lq_message *const *messages, size_t count) {
-    lq_stmt insert;
-    int rc = lq__sqlset_build_insert(&insert, b->dialect, t);
+    const lq_dialect *d = b->dialect;
+    lq_stmt insert, full = {0};
+    int rc = lq__sqlset_build_insert(&insert, d, t);
     if (rc == LQ_OK) rc = lq__broker_intern(b, &insert);
+    bool rows = count > 1 && lq__sql_insert_writes(t) &&
+                (!t->id_generated ||
+                 (d->insert_rows_returning ? d->insert_rows_returning(conn) : d->insert_returning));
+    size_t most = CHUNK_ROWS;
+    if (insert.nparams && (size_t)(d->max_params / insert.nparams) < most)
+        most = (size_t)(d->max_params / insert.nparams);
+    if (rc == LQ_OK && rows && count >= most) {
+        rc = lq__sql_build_insert_rows(&full, d, t, (int)most);
+        if (rc == LQ_OK) rc = lq__broker_intern(b, &full);
+    }
+    if (!rows || most < 2) most = 1;
     int64_t now = lq__now_ms();
-    for (size_t i = 0; rc == LQ_OK && i < count; i++) {
-        int64_t id = 0;
-        rc = insert_one(&id, b, conn, &insert, messages[i], now);
-        if (rc == LQ_OK && ids_out) ids_out[i] = id;
+    for (size_t i = 0, n; rc == LQ_OK && i < count; i += n) {
+        n = chunk_of(messages + i, count - i, most);
+        int64_t *ids = ids_out ? ids_out + i : NULL;
+        if (n == 1) {
+            int64_t id = 0;
+            rc = insert_one(&id, b, conn, &insert, messages[i], now);
+            if (ids) *ids = id;
+            continue;
+        }
+        lq_stmt part = {0};
+        if (n < most) {
+            rc = lq__sql_build_insert_rows(&part, d, t, (int)n);
+            part.id = 0;
+        }
+        if (rc == LQ_OK) rc = insert_rows(ids, b, conn, t, n < most ? &part : &full, messages + i, n, now);
+        free(part.sql);
     }
     free(insert.sql);
+    free(full.sql);
     return rc;
 }
 

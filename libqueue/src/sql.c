@@ -469,17 +469,27 @@ static int build_dead_table(lq_sqlset *set, const lq_dialect *d, const lq_table 
     return rc;
 }
 
-static int build_insert(lq_sql *b) {
+/* The columns an insert writes, besides the id and the attempt. */
+static const struct {
+    int role;
+    lq_param param;
+} insert_fields[] = {
+    {LQ_ROLE_PAYLOAD, LQ_P_PAYLOAD},         {LQ_ROLE_GROUP, LQ_P_MSG_GROUP},
+    {LQ_ROLE_PARTITION_KEY, LQ_P_PKEY},      {LQ_ROLE_PRIORITY, LQ_P_PRIORITY},
+    {LQ_ROLE_RETRY_AFTER, LQ_P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ_P_HEADERS},
+};
+#define INSERT_FIELDS (sizeof insert_fields / sizeof insert_fields[0])
+
+bool lq__sql_insert_writes(const lq_table *t) {
+    if (!t->id_generated || lq__has(t, LQ_ROLE_ATTEMPT)) return true;
+    for (size_t i = 0; i < INSERT_FIELDS; i++)
+        if (lq__has(t, insert_fields[i].role)) return true;
+    return false;
+}
+
+/* "INSERT INTO t (columns)"; false when there is no column to write. */
+static bool insert_columns(lq_sql *b) {
     const lq_table *t = b->table;
-    struct {
-        int role;
-        lq_param param;
-    } const fields[] = {
-        {LQ_ROLE_PAYLOAD, LQ_P_PAYLOAD},   {LQ_ROLE_GROUP, LQ_P_MSG_GROUP},
-        {LQ_ROLE_PARTITION_KEY, LQ_P_PKEY}, {LQ_ROLE_PRIORITY, LQ_P_PRIORITY},
-        {LQ_ROLE_RETRY_AFTER, LQ_P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ_P_HEADERS},
-    };
-    const size_t nfields = sizeof fields / sizeof fields[0];
     lq__sql_add(b, "INSERT INTO ");
     lq__sql_table(b);
     lq__sql_add(b, " (");
@@ -493,36 +503,58 @@ static int build_insert(lq_sql *b) {
         lq__sql_col(b, LQ_ROLE_ATTEMPT);
         sep = ", ";
     }
-    for (size_t i = 0; i < nfields; i++) {
-        if (!lq__has(t, fields[i].role)) continue;
+    for (size_t i = 0; i < INSERT_FIELDS; i++) {
+        if (!lq__has(t, insert_fields[i].role)) continue;
         lq__sql_add(b, sep);
-        lq__sql_col(b, fields[i].role);
+        lq__sql_col(b, insert_fields[i].role);
         sep = ", ";
     }
-    if (!*sep) {
+    if (!*sep) return false;
+    lq__sql_add(b, ")");
+    return true;
+}
+
+/* One row's parameter: the first row names it, later rows repeat the first
+ * row's parameters at the next positions. */
+static void insert_param(lq_sql *b, lq_param p, int row, int *position) {
+    ++*position;
+    if (row == 0) lq__sql_param(b, p);
+    else b->dialect->placeholder(&b->sb, row * b->stmt->nparams + *position);
+}
+
+/* One row's tuple of values: "(?, 1, ?, ..)". */
+static void insert_tuple(lq_sql *b, int row) {
+    const lq_table *t = b->table;
+    const char *sep = "";
+    int position = 0;
+    lq__sql_add(b, "(");
+    if (!t->id_generated) {
+        insert_param(b, LQ_P_ID, row, &position);
+        sep = ", ";
+    }
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, sep);
+        lq__sql_add(b, "1");
+        sep = ", ";
+    }
+    for (size_t i = 0; i < INSERT_FIELDS; i++) {
+        if (!lq__has(t, insert_fields[i].role)) continue;
+        lq__sql_add(b, sep);
+        insert_param(b, insert_fields[i].param, row, &position);
+        sep = ", ";
+    }
+    lq__sql_add(b, ")");
+}
+
+static int build_insert(lq_sql *b) {
+    if (insert_columns(b)) {
+        lq__sql_add(b, " VALUES ");
+        insert_tuple(b, 0);
+    } else {
         /* Every column has a default: rewrite the start as DEFAULT VALUES. */
         b->sb.len = strlen("INSERT INTO ");
         lq__sql_table(b);
         lq__sql_add(b, " DEFAULT VALUES");
-    } else {
-        lq__sql_add(b, ") VALUES (");
-        sep = "";
-        if (!t->id_generated) {
-            lq__sql_param(b, LQ_P_ID);
-            sep = ", ";
-        }
-        if (lq__has(t, LQ_ROLE_ATTEMPT)) {
-            lq__sql_add(b, sep);
-            lq__sql_add(b, "1");
-            sep = ", ";
-        }
-        for (size_t i = 0; i < nfields; i++) {
-            if (!lq__has(t, fields[i].role)) continue;
-            lq__sql_add(b, sep);
-            lq__sql_param(b, fields[i].param);
-            sep = ", ";
-        }
-        lq__sql_add(b, ")");
     }
     if (b->dialect->insert_returning) {
         lq__sql_add(b, " RETURNING ");
@@ -608,6 +640,28 @@ int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table
     lq_sql b;
     lq__sql_start(&b, insert, d, t);
     return build_insert(&b);
+}
+
+int lq__sql_build_insert_rows(lq_stmt *insert, const lq_dialect *d, const lq_table *t, int rows) {
+    lq_sql b;
+    lq__sql_start(&b, insert, d, t);
+    if (!insert_columns(&b)) {
+        lq__sb_free(&b.sb);
+        return lq__error(LQ_MISUSE, "a multi-row insert with no column to write");
+    }
+    lq__sql_add(&b, " VALUES ");
+    for (int row = 0; row < rows; row++) {
+        if (row) lq__sql_add(&b, ", ");
+        insert_tuple(&b, row);
+    }
+    /* Only a generated id needs reading back: a given one is the message's. */
+    if (t->id_generated) {
+        lq__sql_add(&b, " RETURNING ");
+        lq__sql_id(&b);
+    }
+    int rc = lq__sql_finish(&b);
+    if (rc == LQ_OK) insert->rows = rows;
+    return rc;
 }
 
 int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {

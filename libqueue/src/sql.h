@@ -35,6 +35,10 @@ typedef struct lq_stmt {
     char *sql;  /* NULL: the outcome runs no statement */
     int id;     /* process-wide, for the per-connection cache of prepared statements */
     int nparams;
+    /* A multi-row insert: `rows` (> 1) tuples of the same nparams parameters,
+     * bound from `rows` consecutive lq_param-indexed argument sets
+     * (lq__stmt_arg). 0 or 1: one set. */
+    int rows;
     unsigned char params[LQ_MAX_PARAMS];
 } lq_stmt;
 
@@ -122,5 +126,13 @@ LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, int64
 LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
+/* Whether an insert writes a column: otherwise its row is DEFAULT VALUES,
+ * which takes one statement a row. */
+LQ_HIDDEN bool lq__sql_insert_writes(const lq_table *t);
+/* The insert of `rows` rows in one statement (VALUES (..), (..), ..),
+ * returning the generated ids where the table generates them (in no promised
+ * order); only for a table lq__sql_insert_writes. */
+LQ_HIDDEN int lq__sql_build_insert_rows(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t,
+                                        int rows);
 
 #endif

@@ -76,6 +76,40 @@ int main(void) {
                           "(1, ?1, ?2) RETURNING \"id\"");
     free(insert.sql);
 
+    /* Several rows in one insert: each row's parameters at the next
+     * positions, bound from the row's own set of arguments. */
+    CHECK(lq__sql_insert_writes(t));
+    CHECK(lq__sql_build_insert_rows(&insert, d, t, 3) == LQ_OK);
+    CHECK_STR(insert.sql, "INSERT INTO \"we\"\"ird\" (\"attempt\", \"payload\", \"order\") VALUES "
+                          "(1, ?1, ?2), (1, ?3, ?4), (1, ?5, ?6) RETURNING \"id\"");
+    CHECK(insert.rows == 3 && insert.nparams == 2 && lq__stmt_values(&insert) == 6);
+    lq_value args[3 * LQ_P_COUNT] = {{0}};
+    CHECK(lq__stmt_arg(&insert, args, 0) == &args[LQ_P_PAYLOAD]);
+    CHECK(lq__stmt_arg(&insert, args, 3) == &args[LQ_P_COUNT + LQ_P_RETRY_AFTER]);
+    CHECK(lq__stmt_arg(&insert, args, 4) == &args[2 * LQ_P_COUNT + LQ_P_PAYLOAD]);
+    free(insert.sql);
+    /* Ids the messages carry are written, not returned; PostgreSQL numbers,
+     * MySQL does not. */
+    lq_table_set_id(t, "id", 0);
+    CHECK(lq__sql_build_insert_rows(&insert, &lq__postgres_dialect, t, 2) == LQ_OK);
+    CHECK_STR(insert.sql, "INSERT INTO \"we\"\"ird\" (\"id\", \"attempt\", \"payload\", \"order\") "
+                          "VALUES ($1, 1, $2, $3), ($4, 1, $5, $6)");
+    free(insert.sql);
+    CHECK(lq__sql_build_insert_rows(&insert, &lq__mysql_dialect, t, 2) == LQ_OK);
+    CHECK_STR(insert.sql, "INSERT INTO `we\"ird` (`id`, `attempt`, `payload`, `order`) "
+                          "VALUES (?, 1, ?, ?), (?, 1, ?, ?)");
+    free(insert.sql);
+    lq_table_set_id(t, "id", 1);
+    /* A table with nothing to write inserts DEFAULT VALUES, a row at a time. */
+    lq_table *bare;
+    lq_table_new(&bare, "bare");
+    CHECK(!lq__sql_insert_writes(bare));
+    CHECK(lq__sql_build_insert_rows(&insert, d, bare, 2) == LQ_MISUSE);
+    CHECK(lq__sqlset_build_insert(&insert, d, bare) == LQ_OK);
+    CHECK_STR(insert.sql, "INSERT INTO \"bare\" DEFAULT VALUES RETURNING \"id\"");
+    free(insert.sql);
+    lq_table_free(bare);
+
     char *create;
     CHECK(lq_table_create_sql(&create, t, "sqlite") == LQ_OK);
     CHECK_CONTAINS(create, "CREATE TABLE IF NOT EXISTS \"we\"\"ird\"");

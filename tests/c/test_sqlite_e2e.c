@@ -2,6 +2,7 @@
 /* End to end on a real SQLite file through the public ABI: publish, pull,
  * settle, a lost lease, push workers, and a clean close. */
 #include "check.h"
+#include "runtime.h" /* the broker's interned statements */
 
 #include <libqueue.h>
 #include <sqlite3.h>
@@ -120,6 +121,31 @@ int main(int argc, char **argv) {
     CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
     CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == 50);
     lq_subscription_close(s);
+
+    /* Bulk publishes: a full chunk of 1000 and a remainder, ids in message
+     * order; remainders of every size leave the broker's statements as
+     * they were (only the full chunk's statement is interned). */
+    enum { MANY = 1000 + 37, SMALLEST = 2, LARGEST = 60 };
+    lq_message **many = calloc(MANY, sizeof *many);
+    int64_t *ids = calloc(MANY, sizeof *ids);
+    for (int i = 0; i < MANY; i++) {
+        lq_message_new(&many[i]);
+        lq_message_set_payload(many[i], "y", 1);
+    }
+    CHECK(lq_publish(ids, b, t, many, MANY) == LQ_OK);
+    size_t interned = b->statement_count;
+    for (size_t k = SMALLEST; k <= LARGEST; k++) CHECK(lq_publish(ids, b, t, many, k) == LQ_OK);
+    CHECK(lq_publish(ids, b, t, many, MANY) == LQ_OK);
+    CHECK(b->statement_count == interned);
+    int in_order = 0;
+    for (int i = 0; i < MANY; i++) in_order += ids[i] == ids[0] + i;
+    CHECK(in_order == MANY);
+    long long smaller = (SMALLEST + LARGEST) * (LARGEST - SMALLEST + 1) / 2;
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 2 * MANY + smaller);
+    sql("DELETE FROM jobs");
+    for (int i = 0; i < MANY; i++) lq_message_free(many[i]);
+    free(many);
+    free(ids);
 
     /* Misdescribed tables fail when a subscription opens, naming what is wrong. */
     lq_table *bad;

@@ -6,6 +6,8 @@ tables, unix sockets, and publishing in the caller's transaction on a
 
 from __future__ import annotations
 
+import contextlib
+
 import ctypes
 import ctypes.util
 import os
@@ -371,9 +373,10 @@ def _libmariadb() -> Any:
     return lib
 
 
-def test_publish_in_the_callers_transaction(db, broker) -> None:
-    """lq_publish_on with the caller's MYSQL *: the rows commit or roll back
-    with the caller's transaction."""
+@contextlib.contextmanager
+def _callers_connection(db):
+    """The caller's own MYSQL * on the test's database, and the client
+    library to drive it."""
     lib = _libmariadb()
     p = db._params
     conn = lib.mysql_init(None)
@@ -381,6 +384,15 @@ def test_publish_in_the_callers_transaction(db, broker) -> None:
                                   p["password"].encode(), db.database.encode(), p["port"],
                                   None, 0), lib.mysql_error(conn)
     try:
+        yield lib, conn
+    finally:
+        lib.mysql_close(conn)
+
+
+def test_publish_in_the_callers_transaction(db, broker) -> None:
+    """lq_publish_on with the caller's MYSQL *: the rows commit or roll back
+    with the caller's transaction."""
+    with _callers_connection(db) as (lib, conn):
         table = make_table("row_lock")
         db.create_table(table)
         assert lib.mysql_query(conn, b"START TRANSACTION") == 0
@@ -392,8 +404,22 @@ def test_publish_in_the_callers_transaction(db, broker) -> None:
         assert db.count("jobs") == 0  # not before the caller's commit
         assert lib.mysql_query(conn, b"COMMIT") == 0
         assert sorted(r[0] for r in db.query("SELECT id FROM jobs")) == sorted(ids)
-    finally:
-        lib.mysql_close(conn)
+
+
+def test_bulk_publish_in_the_callers_transaction(db, broker) -> None:
+    """lq_publish_on of many messages on the caller's MYSQL *: MariaDB's
+    multi-row INSERT .. RETURNING, committed with the caller's transaction;
+    the ids follow message order."""
+    with _callers_connection(db) as (lib, conn):
+        table = make_table("lease")
+        db.create_table(table)
+        payloads = [b"c%d" % i for i in range(1500)]
+        assert lib.mysql_query(conn, b"START TRANSACTION") == 0
+        ids = broker.publish_on(conn, table, payloads)
+        assert db.count("jobs") == 0  # not before the caller's commit
+        assert lib.mysql_query(conn, b"COMMIT") == 0
+        rows = dict(db.query("SELECT id, payload FROM jobs"))
+        assert [bytes(rows[i]) for i in ids] == payloads
 
 
 def test_create_sql_runs_on_mysql(db) -> None:

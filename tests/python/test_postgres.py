@@ -129,6 +129,25 @@ def test_publish_in_the_callers_transaction(pg, broker) -> None:
         conn.close()
 
 
+def test_bulk_publish_in_the_callers_transaction(pg, broker) -> None:
+    """lq_publish_on of many messages takes the multi-row inserts too, in
+    the caller's transaction; the ids follow message order."""
+    table = make_table("lease", group="grp")
+    pg.create_table(table)
+    conn = pg.connect()
+    conn.autocommit = False
+    try:
+        messages = [{"payload": b"c%d" % i, "group": "g%d" % (i % 2)} for i in range(1500)]
+        conn.cursor().execute("SELECT 1")  # opens the caller's transaction
+        ids = broker.publish_on(conn, table, messages)
+        assert pg.count("jobs") == 0  # not before the caller's commit
+        conn.commit()
+        rows = {r[0]: (bytes(r[1]), r[2]) for r in pg.query("SELECT id, payload, grp FROM jobs")}
+        assert [rows[i] for i in ids] == [(m["payload"], m["group"]) for m in messages]
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("isolation", ["repeatable_read", "serializable"])
 def test_strict_isolation_loses_nothing(pg, isolation: str) -> None:
     """Row lock claims and settlements at the stricter levels may fail with

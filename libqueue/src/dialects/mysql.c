@@ -872,20 +872,8 @@ static char *mysql_text(const char *sql) {
     return lq__sb_take(&sb);
 }
 
-static int cached(MYSQL_STMT **out, lq_conn *c, int id, const char *sql) {
-    for (int i = 0; i < c->cache_count; i++) {
-        if (c->cache[i].id == id) {
-            *out = c->cache[i].stmt;
-            return LQ_OK;
-        }
-    }
-    if (c->cache_count == c->cache_cap) {
-        int cap = c->cache_cap ? c->cache_cap * 2 : 16;
-        cached_stmt *grown = realloc(c->cache, (size_t)cap * sizeof *grown);
-        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
-        c->cache = grown;
-        c->cache_cap = cap;
-    }
+/* A server-side statement of the text. */
+static int prepare_stmt(MYSQL_STMT **out, lq_conn *c, const char *sql) {
     char *text = mysql_text(sql);
     if (!text) return lq__error(LQ_NOMEM, "out of memory");
     MYSQL_STMT *st = mysql_stmt_init(c->my);
@@ -903,6 +891,27 @@ static int cached(MYSQL_STMT **out, lq_conn *c, int id, const char *sql) {
     if (rc != LQ_OK) return rc;
     my_bool yes = 1;
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &yes);
+    *out = st;
+    return LQ_OK;
+}
+
+static int cached(MYSQL_STMT **out, lq_conn *c, int id, const char *sql) {
+    for (int i = 0; i < c->cache_count; i++) {
+        if (c->cache[i].id == id) {
+            *out = c->cache[i].stmt;
+            return LQ_OK;
+        }
+    }
+    if (c->cache_count == c->cache_cap) {
+        int cap = c->cache_cap ? c->cache_cap * 2 : 16;
+        cached_stmt *grown = realloc(c->cache, (size_t)cap * sizeof *grown);
+        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+        c->cache = grown;
+        c->cache_cap = cap;
+    }
+    MYSQL_STMT *st;
+    int rc = prepare_stmt(&st, c, sql);
+    if (rc != LQ_OK) return rc;
     c->cache[c->cache_count].id = id;
     c->cache[c->cache_count].stmt = st;
     c->cache_count++;
@@ -956,11 +965,33 @@ static void time_text(char out[LQ_TIME_TEXT_SIZE], const MYSQL_TIME *t) {
     lq__time_text(out, ms);
 }
 
+/* The bound values of one statement: a statement's own parameters fit in
+ * place, a multi-row insert's are allocated. */
 typedef struct param_buf {
-    MYSQL_BIND bind[LQ_MAX_PARAMS];
-    MYSQL_TIME times[LQ_MAX_PARAMS];
-    unsigned long lengths[LQ_MAX_PARAMS];
+    MYSQL_BIND *bind;
+    MYSQL_TIME *times;
+    unsigned long *lengths;
+    MYSQL_BIND bind_in[LQ_MAX_PARAMS];
+    MYSQL_TIME times_in[LQ_MAX_PARAMS];
+    unsigned long lengths_in[LQ_MAX_PARAMS];
+    void *block;
 } param_buf;
+
+static int param_buf_make(param_buf *pb, int count) {
+    pb->block = NULL;
+    pb->bind = pb->bind_in;
+    pb->times = pb->times_in;
+    pb->lengths = pb->lengths_in;
+    if (count <= LQ_MAX_PARAMS) return LQ_OK;
+    size_t n = (size_t)count;
+    char *block = malloc(n * (sizeof *pb->bind + sizeof *pb->times + sizeof *pb->lengths));
+    if (!block) return lq__error(LQ_NOMEM, "out of memory");
+    pb->block = block;
+    pb->bind = (MYSQL_BIND *)block;
+    pb->times = (MYSQL_TIME *)(block + n * sizeof *pb->bind);
+    pb->lengths = (unsigned long *)(block + n * (sizeof *pb->bind + sizeof *pb->times));
+    return LQ_OK;
+}
 
 static void bind_value(param_buf *pb, int i, const lq_value *v) {
     MYSQL_BIND *b = &pb->bind[i];
@@ -1106,11 +1137,13 @@ static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq_row_fn on_row, void *ct
 static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq_value *values, int count,
                     lq_row_fn on_row, void *ctx, int64_t *insert_id) {
     param_buf pb;
+    int rc = param_buf_make(&pb, count);
+    if (rc != LQ_OK) return rc;
     for (int i = 0; i < count; i++) bind_value(&pb, i, &values[i]);
-    if (count && mysql_stmt_bind_param(st, pb.bind) != 0)
-        return stmt_error(st, LQ_BACKEND, "cannot bind a value");
-    if (mysql_stmt_execute(st) != 0) return stmt_error(st, LQ_BACKEND, "a statement failed");
-    int rc = LQ_OK;
+    if (count && mysql_stmt_bind_param(st, pb.bind) != 0) rc = stmt_error(st, LQ_BACKEND, "cannot bind a value");
+    else if (mysql_stmt_execute(st) != 0) rc = stmt_error(st, LQ_BACKEND, "a statement failed");
+    free(pb.block);
+    if (rc != LQ_OK) return rc;
     MYSQL_RES *meta = mysql_stmt_result_metadata(st);
     if (meta) {
         /* The whole result first: a statement that fails part way fails
@@ -1136,24 +1169,30 @@ static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
                    lq_row_fn on_row, void *ctx) {
     int rc = ensure_thread();
     MYSQL_STMT *stmt;
-    if (rc == LQ_OK) rc = noted(c, cached(&stmt, c, st->id, st->sql));
+    /* A statement that runs once (id 0) is prepared for this call only. */
+    bool once = st->id == 0;
+    if (rc == LQ_OK) rc = noted(c, once ? prepare_stmt(&stmt, c, st->sql) : cached(&stmt, c, st->id, st->sql));
     if (rc != LQ_OK) return rc;
-    if (st->nparams > LQ_MAX_PARAMS) return lq__error(LQ_MISUSE, "too many parameters");
-    lq_value values[LQ_MAX_PARAMS];
+    int count = lq__stmt_values(st);
+    lq_value in_place[LQ_MAX_PARAMS];
+    lq_value *values = count <= LQ_MAX_PARAMS ? in_place : malloc((size_t)count * sizeof *values);
     bool given_id = false;
-    for (int i = 0; i < st->nparams; i++) {
-        values[i] = args[st->params[i]];
-        if (st->params[i] == LQ_P_ID) given_id = true;
+    if (!values) rc = lq__error(LQ_NOMEM, "out of memory");
+    for (int i = 0; rc == LQ_OK && i < count; i++) {
+        values[i] = *lq__stmt_arg(st, args, i);
+        if (st->params[i % st->nparams] == LQ_P_ID) given_id = true;
     }
     bool insert = strncmp(st->sql, "INSERT ", 7) == 0;
     int64_t id = 0;
-    rc = noted(c, run_stmt(changes, stmt, values, st->nparams, on_row, ctx, &id));
+    if (rc == LQ_OK) rc = noted(c, run_stmt(changes, stmt, values, count, on_row, ctx, &id));
     /* No INSERT .. RETURNING: the new row's id comes as a one-column row,
      * the id the message carried or the one the database generated. */
     if (rc == LQ_OK && insert && on_row && mysql_stmt_field_count(stmt) == 0) {
         lq_value v = {.type = LQ_V_INT, .i = given_id ? args[LQ_P_ID].i : id};
         rc = on_row(ctx, &v, 1);
     }
+    if (values != in_place) free(values);
+    if (once) mysql_stmt_close(stmt);
     return rc;
 }
 
@@ -1297,6 +1336,10 @@ static bool my_unlock_key(lq_conn *c, const lq_broker_target *target, const char
     return rc == LQ_OK && answer == 1;
 }
 
+/* MariaDB has INSERT .. RETURNING (10.5; its floor here is 10.6); MySQL has
+ * none, and its LAST_INSERT_ID names only a multi-row insert's first row. */
+static bool my_insert_rows_returning(lq_conn *c) { return server_is_mariadb(c->my); }
+
 const lq_dialect lq__mysql_dialect = {
     .name = "mysql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -1306,6 +1349,8 @@ const lq_dialect lq__mysql_dialect = {
     .listen_notify = false,
     .claim_writes_lease = false,
     .insert_returning = false,
+    .max_params = 65535, /* the protocol's 16-bit parameter count */
+    .insert_rows_returning = my_insert_rows_returning,
     .parse_url = my_parse_url,
     .connect = my_connect,
     .disconnect = my_disconnect,

@@ -387,42 +387,73 @@ static void read_column(lq_value *v, const PGresult *res, int row, int col, char
     }
 }
 
-#define MAX_ARGS LQ_MAX_PARAMS
+/* The bound values of one statement in libpq's arrays; a statement's own
+ * parameters fit in place, a multi-row insert's are allocated. */
+typedef struct pg_args {
+    const char **values;
+    int *lengths, *formats;
+    char (*numbers)[32];
+    const char *values_in[LQ_MAX_PARAMS];
+    int lengths_in[LQ_MAX_PARAMS], formats_in[LQ_MAX_PARAMS];
+    char numbers_in[LQ_MAX_PARAMS][32];
+    void *block;
+} pg_args;
+
+static int pg_args_make(pg_args *a, int count) {
+    a->block = NULL;
+    a->values = a->values_in;
+    a->lengths = a->lengths_in;
+    a->formats = a->formats_in;
+    a->numbers = a->numbers_in;
+    if (count <= LQ_MAX_PARAMS) return LQ_OK;
+    size_t n = (size_t)count;
+    char *block = malloc(n * (sizeof *a->values + 2 * sizeof(int) + sizeof *a->numbers));
+    if (!block) return lq__error(LQ_NOMEM, "out of memory");
+    a->block = block;
+    a->numbers = (char(*)[32])block;
+    a->values = (const char **)(block + n * sizeof *a->numbers);
+    a->lengths = (int *)(block + n * (sizeof *a->numbers + sizeof *a->values));
+    a->formats = a->lengths + n;
+    return LQ_OK;
+}
+
+static void pg_args_bind(pg_args *a, int i, const lq_value *v) {
+    a->lengths[i] = 0;
+    a->formats[i] = 0;
+    switch (v->type) {
+    case LQ_V_INT:
+        lq__int_text(a->numbers[i], v->i);
+        a->values[i] = a->numbers[i];
+        break;
+    case LQ_V_TIME: lq__time_text(a->numbers[i], v->i); a->values[i] = a->numbers[i]; break;
+    case LQ_V_TEXT: a->values[i] = v->p; break; /* NUL-terminated: text format */
+    case LQ_V_BLOB:
+        a->values[i] = v->p ? v->p : "";
+        a->lengths[i] = (int)v->n;
+        a->formats[i] = 1;
+        break;
+    default: a->values[i] = NULL;
+    }
+}
 
 static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
                    lq_row_fn on_row, void *ctx) {
     /* A caller's own connection keeps no statements of ours: it runs each
-     * text unnamed, and cannot collide with a name prepared before. */
-    int rc = c->borrowed ? LQ_OK : ensure_prepared(c, st);
+     * text unnamed, and cannot collide with a name prepared before; so does
+     * a statement that runs once (id 0). */
+    bool once = c->borrowed || st->id == 0;
+    int rc = once ? LQ_OK : ensure_prepared(c, st);
     if (rc != LQ_OK) return rc;
-    const char *values[MAX_ARGS];
-    int lengths[MAX_ARGS], formats[MAX_ARGS];
-    char numbers[MAX_ARGS][32];
-    for (int i = 0; i < st->nparams; i++) {
-        const lq_value *v = &args[st->params[i]];
-        lengths[i] = 0;
-        formats[i] = 0;
-        switch (v->type) {
-        case LQ_V_INT:
-            lq__int_text(numbers[i], v->i);
-            values[i] = numbers[i];
-            break;
-        case LQ_V_TIME: lq__time_text(numbers[i], v->i); values[i] = numbers[i]; break;
-        case LQ_V_TEXT: values[i] = v->p; break; /* NUL-terminated: text format */
-        case LQ_V_BLOB:
-            values[i] = v->p ? v->p : "";
-            lengths[i] = (int)v->n;
-            formats[i] = 1;
-            break;
-        default: values[i] = NULL;
-        }
-    }
+    int count = lq__stmt_values(st);
+    pg_args a;
+    if ((rc = pg_args_make(&a, count)) != LQ_OK) return rc;
+    for (int i = 0; i < count; i++) pg_args_bind(&a, i, lq__stmt_arg(st, args, i));
     char name[32];
     statement_name(name, st);
-    int sent = c->borrowed ? PQsendQueryParams(c->pg, st->sql, st->nparams, NULL, values, lengths,
-                                               formats, 1)
-                           : PQsendQueryPrepared(c->pg, name, st->nparams, values, lengths, formats, 1);
+    int sent = once ? PQsendQueryParams(c->pg, st->sql, count, NULL, a.values, a.lengths, a.formats, 1)
+                    : PQsendQueryPrepared(c->pg, name, count, a.values, a.lengths, a.formats, 1);
     PGresult *res = finish(c, sent, &rc);
+    free(a.block);
     if (!res) return rc;
     ExecStatusType status = PQresultStatus(res);
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
@@ -548,6 +579,7 @@ const lq_dialect lq__postgres_dialect = {
     .listen_notify = true,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .max_params = 65535, /* the protocol's 16-bit parameter count */
     .parse_url = pg_parse_url,
     .connect = pg_connect,
     .disconnect = pg_disconnect,

@@ -266,6 +266,12 @@ static int cached(sqlite3_stmt **out, lq_conn *c, const lq_stmt *st) {
     return LQ_OK;
 }
 
+/* A statement prepared for one run, finalized after it. */
+static int prepare_once(sqlite3_stmt **out, lq_conn *c, const lq_stmt *st) {
+    int rc = sqlite3_prepare_v2(c->db, st->sql, -1, out, NULL);
+    return rc == SQLITE_OK ? LQ_OK : db_error(LQ_SCHEMA, c->db, rc, "cannot prepare a statement");
+}
+
 static int sqlite_prepare(lq_conn *c, const lq_stmt *st) {
     sqlite3_stmt *stmt;
     return cached(&stmt, c, st);
@@ -308,13 +314,17 @@ static void read_column(lq_value *v, sqlite3_stmt *stmt, int i) {
 static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
                        lq_row_fn on_row, void *ctx) {
     sqlite3_stmt *stmt;
-    int rc = cached(&stmt, c, st);
+    /* A statement that runs once (id 0) is prepared for this call only. */
+    bool once = st->id == 0;
+    int rc = once ? prepare_once(&stmt, c, st) : cached(&stmt, c, st);
     if (rc != LQ_OK) return rc;
-    for (int i = 0; i < st->nparams; i++) {
-        int src = bind_value(stmt, i + 1, &args[st->params[i]]);
+    for (int i = 0, count = lq__stmt_values(st); i < count; i++) {
+        int src = bind_value(stmt, i + 1, lq__stmt_arg(st, args, i));
         if (src != SQLITE_OK) {
-            sqlite3_reset(stmt);
-            return db_error(LQ_BACKEND, c->db, src, "cannot bind a value");
+            rc = db_error(LQ_BACKEND, c->db, src, "cannot bind a value");
+            if (once) sqlite3_finalize(stmt);
+            else sqlite3_reset(stmt);
+            return rc;
         }
     }
     c->deadline = lq__mono_ms() + c->statement_timeout_ms;
@@ -334,6 +344,10 @@ static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq
     }
     c->deadline = 0;
     if (changes) *changes = sqlite3_changes64(c->db);
+    if (once) {
+        sqlite3_finalize(stmt);
+        return result;
+    }
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
     return result;
@@ -386,6 +400,7 @@ const lq_dialect lq__sqlite_dialect = {
     .advisory_holds_connection = false,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .max_params = 32766, /* SQLITE_MAX_VARIABLE_NUMBER's default since 3.32 */
     .parse_url = sqlite_parse_url,
     .connect = sqlite_connect,
     .disconnect = sqlite_disconnect,
