@@ -6,7 +6,8 @@
  *   raw_mysql --url mysql://... --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1]
  *       W1 drain of a table `lq_bench setup` preloaded. Per thread:
  *       row lock  START TRANSACTION; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT
- *       lease     START TRANSACTION; claim (locking read); stamp each row; COMMIT;
+ *       lease     START TRANSACTION; claim (locking read); stamp each row (a batch
+ *                 in one UPDATE .. IN (..)); COMMIT;
  *                 then DELETE .. AND locked_until per row (autocommit)
  *       advisory  candidates (IS_USED_LOCK); GET_LOCK; take (UPDATE); read; DELETE; RELEASE_LOCK
  *       With --batch b > 1 the rows of a claim settle in one DELETE .. IN (..).
@@ -108,14 +109,27 @@ static bool prepare(raw_worker *w, MYSQL *my, MYSQL_STMT **st, const char *sql) 
     return true;
 }
 
-/* "DELETE .. WHERE id IN (?, .., ?)" with b placeholders, plus the token in the lease form. */
-static char *batch_ack_sql(bench_form form, int b) {
-    size_t cap = 256 + (size_t)b * 3;
+/* `head` "(?, .., ?)" `tail`, with b placeholders: a statement over a batch. */
+static char *in_list_sql(const char *head, int b, const char *tail) {
+    size_t cap = strlen(head) + strlen(tail) + 8 + (size_t)b * 3;
     char *sql = malloc(cap);
-    size_t k = (size_t)snprintf(sql, cap, "DELETE FROM `lq_bench_jobs` WHERE `id` IN (");
+    size_t k = (size_t)snprintf(sql, cap, "%s(", head);
     for (int i = 0; i < b; i++) k += (size_t)snprintf(sql + k, cap - k, i ? ", ?" : "?");
-    snprintf(sql + k, cap - k, form == BENCH_LEASE ? ") AND `locked_until` = ?" : ")");
+    snprintf(sql + k, cap - k, ")%s", tail);
     return sql;
+}
+
+/* "DELETE .. WHERE id IN (?, .., ?)", plus the token in the lease form. */
+static char *batch_ack_sql(bench_form form, int b) {
+    return in_list_sql("DELETE FROM `lq_bench_jobs` WHERE `id` IN ", b,
+                       form == BENCH_LEASE ? " AND `locked_until` = ?" : "");
+}
+
+/* The lease stamps of a batch in one statement, as the dialect stamps a
+ * claim of several rows (it names them by JSON_TABLE, this by an IN list). */
+static char *batch_stamp_sql(int b) {
+    return in_list_sql("UPDATE `lq_bench_jobs` SET `locked_until` = ?, `attempt` = `attempt` + 1 "
+                       "WHERE `id` IN ", b, " AND (`locked_until` IS NULL OR `locked_until` <= ?)");
 }
 
 static bool my_open(raw_worker *w) {
@@ -125,13 +139,15 @@ static bool my_open(raw_worker *w) {
     if (!(c->my = connect_db(w))) return false;
     bool batch = w->cfg->batch > 1, ok;
     char *batch_sql = batch ? batch_ack_sql(w->cfg->form, w->cfg->batch) : NULL;
+    char *stamp_sql = batch ? batch_stamp_sql(w->cfg->batch) : NULL;
     switch (w->cfg->form) {
     case BENCH_ROW_LOCK:
         ok = prepare(w, c->my, &c->claim, MY_ROW_LOCK_CLAIM) &&
              prepare(w, c->my, &c->ack, batch ? batch_sql : MY_ROW_LOCK_ACK);
         break;
     case BENCH_LEASE:
-        ok = prepare(w, c->my, &c->claim, MY_LEASE_CLAIM) && prepare(w, c->my, &c->stamp, MY_LEASE_STAMP) &&
+        ok = prepare(w, c->my, &c->claim, MY_LEASE_CLAIM) &&
+             prepare(w, c->my, &c->stamp, batch ? stamp_sql : MY_LEASE_STAMP) &&
              prepare(w, c->my, &c->ack, batch ? batch_sql : MY_LEASE_ACK);
         break;
     default:
@@ -141,6 +157,7 @@ static bool my_open(raw_worker *w) {
              prepare(w, c->my, &c->unlock, MY_UNLOCK_KEY);
     }
     free(batch_sql);
+    free(stamp_sql);
     return ok;
 }
 
@@ -271,6 +288,21 @@ static bool batch_ack(raw_worker *w, const rows_out *got, MYSQL_TIME *lease_time
     return ok;
 }
 
+static bool batch_stamp(raw_worker *w, const rows_out *got, MYSQL_TIME *lease_time, int64_t lease_ms,
+                        MYSQL_TIME *now_time, int64_t now_ms) {
+    my_worker *c = w->conn;
+    int b = w->cfg->batch;
+    MYSQL_BIND *p = calloc((size_t)b + 2, sizeof *p);
+    bind_time(&p[0], lease_time, lease_ms);
+    for (int i = 0; i < b; i++) bind_int(&p[i + 1], &got->ids[i < got->count ? i : 0]); /* padded with the first id */
+    bind_time(&p[b + 1], now_time, now_ms);
+    int64_t affected = 0;
+    bool ok = run(w, c->stamp, p, NULL, &affected);
+    free(p);
+    if (ok && affected != got->count) snprintf(w->error, sizeof w->error, "a batch stamp missed rows");
+    return ok;
+}
+
 static bool drain_row_lock(raw_worker *w) {
     my_worker *c = w->conn;
     rows_out *got = calloc(1, sizeof *got);
@@ -330,7 +362,10 @@ static bool drain_lease(raw_worker *w) {
             ok = plain(w, c->my, "ROLLBACK");
             break;
         }
-        for (int i = 0; ok && i < got->count; i++) {
+        if (w->cfg->batch > 1) {
+            ok = batch_stamp(w, got, &lease_t, lease, &now_t2, now);
+        }
+        for (int i = 0; ok && w->cfg->batch == 1 && i < got->count; i++) {
             MYSQL_BIND s[3];
             int64_t affected = 0;
             bind_time(&s[0], &lease_t, lease);

@@ -593,6 +593,44 @@ static int build_stamp(lq_sql *b) {
     return lq__sql_finish(b);
 }
 
+/* The stamps of a claim's rows in one statement, each row's expiry from
+ * LQ_P_HELD_SET, where a row source joins (MySQL's JSON_TABLE). */
+static int build_stamp_set(lq_sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    b->dialect->held_set_source(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, " JOIN ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_t");
+    lq__sql_add(b, " ON ");
+    lq__sql_qualified(b, "lq_t", b->table->id);
+    lq__sql_add(b, " = ");
+    lq__sql_qualified(b, "lq_s", "lq_id");
+    lq__sql_add(b, " SET ");
+    const char *until = b->table->columns[LQ_ROLE_LOCKED_UNTIL];
+    lq__sql_qualified(b, "lq_t", until);
+    lq__sql_add(b, " = ");
+    lq__sql_qualified(b, "lq_s", "lq_held");
+    if (lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        const char *attempt = b->table->columns[LQ_ROLE_ATTEMPT];
+        lq__sql_add(b, ", ");
+        lq__sql_qualified(b, "lq_t", attempt);
+        lq__sql_add(b, " = ");
+        lq__sql_qualified(b, "lq_t", attempt);
+        lq__sql_add(b, " + 1");
+    }
+    lq__sql_add(b, " WHERE (");
+    lq__sql_qualified(b, "lq_t", until);
+    lq__sql_add(b, " IS NULL OR ");
+    lq__sql_qualified(b, "lq_t", until);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_add(b, ")");
+    return lq__sql_finish(b);
+}
+
 int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     lq_sql b;
     int rc;
@@ -626,6 +664,10 @@ int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE && !d->claim_writes_lease) {
         lq__sql_start(&b, &set->stamp, d, t);
         rc = build_stamp(&b);
+        if (rc == LQ_OK && d->held_set_joins) {
+            lq__sql_start(&b, &set->stamp_set, d, t);
+            rc = build_stamp_set(&b);
+        }
     }
     if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
         lq__sql_start(&b, &set->extend, d, t);
@@ -677,7 +719,8 @@ int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_ta
 }
 
 void lq__sqlset_free(lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp, &set->guard,
+    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp,
+                      &set->stamp_set, &set->guard,
                       &set->ack,         &set->ack_set,    &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
                       &set->dead_delete, &set->extend};

@@ -53,6 +53,8 @@ typedef struct lq_sqlset {
     lq_stmt take;        /* advisory: counts the attempt of one candidate and reads it */
     lq_stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
     lq_stmt stamp;       /* lease, where the claim is a locking read: leases one row */
+    lq_stmt stamp_set;   /* and leases a set of rows (LQ_P_HELD_SET: id, expiry), or NULL
+                          * sql where the database cannot (the stamps then run one by one) */
     lq_stmt guard;       /* FIFO: takes the group in the claim's transaction; returns 1 or 0 */
     lq_stmt ack;
     lq_stmt ack_set;     /* acks a set of rows in one statement, or NULL sql where the

@@ -131,6 +131,15 @@ static void plan_flow(lq_subscription *s) {
     if (s->form == LQ_FORM_LEASE && !s->batch) f->ahead_max = s->workers < 64 ? 8 * s->workers : 512;
 }
 
+/* Prepares a statement the subscription can do without, or drops it. */
+static void prepare_optional(lq_subscription *s, lq_conn *conn, lq_stmt *stmt, const char *what) {
+    if (!stmt->sql || s->broker->dialect->prepare(conn, stmt) == LQ_OK) return;
+    lq__log_error(LQ_LOG_DEBUG, what);
+    lq__error_clear();
+    free(stmt->sql);
+    stmt->sql = NULL;
+}
+
 /* Prepares every statement on one connection: a missing table or column
  * fails here, naming it. */
 static int prepare_all(lq_subscription *s) {
@@ -156,14 +165,12 @@ static int prepare_all(lq_subscription *s) {
         rc = s->broker->dialect->prepare(conn, all[i].stmt);
         if (rc != LQ_OK) lq__error_prefix("the %s statement", all[i].what);
     }
-    /* Acks of a set are an optimisation: a server that cannot run them
-     * (MariaDB before 10.6 has no JSON_TABLE) acks row by row. */
-    if (rc == LQ_OK && s->sql.ack_set.sql && s->broker->dialect->prepare(conn, &s->sql.ack_set) != LQ_OK) {
-        lq__log_error(LQ_LOG_DEBUG, "acks of a set of rows (acking one by one)");
-        lq__error_clear();
-        free(s->sql.ack_set.sql);
-        s->sql.ack_set.sql = NULL;
-    }
+    /* Statements over a set of rows are an optimisation: a server that
+     * cannot run them (MariaDB before 10.6 has no JSON_TABLE) settles and
+     * stamps row by row. */
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.ack_set, "acks of a set of rows (acking one by one)");
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.stamp_set,
+                                   "lease stamps of a set of rows (stamping one by one)");
     lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
     return rc;
 }

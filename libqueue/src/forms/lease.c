@@ -62,10 +62,36 @@ typedef struct claim_ctx {
     int64_t token;
 } claim_ctx;
 
+/* The rows a claim locked, stamped in one statement: it changes every row,
+ * since the claim's transaction holds their locks; if not, the claim fails
+ * and its transaction rolls back. */
+static int stamp_set(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args,
+                     int64_t now) {
+    const lq_dialect *d = s->broker->dialect;
+    lq_strbuf sb = {0};
+    for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) {
+        dv->token = row_expiry(s, now, dv->id);
+        lq__held_set_add(&sb, d, dv->id, dv->token);
+    }
+    char *json = lq__held_set_take(&sb);
+    if (!json) return lq__error(LQ_NOMEM, "out of memory");
+    args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
+    int64_t changes = 0;
+    int rc = d->exec(&changes, conn, &s->sql.stamp_set, args, NULL, NULL);
+    args[LQ_P_HELD_SET] = (lq_value){0};
+    free(json);
+    if (rc == LQ_OK && changes != out->count)
+        rc = lq__error(LQ_BACKEND, "the lease stamps of %d locked rows changed %lld", out->count,
+                       (long long)changes);
+    return rc;
+}
+
 /* Where the claim is a locking read, stamp each row it locked, in its
- * transaction; a row another claim stamped since is passed over. */
+ * transaction (all in one statement where the dialect can); a row another
+ * claim stamped since is passed over. */
 static int stamp_claimed(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args,
                          int64_t now) {
+    if (out->count > 1 && s->sql.stamp_set.sql) return stamp_set(out, s, conn, args, now);
     lq_claimed stamped = {0};
     int rc = LQ_OK;
     lq_delivery *d = out->head;
