@@ -40,6 +40,22 @@ int main(void) {
     CHECK(set.dead_group.sql == NULL && set.dead_copy.sql == NULL);
     lq__sqlset_free(&set);
 
+    /* MySQL's lease claim is a locking read: the core stamps its rows, a
+     * claim of several in one statement over their JSON. */
+    CHECK(lq__sqlset_build(&set, &lq__mysql_dialect, t) == LQ_OK);
+    CHECK_CONTAINS(set.stamp.sql, "WHERE `id` = ? AND (`locked_until` IS NULL OR `locked_until` <= ?)");
+    CHECK_STR(set.stamp_set.sql,
+              "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (`lq_id` BIGINT PATH '$[0]', `lq_held` DATETIME(6) "
+              "PATH '$[1]')) AS `lq_s` JOIN `we\"ird` AS `lq_t` ON `lq_t`.`id` = `lq_s`.`lq_id` SET "
+              "`lq_t`.`locked_until` = `lq_s`.`lq_held`, `lq_t`.`attempt` = `lq_t`.`attempt` + 1 "
+              "WHERE (`lq_t`.`locked_until` IS NULL OR `lq_t`.`locked_until` <= ?)");
+    CHECK(set.stamp_set.nparams == 2 && set.stamp_set.params[0] == LQ_P_HELD_SET &&
+          set.stamp_set.params[1] == LQ_P_LEASE_NOW);
+    lq__sqlset_free(&set);
+    CHECK(lq__sqlset_build(&set, d, t) == LQ_OK); /* SQLite's claim stamps its rows itself */
+    CHECK(set.stamp.sql == NULL && set.stamp_set.sql == NULL);
+    lq__sqlset_free(&set);
+
     /* Dead letters into a table: copy, clear the lease, delete. */
     lq_table_set_dead_letter(t, "app.dead");
     CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);
