@@ -276,6 +276,22 @@ static int build_ack(lq_sql *b) {
     return lq__sql_finish(b);
 }
 
+/* "<set> AS lq_s JOIN <table> AS lq_t ON lq_t.id = lq_s.lq_id": the rows of
+ * LQ_P_HELD_SET, where the dialect's row source joins. */
+static void join_held_set(lq_sql *b) {
+    b->dialect->held_set_source(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, " JOIN ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_t");
+    lq__sql_add(b, " ON ");
+    lq__sql_qualified(b, "lq_t", b->table->id);
+    lq__sql_add(b, " = ");
+    lq__sql_qualified(b, "lq_s", "lq_id");
+}
+
 /* The ack of a set of rows: the ack's DELETE (or UPDATE of processed_at)
  * for every row of LQ_P_HELD_SET, each with its token in the lease form. */
 static int build_ack_set(lq_sql *b) {
@@ -287,17 +303,7 @@ static int build_ack_set(lq_sql *b) {
             lq__sql_ident(b, "lq_t");
             lq__sql_add(b, " FROM ");
         }
-        b->dialect->held_set_source(b);
-        lq__sql_add(b, " AS ");
-        lq__sql_ident(b, "lq_s");
-        lq__sql_add(b, " JOIN ");
-        lq__sql_table(b);
-        lq__sql_add(b, " AS ");
-        lq__sql_ident(b, "lq_t");
-        lq__sql_add(b, " ON ");
-        lq__sql_qualified(b, "lq_t", b->table->id);
-        lq__sql_add(b, " = ");
-        lq__sql_qualified(b, "lq_s", "lq_id");
+        join_held_set(b);
         if (lease) {
             lq__sql_add(b, " AND ");
             lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
@@ -597,17 +603,7 @@ static int build_stamp(lq_sql *b) {
  * LQ_P_HELD_SET, where a row source joins (MySQL's JSON_TABLE). */
 static int build_stamp_set(lq_sql *b) {
     lq__sql_add(b, "UPDATE ");
-    b->dialect->held_set_source(b);
-    lq__sql_add(b, " AS ");
-    lq__sql_ident(b, "lq_s");
-    lq__sql_add(b, " JOIN ");
-    lq__sql_table(b);
-    lq__sql_add(b, " AS ");
-    lq__sql_ident(b, "lq_t");
-    lq__sql_add(b, " ON ");
-    lq__sql_qualified(b, "lq_t", b->table->id);
-    lq__sql_add(b, " = ");
-    lq__sql_qualified(b, "lq_s", "lq_id");
+    join_held_set(b);
     lq__sql_add(b, " SET ");
     const char *until = b->table->columns[LQ_ROLE_LOCKED_UNTIL];
     lq__sql_qualified(b, "lq_t", until);

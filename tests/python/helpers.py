@@ -216,3 +216,10 @@ class Recorder:
     def snapshot(self) -> List[Any]:
         with self.lock:
             return list(self.items)
+
+
+def far_future(db: Any) -> str:
+    """A lease expiry literal far ahead, in the form the database compares
+    its lease column with: another holder's token."""
+    return ("'2100-01-01T00:00:00.000+00:00'" if db.dialect == "sqlite"
+            else "'2100-01-01 00:00:00'")

@@ -10,7 +10,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, Recorder, make_table, wait_until
+from helpers import POLL_MS, Recorder, far_future, make_table, wait_until
 
 
 @pytest.mark.forms("lease")
@@ -43,8 +43,7 @@ def test_an_ack_behind_that_lost_its_lease_is_logged(db, form, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="libqueue")
     table = make_table(form)
     db.create_table(table)
-    later = ("'2100-01-01T00:00:00.000+00:00'" if db.dialect == "sqlite"
-             else "'2100-01-01 00:00:00'")
+    later = far_future(db)
     victims = Recorder()
     with libqueue.Broker(db.url) as broker:
         broker.publish_many(table, [b"%d" % i for i in range(8)])

@@ -7,7 +7,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, Recorder, make_table, wait_until
+from helpers import POLL_MS, Recorder, far_future, make_table, wait_until
 
 
 def test_a_batch_acked_by_its_return(db, form) -> None:
@@ -47,8 +47,7 @@ def test_a_lost_lease_in_a_set_fails_that_row_alone(db, form) -> None:
     acked, that one is left to its new holder."""
     table = make_table(form)
     db.create_table(table)
-    later = ("'2100-01-01T00:00:00.000+00:00'" if db.dialect == "sqlite"
-             else "'2100-01-01 00:00:00'")
+    later = far_future(db)
     victims = Recorder()
     with libqueue.Broker(db.url) as broker:
         broker.publish_many(table, [b"%d" % i for i in range(6)])
