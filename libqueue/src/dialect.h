@@ -116,6 +116,9 @@ typedef struct lq_dialect {
      * a channel, listen to one, and wait up to timeout_ms for notifications,
      * calling on_note for each. */
     int (*notify)(lq_conn *conn, const char *channel, const char *payload);
+    /* The notification as an expression over LQ_P_CHANNEL and LQ_P_MSG_GROUP,
+     * so an insert's statement can send it (NULL: a statement of its own). */
+    void (*notify_call)(lq_sql *b);
     int (*listen)(lq_conn *conn, const char *channel);
     int (*wait_notes)(lq_conn *conn, int64_t timeout_ms,
                       void (*on_note)(void *ctx, const char *channel, const char *payload),

@@ -64,12 +64,14 @@ static int read_id(void *ctx, const lq_value *cols, int count) {
     return LQ_OK;
 }
 
+/* One row; `channel`, where the insert notifies, is the channel it names. */
 static int insert_one(int64_t *id, lq_broker *b, lq_conn *conn, const lq_stmt *insert,
-                      const lq_message *m, int64_t now) {
+                      const lq_message *m, int64_t now, const char *channel) {
     lq_value args[LQ_P_COUNT] = {0};
     lq_strbuf json = {0};
     id_list list = {.ids = id, .cap = 1};
     int rc = row_args(args, &json, m, now);
+    if (channel) args[LQ_P_CHANNEL] = (lq_value){.type = LQ_V_TEXT, .p = channel, .n = strlen(channel)};
     if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read_id, &list);
     lq__sb_free(&json);
     return rc;
@@ -135,11 +137,16 @@ static size_t chunk_of(lq_message *const *messages, size_t count, size_t most) {
  * generates cannot be read back from a multi-row insert (MySQL without
  * INSERT .. RETURNING), or where the table has no column to write (each
  * row is DEFAULT VALUES), the rows go one by one. */
-static int insert_all(int64_t *ids_out, lq_broker *b, lq_conn *conn, const lq_table *t,
-                      lq_message *const *messages, size_t count) {
+static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq_conn *conn,
+                      const lq_table *t, lq_message *const *messages, size_t count) {
     const lq_dialect *d = b->dialect;
     lq_stmt insert, full = {0};
-    int rc = lq__sqlset_build_insert(&insert, d, t);
+    /* A single message's insert sends the wake-up itself where it can: one
+     * round trip and one commit, and no row written without its wake-up. */
+    char channel[256];
+    *notified = count == 1 && b->listener && d->notify_call;
+    if (*notified) lq__table_label(t, channel, sizeof channel);
+    int rc = *notified ? lq__sql_build_insert_notify(&insert, d, t) : lq__sqlset_build_insert(&insert, d, t);
     if (rc == LQ_OK) rc = lq__broker_intern(b, &insert);
     bool rows = count > 1 && lq__sql_insert_writes(t) &&
                 (!t->id_generated ||
@@ -158,7 +165,7 @@ static int insert_all(int64_t *ids_out, lq_broker *b, lq_conn *conn, const lq_ta
         int64_t *ids = ids_out ? ids_out + i : NULL;
         if (n == 1) {
             int64_t id = 0;
-            rc = insert_one(&id, b, conn, &insert, messages[i], now);
+            rc = insert_one(&id, b, conn, &insert, messages[i], now, *notified ? channel : NULL);
             if (ids) *ids = id;
             continue;
         }
@@ -209,8 +216,9 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
     if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
     bool in_tx = count > 1;
     if (in_tx) rc = b->dialect->begin(conn, LQ_ISOLATION_DEFAULT);
-    if (rc == LQ_OK) rc = insert_all(ids_out, b, conn, t, messages, count);
-    if (rc == LQ_OK) rc = lq__notify_publish(b, conn, t, messages, count);
+    bool notified = false;
+    if (rc == LQ_OK) rc = insert_all(ids_out, &notified, b, conn, t, messages, count);
+    if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
     if (in_tx && rc == LQ_OK) rc = b->dialect->commit(conn);
     if (in_tx && rc != LQ_OK) b->dialect->rollback(conn);
     lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
@@ -231,8 +239,9 @@ int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_tab
     if (rc != LQ_OK || count == 0) return rc;
     lq_conn *conn;
     if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;
-    rc = insert_all(ids_out, b, conn, t, messages, count);
-    if (rc == LQ_OK) rc = lq__notify_publish(b, conn, t, messages, count);
+    bool notified = false;
+    rc = insert_all(ids_out, &notified, b, conn, t, messages, count);
+    if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
     b->dialect->release_borrowed(conn);
     if (rc != LQ_OK) {
         char label[256];

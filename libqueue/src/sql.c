@@ -680,6 +680,29 @@ int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table
     return build_insert(&b);
 }
 
+int lq__sql_build_insert_notify(lq_stmt *insert, const lq_dialect *d, const lq_table *t) {
+    lq_stmt plain;
+    int rc = lq__sqlset_build_insert(&plain, d, t);
+    if (rc != LQ_OK) return rc;
+    /* The insert's text and parameters first, then the notification's. */
+    lq_sql b;
+    lq__sql_start(&b, insert, d, t);
+    lq__sql_add(&b, "WITH ");
+    lq__sql_ident(&b, "lq_ins");
+    lq__sql_add(&b, " AS (");
+    lq__sql_add(&b, plain.sql);
+    lq__sql_add(&b, ") SELECT ");
+    lq__sql_qualified(&b, "lq_ins", t->id);
+    lq__sql_add(&b, ", ");
+    memcpy(insert->params, plain.params, sizeof plain.params);
+    insert->nparams = plain.nparams;
+    free(plain.sql);
+    d->notify_call(&b);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_ident(&b, "lq_ins");
+    return lq__sql_finish(&b);
+}
+
 int lq__sql_build_insert_rows(lq_stmt *insert, const lq_dialect *d, const lq_table *t, int rows) {
     lq_sql b;
     lq__sql_start(&b, insert, d, t);

@@ -26,6 +26,7 @@ typedef enum lq_param {
     LQ_P_MSG_GROUP,   /* the group a publish writes */
     LQ_P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
     LQ_P_HELD_SET,    /* rows settled together: JSON [[id, token], ..] (lq__held_set_add) */
+    LQ_P_CHANNEL,     /* the table's notification channel */
     LQ_P_COUNT
 } lq_param;
 
@@ -128,6 +129,11 @@ LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, int64
 LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
+/* One message's insert that also notifies the table's channel (LQ_P_CHANNEL)
+ * with its group, in one statement and one commit, where the dialect can
+ * (notify_call); it returns the id. */
+LQ_HIDDEN int lq__sql_build_insert_notify(lq_stmt *insert, const struct lq_dialect *d,
+                                          const lq_table *t);
 /* Whether an insert writes a column: otherwise its row is DEFAULT VALUES,
  * which takes one statement a row. */
 LQ_HIDDEN bool lq__sql_insert_writes(const lq_table *t);

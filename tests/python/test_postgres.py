@@ -106,6 +106,25 @@ def test_notification_wakes_an_idle_subscription(pg, tmp_path) -> None:
             delivery.ack()
 
 
+def test_notification_names_the_group(pg) -> None:
+    """A publish's insert sends the wake-up with its group: the subscription
+    of that group wakes (one of another group would not be woken by it)."""
+    table = make_table("lease", group="grp")
+    pg.create_table(table)
+    with libqueue.Broker(pg.url, listen_notify=1) as broker:
+        with broker.subscribe(table, group="b", poll_interval_ms=60000) as sub:
+            assert sub.next(1.0) is None
+            publisher = ("import libqueue, sys\n"
+                         "t = libqueue.Table('jobs', payload='payload', attempt='attempt', "
+                         "locked_until='locked_until', group='grp')\n"
+                         "with libqueue.Broker(sys.argv[1], listen_notify=1) as b:\n"
+                         "    b.publish(t, b'for b', group='b')\n")
+            subprocess.run([sys.executable, "-c", publisher, pg.url], check=True)
+            delivery = sub.next(20)
+            assert delivery is not None and delivery.payload == b"for b"
+            delivery.ack()
+
+
 def test_publish_in_the_callers_transaction(pg, broker) -> None:
     """The task commits, or rolls back, with the data it serves."""
     table = make_table("row_lock")

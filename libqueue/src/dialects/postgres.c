@@ -517,6 +517,14 @@ static int pg_notify(lq_conn *c, const char *channel, const char *payload) {
     return pg_execute(NULL, c, "SELECT pg_notify($1, $2)", params, 2);
 }
 
+static void pg_notify_call(lq_sql *b) {
+    lq__sql_add(b, "pg_notify(");
+    lq__sql_param(b, LQ_P_CHANNEL);
+    lq__sql_add(b, ", COALESCE(");
+    lq__sql_param(b, LQ_P_MSG_GROUP);
+    lq__sql_add(b, ", ''))");
+}
+
 static int pg_listen(lq_conn *c, const char *channel) {
     lq_strbuf sb = {0};
     lq__sb_add(&sb, "LISTEN ");
@@ -602,6 +610,7 @@ const lq_dialect lq__postgres_dialect = {
     .commit = pg_commit,
     .rollback = pg_rollback,
     .notify = pg_notify,
+    .notify_call = pg_notify_call,
     .listen = pg_listen,
     .wait_notes = pg_wait_notes,
     .try_lock_key = pg_try_lock_key,
