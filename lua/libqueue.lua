@@ -25,7 +25,7 @@
 -- its row for as long as it runs. sub:run hands the acks and retries that
 -- follow a handler's return to threads of the module's own (the settler,
 -- lua/lq_lua_settler.c), which never enter Lua, and pulls the next delivery
--- meanwhile: `workers` deliveries are in work at once, as in C.
+-- while they work: `workers` deliveries are settled at once, as in C.
 --
 -- Memory. Tables, brokers, subscriptions and deliveries are freed by the
 -- garbage collector, in any order (the core keeps a broker alive while a
@@ -599,6 +599,16 @@ local function workers_of(opts)
   return type(opts.workers) == "number" and tointeger(opts.workers) or 1
 end
 
+--- Whether the core gathers the subscription's acks into shared commits: its
+-- coalesce option, by default on where a commit waits for the server's log
+-- (not SQLite).
+local function coalesces(broker, opts)
+  local coalesce = opts and opts.coalesce
+  if coalesce == true or coalesce == 1 then return true end
+  if coalesce == false or coalesce == 0 then return false end
+  return broker.dialect ~= "sqlite"
+end
+
 --- Opens a subscription on `tbl`. Options by name: workers (deliveries in
 -- work at once, claimed ahead), poll_interval_ms, lease_ms, max_attempts,
 -- workers_by_key, batch, transactional, group (required when the table has
@@ -614,8 +624,8 @@ function Broker:subscribe(tbl, opts)
   if options then options:free() end
   drain_log()
   if not sptr then return nil, m, c, s, n end
-  return setmetatable({ _ptr = sptr, broker = self, table = tbl, workers = workers_of(opts) },
-                      Subscription)
+  return setmetatable({ _ptr = sptr, broker = self, table = tbl, workers = workers_of(opts),
+                        coalesces = coalesces(self, opts) }, Subscription)
 end
 
 --- Longest single wait in C, so that the interpreter's Ctrl-C hook runs.
@@ -714,7 +724,7 @@ end
 local function finish_settler(settler, counts)
   if not settler then return end
   local ptr = settler.ptr
-  core.lq_lua_settler_wait(ptr)
+  core.lq_lua_settler_wait(ptr, 0)
   counts.acked = counts.acked + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_ACKED)
   counts.retried = counts.retried + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_RETRIED)
   counts.settle_errors = counts.settle_errors
@@ -728,9 +738,11 @@ end
 -- (with its traceback) is logged at level "error" and the delivery is retried
 -- (retry_after(retry_delay_ms) when given). Those acks and retries run on
 -- `settlers` threads of the module (default: the subscription's workers, or
--- its lanes under workers_by_key) while run pulls the next delivery; with
--- settlers = 0 they run here, one at a time. A delivery handed over is no
--- longer fn's: keep none past its call. A failed settlement (say
+-- its lanes under workers_by_key) while run pulls the next delivery (where
+-- acks are coalesced, once a thread is free for it); with settlers = 0 they
+-- run here, one at a time. A
+-- delivery handed over is no longer fn's: keep none past its call. A failed
+-- settlement (say
 -- LQ_LEASE_LOST) is logged as a warning. Stops after `max` deliveries, when
 -- none comes within `timeout` seconds (nil: until stopped, e.g. by fn calling
 -- sub:stop()), or when the subscription is stopped, and returns once every
@@ -757,7 +769,13 @@ function Subscription:run(fn, opts)
   local settler <close> = settlers > 0 and start_settler(settlers, self.table.name) or nil
   local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
   local handled = 0
+  -- Where acks are coalesced, a thread is free for the next delivery before
+  -- it is pulled: the core counts what is queued here as in work, and a
+  -- coalesced ack waits (up to coalesce_wait_us) for every delivery in work
+  -- to join it. Elsewhere run pulls at once.
+  local room = settler and self.coalesces and settlers - 1
   while not max or handled < max do
+    if room then core.lq_lua_settler_wait(settler.ptr, room) end
     local d, m, c, s, n = self:next(timeout)
     if not d then
       if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then break end

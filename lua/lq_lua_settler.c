@@ -25,7 +25,7 @@ typedef struct job {
 struct lq_lua_settler {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* a job was queued, or closing */
-    pthread_cond_t idle_cv; /* pending reached 0 */
+    pthread_cond_t idle_cv; /* pending went down */
     job *head, *tail;
     size_t pending; /* queued or being settled */
     bool closing;
@@ -82,7 +82,8 @@ static void *settler_main(void *arg) {
         free(j);
         pthread_mutex_lock(&s->mu);
         s->counts[which]++;
-        if (--s->pending == 0) pthread_cond_broadcast(&s->idle_cv);
+        s->pending--;
+        pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;
@@ -146,10 +147,11 @@ bool lq_lua_settler_push(lq_lua_settler *s, lq_delivery *delivery, int outcome,
     return true;
 }
 
-void lq_lua_settler_wait(lq_lua_settler *s) {
+void lq_lua_settler_wait(lq_lua_settler *s, int most) {
     if (!s) return;
+    size_t limit = most > 0 ? (size_t)most : 0;
     pthread_mutex_lock(&s->mu);
-    while (s->pending > 0) pthread_cond_wait(&s->idle_cv, &s->mu);
+    while (s->pending > limit) pthread_cond_wait(&s->idle_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -38,8 +38,9 @@ lq_lua_settler *lq_lua_settler_new(int threads, const char *label);
 bool lq_lua_settler_push(lq_lua_settler *settler, lq_delivery *delivery, int outcome,
                          int64_t delay_ms);
 
-/* Waits until every delivery handed over is settled and freed. */
-void lq_lua_settler_wait(lq_lua_settler *settler);
+/* Waits until at most `most` deliveries handed over are not yet settled and
+ * freed (0: every one is). */
+void lq_lua_settler_wait(lq_lua_settler *settler, int most);
 
 /* A counter (an lq_lua_settled), over every delivery settled so far. */
 int64_t lq_lua_settler_count(lq_lua_settler *settler, int which);

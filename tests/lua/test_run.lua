@@ -120,6 +120,17 @@ end)
 -- settler's threads and pulls the next delivery, and returns once all of
 -- them are done, so what it returns and the table agree at once.
 
+--- A table of `form` holding `rows` rows ("1", "2", ...), and a broker on it;
+-- also returns the ids.
+local function filled(db, form, rows)
+  local tbl = H.make_table(form)
+  db:create(tbl)
+  local broker = H.open(db)
+  local list = {}
+  for i = 1, rows do list[i] = tostring(i) end
+  return tbl, broker, ok(broker:publish_many(tbl, list))
+end
+
 H.case("run: workers(4) settles every row before it returns", { forms = H.FORMS }, function(db, form)
   local tbl = H.make_table(form)
   db:create(tbl)
@@ -148,12 +159,7 @@ H.case("run: workers(4) settles every row before it returns", { forms = H.FORMS 
 end)
 
 H.case("run: a handler error retries the row on the settler", { forms = H.FORMS }, function(db, form)
-  local tbl = H.make_table(form)
-  db:create(tbl)
-  local broker = H.open(db)
-  local list = {}
-  for i = 1, 60 do list[i] = tostring(i) end
-  ok(broker:publish_many(tbl, list))
+  local tbl, broker = filled(db, form, 60)
   local sub = H.subscribe(broker, tbl, { workers = 4 })
   local attempts = {}
   local handled, counts
@@ -175,12 +181,7 @@ end)
 
 H.case("run: an ack that fails on the settler is counted and logged", { forms = { "lease" } },
        function(db, form)
-  local tbl = H.make_table(form)
-  db:create(tbl)
-  local broker = H.open(db)
-  local list = {}
-  for i = 1, 20 do list[i] = tostring(i) end
-  local ids = ok(broker:publish_many(tbl, list))
+  local tbl, broker, ids = filled(db, form, 20)
   local victim = ids[7]
   local later = db.dialect == "sqlite" and "'2100-01-01T00:00:00.000+00:00'" or "'2100-01-01 00:00:00'"
   local sub = H.subscribe(broker, tbl, { workers = 4 })
@@ -206,12 +207,7 @@ end)
 
 H.case("run: closing right after it returns, or from the handler, is clean", { forms = H.FORMS },
        function(db, form)
-  local tbl = H.make_table(form)
-  db:create(tbl)
-  local broker = H.open(db)
-  local list = {}
-  for i = 1, 40 do list[i] = tostring(i) end
-  ok(broker:publish_many(tbl, list))
+  local tbl, broker = filled(db, form, 40)
   local sub = H.subscribe(broker, tbl, { workers = 4 })
   local _, counts = ok(sub:run(function() end, { max = 20, timeout = H.WAIT_S }))
   sub:close()
@@ -236,12 +232,7 @@ end)
 
 H.case("run: stopping by max or timeout leaves nothing unsettled", { forms = H.FORMS },
        function(db, form)
-  local tbl = H.make_table(form)
-  db:create(tbl)
-  local broker = H.open(db)
-  local list = {}
-  for i = 1, 30 do list[i] = tostring(i) end
-  ok(broker:publish_many(tbl, list))
+  local tbl, broker = filled(db, form, 30)
   local sub = H.subscribe(broker, tbl, { workers = 4 })
   local handled, counts = ok(sub:run(function() end, { max = 7 }))
   eq(handled, 7, "max")
