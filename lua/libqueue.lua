@@ -782,7 +782,9 @@ function Subscription:run(fn, opts)
       return nil, m, c, s, n
     end
     handled = handled + 1
-    local id, attempt = d.id, d.attempt -- read first: fn may release d
+    -- Read first (fn may release d), from the core: d's field cache is made
+    -- only if fn reads a field.
+    local id, attempt = core.lq_delivery_id(d._ptr), core.lq_delivery_attempt(d._ptr)
     local ok, err = xpcall(fn, debug.traceback, d)
     if not ok then
       counts.failed = counts.failed + 1
