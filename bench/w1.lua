@@ -1,10 +1,11 @@
 -- W1 drain through the Lua module: a no-op handler with sub:run, which
--- pulls deliveries (the core claims ahead for `workers`) and settles each on
--- this thread, as every Lua handler runs.
+-- pulls deliveries (the core claims ahead for `workers`), runs the handler on
+-- this thread, as every Lua handler runs, and hands each ack to the module's
+-- settler threads (one per worker).
 --
 -- The table is preloaded by `lq_bench setup` (untimed). The clock starts
--- when sub:run is called and stops when it has handled N deliveries (each
--- acked before the next is pulled); bench/run then checks the table is
+-- when sub:run is called and stops when it returns, having handled N
+-- deliveries and seen every ack done; bench/run then checks the table is
 -- empty. Prints one JSON record, as lq_bench does:
 --
 --   LUA_CPATH="build/bench/lua/?.so;;" LUA_PATH="build/bench/lua/?.lua;;" \

@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include "libqueue.h"
 #include "lq_lua_log.h"
+#include "lq_lua_settler.h"
 
 /* The module's entry point (defined by SWIG below), declared so that the
  * wrapper compiles cleanly under -Wmissing-prototypes. */
@@ -309,6 +310,11 @@ LQ_OUT_HANDLE(lq_delivery)
  * thread, drained on the Lua thread. */
 %native(lq_lua_log_drain) int lq_lua_log_drain(lua_State *L);
 %native(lq_lua_log_capture) int lq_lua_log_capture(lua_State *L);
+
+/* The settler (lua/lq_lua_settler.c): threads that settle and free the
+ * deliveries sub:run hands over. Plain functions: the typemaps above apply
+ * (its bool and pointer results are not statuses). */
+%include "lq_lua_settler.h"
 
 %init %{
     lq_lua_log_attach(L);

@@ -22,7 +22,10 @@
 -- Threads. Lua handlers always run on the calling thread: the binding uses the
 -- core's pull API (lq_subscription_next) only. The core's own threads claim
 -- ahead and extend the lease of every delivery held, so a slow handler keeps
--- its row for as long as it runs.
+-- its row for as long as it runs. sub:run hands the acks and retries that
+-- follow a handler's return to threads of the module's own (the settler,
+-- lua/lq_lua_settler.c), which never enter Lua, and pulls the next delivery
+-- while they work: `workers` deliveries are settled at once, as in C.
 --
 -- Memory. Tables, brokers, subscriptions and deliveries are freed by the
 -- garbage collector, in any order (the core keeps a broker alive while a
@@ -191,6 +194,7 @@ end
 local Owned = {}
 Owned.__index = Owned
 Owned.__gc = function(self) self:free() end
+Owned.__close = function(self) self:free() end
 function Owned:free()
   local ptr = self.ptr
   if ptr then
@@ -586,6 +590,25 @@ Subscription.__name = "libqueue.subscription"
 local Delivery = {}
 Delivery.__name = "libqueue.delivery"
 
+--- The deliveries a subscription opened with `opts` keeps in work at once:
+-- its lanes under workers_by_key, else its workers.
+local function workers_of(opts)
+  if opts == nil then return 1 end
+  local lanes = type(opts.workers_by_key) == "number" and tointeger(opts.workers_by_key)
+  if lanes and lanes > 0 then return lanes end
+  return type(opts.workers) == "number" and tointeger(opts.workers) or 1
+end
+
+--- Whether the core gathers the subscription's acks into shared commits: its
+-- coalesce option, by default on where a commit waits for the server's log
+-- (not SQLite).
+local function coalesces(broker, opts)
+  local coalesce = opts and opts.coalesce
+  if coalesce == true or coalesce == 1 then return true end
+  if coalesce == false or coalesce == 0 then return false end
+  return broker.dialect ~= "sqlite"
+end
+
 --- Opens a subscription on `tbl`. Options by name: workers (deliveries in
 -- work at once, claimed ahead), poll_interval_ms, lease_ms, max_attempts,
 -- workers_by_key, batch, transactional, group (required when the table has
@@ -601,7 +624,8 @@ function Broker:subscribe(tbl, opts)
   if options then options:free() end
   drain_log()
   if not sptr then return nil, m, c, s, n end
-  return setmetatable({ _ptr = sptr, broker = self, table = tbl }, Subscription)
+  return setmetatable({ _ptr = sptr, broker = self, table = tbl, workers = workers_of(opts),
+                        coalesces = coalesces(self, opts) }, Subscription)
 end
 
 --- Longest single wait in C, so that the interpreter's Ctrl-C hook runs.
@@ -670,14 +694,59 @@ local function describe_error(err)
   return type(err) == "string" and err or tostring(err)
 end
 
---- sub:run(fn [, { timeout = seconds, max = n, retry_delay_ms = ms }])
+local SETTLE_ACK, SETTLE_RETRY, SETTLE_RETRY_AFTER =
+      core.LQ_LUA_SETTLE_ACK, core.LQ_LUA_SETTLE_RETRY, core.LQ_LUA_SETTLE_RETRY_AFTER
+
+--- Settles on this thread (run with settlers = 0, or a settler out of memory).
+local function settle_here(d, outcome, delay_ms)
+  if outcome == SETTLE_ACK then return d:ack() end
+  if outcome == SETTLE_RETRY_AFTER then return d:retry_after(delay_ms) end
+  return d:retry()
+end
+
+--- Hands d over to the settler, which settles and frees it; false (d still
+-- ours) when it could not take it.
+local function hand_over(settler, d, outcome, delay_ms)
+  if not core.lq_lua_settler_push(settler.ptr, d._ptr, outcome, delay_ms or 0) then
+    return false
+  end
+  d._ptr = nil -- the settler's now: neither released nor collected here
+  d.settled = true
+  return true
+end
+
+local function start_settler(threads, label)
+  local ptr = core.lq_lua_settler_new(threads, label)
+  return ptr and own(ptr, core.lq_lua_settler_free)
+end
+
+--- Waits for every settlement handed over, adds its counts, stops the threads.
+local function finish_settler(settler, counts)
+  if not settler then return end
+  local ptr = settler.ptr
+  core.lq_lua_settler_wait(ptr, 0)
+  counts.acked = counts.acked + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_ACKED)
+  counts.retried = counts.retried + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_RETRIED)
+  counts.settle_errors = counts.settle_errors
+                         + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_ERRORS)
+  settler:free()
+end
+
+--- sub:run(fn [, { timeout = seconds, max = n, retry_delay_ms = ms, settlers = n }])
 -- Pulls deliveries and calls fn(delivery) for each, on the calling thread.
 -- Returning normally acks the delivery unless fn settled it; an error()
 -- (with its traceback) is logged at level "error" and the delivery is retried
--- (retry_after(retry_delay_ms) when given). A failed settlement (say
+-- (retry_after(retry_delay_ms) when given). Those acks and retries run on
+-- `settlers` threads of the module (default: the subscription's workers, or
+-- its lanes under workers_by_key) while run pulls the next delivery (where
+-- acks are coalesced, once a thread is free for it); with settlers = 0 they
+-- run here, one at a time. A
+-- delivery handed over is no longer fn's: keep none past its call. A failed
+-- settlement (say
 -- LQ_LEASE_LOST) is logged as a warning. Stops after `max` deliveries, when
 -- none comes within `timeout` seconds (nil: until stopped, e.g. by fn calling
--- sub:stop()), or when the subscription is stopped.
+-- sub:stop()), or when the subscription is stopped, and returns once every
+-- delivery it pulled is settled.
 -- Returns the number of deliveries handled and a table of counts
 -- { acked, retried, failed (fn raised), settled_by_handler, settle_errors },
 -- or nil, message, code if pulling failed.
@@ -687,16 +756,35 @@ function Subscription:run(fn, opts)
   opts = opts or {}
   local timeout, max, retry_delay = opts.timeout, opts.max, opts.retry_delay_ms
   if max ~= nil and not tointeger(max) then raise("run: max must be an integer") end
+  if retry_delay ~= nil then
+    retry_delay = type(retry_delay) == "number" and tointeger(retry_delay)
+    if not retry_delay then raise("run: retry_delay_ms must be an integer") end
+  end
+  local settlers = opts.settlers
+  if settlers == nil then settlers = self.workers or 1 end
+  settlers = type(settlers) == "number" and tointeger(settlers)
+  if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
+  -- Closed (every handed-over delivery settled) however run is left; nil
+  -- (settle here) with no settlers or no thread to be had.
+  local settler <close> = settlers > 0 and start_settler(settlers, self.table.name) or nil
   local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
   local handled = 0
+  -- Where acks are coalesced, a thread is free for the next delivery before
+  -- it is pulled: the core counts what is queued here as in work, and a
+  -- coalesced ack waits (up to coalesce_wait_us) for every delivery in work
+  -- to join it. Elsewhere run pulls at once.
+  local room = settler and self.coalesces and settlers - 1
   while not max or handled < max do
+    if room then core.lq_lua_settler_wait(settler.ptr, room) end
     local d, m, c, s, n = self:next(timeout)
     if not d then
       if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then break end
       return nil, m, c, s, n
     end
     handled = handled + 1
-    local id, attempt = d.id, d.attempt -- read first: fn may release d
+    -- Read first (fn may release d), from the core: d's field cache is made
+    -- only if fn reads a field.
+    local id, attempt = core.lq_delivery_id(d._ptr), core.lq_delivery_attempt(d._ptr)
     local ok, err = xpcall(fn, debug.traceback, d)
     if not ok then
       counts.failed = counts.failed + 1
@@ -709,26 +797,22 @@ function Subscription:run(fn, opts)
     if d.settled then
       counts.settled_by_handler = counts.settled_by_handler + 1
     elseif d._ptr then
-      local done_ok, sm, sc
-      if ok then
-        done_ok, sm, sc = d:ack()
-        if done_ok then counts.acked = counts.acked + 1 end
-      else
-        if retry_delay then
-          done_ok, sm, sc = d:retry_after(retry_delay)
+      local outcome = ok and SETTLE_ACK or retry_delay and SETTLE_RETRY_AFTER or SETTLE_RETRY
+      if not (settler and hand_over(settler, d, outcome, retry_delay)) then
+        local done_ok, sm, sc = settle_here(d, outcome, retry_delay)
+        if done_ok then
+          if ok then counts.acked = counts.acked + 1 else counts.retried = counts.retried + 1 end
         else
-          done_ok, sm, sc = d:retry()
+          counts.settle_errors = counts.settle_errors + 1
+          emit(LOG_LEVELS.warning, format("%s of row %s of %s failed: %s (%s)",
+                                          ok and "ack" or "retry", tostring(id),
+                                          self.table.name, tostring(sm), tostring(sc)))
         end
-        if done_ok then counts.retried = counts.retried + 1 end
-      end
-      if not done_ok then
-        counts.settle_errors = counts.settle_errors + 1
-        emit(LOG_LEVELS.warning, format("%s of row %s of %s failed: %s (%s)", ok and "ack" or "retry",
-                                        tostring(id), self.table.name, tostring(sm), tostring(sc)))
       end
     end
     d:release()
   end
+  finish_settler(settler, counts)
   drain_log()
   return handled, counts
 end

@@ -15,6 +15,8 @@
 
 #include <lauxlib.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,18 +46,22 @@ typedef struct {
     int holding; /* this state holds the capture */
 } log_sentinel;
 
-static void log_sink(int level, const char *message, void *userdata) {
-    (void)userdata;
+/* Queues a message; false when no state holds the capture. */
+static bool enqueue(int level, const char *message) {
     size_t len = message ? strlen(message) : 0;
     pthread_mutex_lock(&log_lock);
-    if (level < log_min_level || log_holders == 0) {
+    if (log_holders == 0) {
         pthread_mutex_unlock(&log_lock);
-        return;
+        return false;
+    }
+    if (level < log_min_level) {
+        pthread_mutex_unlock(&log_lock);
+        return true;
     }
     if (log_count >= LQ_LUA_LOG_MAX) {
         log_dropped++;
         pthread_mutex_unlock(&log_lock);
-        return;
+        return true;
     }
     pthread_mutex_unlock(&log_lock);
 
@@ -64,7 +70,7 @@ static void log_sink(int level, const char *message, void *userdata) {
         pthread_mutex_lock(&log_lock);
         log_dropped++;
         pthread_mutex_unlock(&log_lock);
-        return;
+        return true;
     }
     entry->next = NULL;
     entry->level = level;
@@ -80,6 +86,20 @@ static void log_sink(int level, const char *message, void *userdata) {
     log_tail = entry;
     log_count++;
     pthread_mutex_unlock(&log_lock);
+    return true;
+}
+
+static void log_sink(int level, const char *message, void *userdata) {
+    (void)userdata;
+    enqueue(level, message);
+}
+
+void lq_lua_log_post(int level, const char *message) {
+    /* Without the capture the core logs to stderr (or to an embedder's sink,
+     * which this module cannot reach): stderr, in the core's words. */
+    if (!enqueue(level, message) && level >= LQ_LOG_WARNING)
+        fprintf(stderr, "libqueue %s: %s\n", level >= LQ_LOG_ERROR ? "error" : "warning",
+                message ? message : "");
 }
 
 /* Takes the whole queue; the caller frees it. */

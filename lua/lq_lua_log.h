@@ -22,4 +22,8 @@ int lq_lua_log_capture(lua_State *L);
  * first. Messages that did not fit in the queue are reported as one warning. */
 int lq_lua_log_drain(lua_State *L);
 
+/* Logs a message of the module's own C code, from any thread, as the core's
+ * are: queued for Lua while a state holds the capture, else to stderr. */
+void lq_lua_log_post(int level, const char *message);
+
 #endif

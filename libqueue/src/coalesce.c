@@ -58,11 +58,14 @@ static bool in_set(const lq_coalescer *c, const lq_pending *p) {
 static int run_ack_set(bool *whole, lq_coalescer *c, const lq_dialect *d, lq_conn *conn,
                        lq_pending *list) {
     size_t n = 0;
-    const lq_pending *first = NULL;
+    lq_pending *first = NULL;
     for (lq_pending *p = list; p; p = p->next)
         if (in_set(c, p) && n++ == 0) first = p;
     *whole = true;
-    if (n < 2) return LQ_OK;
+    /* No set: a lone ack among other statements runs as it is (the caller
+     * runs only what is not in the set). */
+    if (n < 2) return first ? d->exec(&first->changes, conn, first->stmt, first->args, NULL, NULL)
+                            : LQ_OK;
     lq_strbuf sb = {0};
     for (lq_pending *p = list; p; p = p->next)
         if (in_set(c, p)) lq__held_set_add(&sb, d, p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i);

@@ -116,6 +116,137 @@ H.case("run: max, timeout and stop from the handler end it", function(db)
   eq(db:count("jobs"), 0, "rows left")
 end)
 
+-- Settlements off the Lua thread: run hands each ack or retry to the
+-- settler's threads and pulls the next delivery, and returns once all of
+-- them are done, so what it returns and the table agree at once.
+
+--- A table of `form` holding `rows` rows ("1", "2", ...), and a broker on it;
+-- also returns the ids.
+local function filled(db, form, rows)
+  local tbl = H.make_table(form)
+  db:create(tbl)
+  local broker = H.open(db)
+  local list = {}
+  for i = 1, rows do list[i] = tostring(i) end
+  return tbl, broker, ok(broker:publish_many(tbl, list))
+end
+
+H.case("run: workers(4) settles every row before it returns", { forms = H.FORMS }, function(db, form)
+  local tbl = H.make_table(form)
+  db:create(tbl)
+  local broker = H.open(db)
+  for _, settlers in ipairs({ false, 0, 1 }) do -- default (the workers), here, one thread
+    local label = "settlers " .. tostring(settlers)
+    local rows = 120
+    local list = {}
+    for i = 1, rows do list[i] = tostring(i) end
+    ok(broker:publish_many(tbl, list))
+    local sub = H.subscribe(broker, tbl, { workers = 4 })
+    local opts = { max = rows, timeout = H.WAIT_S }
+    if settlers then opts.settlers = settlers end
+    local kept = {}
+    local handled, counts = ok(sub:run(function(d) kept[#kept + 1] = d end, opts))
+    eq(handled, rows, label .. ": handled")
+    eq(counts.acked, rows, label .. ": acked")
+    eq(counts.retried + counts.failed + counts.settle_errors + counts.settled_by_handler, 0,
+       label .. ": other counts")
+    eq(db:count("jobs"), 0, label .. ": rows left when run returned")
+    eq(sub:stat("in_work"), 0, label .. ": in work when run returned")
+    eq(sub:stat("settled"), rows, label .. ": settled when run returned")
+    for _, d in ipairs(kept) do eq(d.alive, false, label .. ": a delivery kept past its call") end
+    sub:close()
+  end
+end)
+
+H.case("run: a handler error retries the row on the settler", { forms = H.FORMS }, function(db, form)
+  local tbl, broker = filled(db, form, 60)
+  local sub = H.subscribe(broker, tbl, { workers = 4 })
+  local attempts = {}
+  local handled, counts
+  local log = H.capture_log(function()
+    handled, counts = ok(sub:run(function(d)
+      attempts[d.id] = (attempts[d.id] or "") .. d.attempt
+      if d.attempt == 1 and d.id % 3 == 0 then error("fails once") end
+    end, { timeout = 1 }))
+  end)
+  eq(handled, 80, "handled: every row, and the failing third twice")
+  eq(counts.failed, 20, "failed")
+  eq(counts.retried, 20, "retried")
+  eq(counts.acked, 60, "acked")
+  eq(counts.settle_errors, 0, "settle errors")
+  for id, seen in pairs(attempts) do eq(seen, id % 3 == 0 and "12" or "1", "attempts of row " .. id) end
+  eq(#log, 20, "one error logged per failure")
+  eq(db:count("jobs"), 0, "rows left")
+end)
+
+H.case("run: an ack that fails on the settler is counted and logged", { forms = { "lease" } },
+       function(db, form)
+  local tbl, broker, ids = filled(db, form, 20)
+  local victim = ids[7]
+  local later = db.dialect == "sqlite" and "'2100-01-01T00:00:00.000+00:00'" or "'2100-01-01 00:00:00'"
+  local sub = H.subscribe(broker, tbl, { workers = 4 })
+  local handled, counts
+  local log = H.capture_log(function()
+    handled, counts = ok(sub:run(function(d)
+      -- Another holder's lease on the row: the ack names a token it no longer has.
+      if d.id == victim then
+        ok(d:execute("UPDATE jobs SET locked_until = " .. later .. " WHERE id = " .. db:param(1), d.id))
+      end
+    end, { max = 20, timeout = H.WAIT_S }))
+  end)
+  eq(handled, 20, "handled")
+  eq(counts.acked, 19, "acked")
+  eq(counts.settle_errors, 1, "settle errors")
+  eq(#log, 1, "log messages")
+  eq(log[1][1], "warning", "level")
+  H.truthy(log[1][2]:find("ack of row " .. victim .. " of jobs failed", 1, true), "message: " .. log[1][2])
+  H.truthy(log[1][2]:find("LQ_LEASE_LOST", 1, true), "message names the code: " .. log[1][2])
+  eq(db:count("jobs"), 1, "rows left")
+  eq(db:count("jobs", "id = " .. victim), 1, "the victim is left to its holder")
+end)
+
+H.case("run: closing right after it returns, or from the handler, is clean", { forms = H.FORMS },
+       function(db, form)
+  local tbl, broker = filled(db, form, 40)
+  local sub = H.subscribe(broker, tbl, { workers = 4 })
+  local _, counts = ok(sub:run(function() end, { max = 20, timeout = H.WAIT_S }))
+  sub:close()
+  eq(counts.acked, 20, "acked before the close")
+  eq(db:count("jobs"), 20, "rows left after the close")
+  -- Closed by the handler: what was handed over still settles, and run ends.
+  sub = H.subscribe(broker, tbl, { workers = 4 })
+  local n = 0
+  local handled
+  handled, counts = ok(sub:run(function()
+    n = n + 1
+    if n == 5 then sub:close() end
+  end, { timeout = H.WAIT_S }))
+  eq(handled, 5, "handled before the close")
+  eq(counts.acked, 5, "acked")
+  broker:close()
+  sub, broker = nil, nil
+  collectgarbage("collect")
+  eq(db:count("jobs"), 15, "rows left")
+  if form == "lease" then eq(db:count("jobs", "locked_until IS NOT NULL"), 0, "rows locked") end
+end)
+
+H.case("run: stopping by max or timeout leaves nothing unsettled", { forms = H.FORMS },
+       function(db, form)
+  local tbl, broker = filled(db, form, 30)
+  local sub = H.subscribe(broker, tbl, { workers = 4 })
+  local handled, counts = ok(sub:run(function() end, { max = 7 }))
+  eq(handled, 7, "max")
+  eq(counts.acked, 7, "acked by max")
+  eq(db:count("jobs"), 23, "rows left after max")
+  eq(sub:stat("in_work"), 0, "in work after max")
+  handled, counts = ok(sub:run(function() end, { timeout = 0.3 }))
+  eq(handled, 23, "the rest, until the timeout")
+  eq(counts.acked, 23, "acked until the timeout")
+  eq(db:count("jobs"), 0, "rows left after the timeout")
+  eq(sub:stat("in_work"), 0, "in work after the timeout")
+  eq(sub:stat("settled"), 30, "settled")
+end)
+
 H.case("run: wrong argument types raise", function(db)
   local tbl = H.make_table("lease")
   db:create(tbl)
@@ -123,6 +254,9 @@ H.case("run: wrong argument types raise", function(db)
   local sub = H.subscribe(broker, tbl)
   H.raises("function expected", sub.run, sub, "not a function")
   H.raises("table expected", sub.run, sub, function() end, 5)
+  H.raises("settlers must be an integer", sub.run, sub, function() end, { settlers = -1 })
+  H.raises("settlers must be an integer", sub.run, sub, function() end, { settlers = "4" })
+  H.raises("retry_delay_ms must be an integer", sub.run, sub, function() end, { retry_delay_ms = 0.5 })
 end)
 
 H.case("deliveries: each delivery is released when the loop moves on or ends", function(db)

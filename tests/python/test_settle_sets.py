@@ -84,3 +84,26 @@ def test_coalesced_acks_with_and_without_a_wait(db, form) -> None:
                 sub.run(lambda d: None)
                 wait_until(lambda: db.count("jobs") == 0, what="every row")
                 wait_until(lambda: sub.stat("settled") == 40, what="every settlement")
+
+
+@pytest.mark.forms("lease")
+def test_a_lone_ack_coalesced_with_retries_is_run(db, form) -> None:
+    """Concurrent settlements where most are retries: a commit that gathers
+    one ack among retries runs that ack too, so every row is done at once
+    (none waits out its lease)."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 120
+    seen = Recorder()
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=6, coalesce=1, coalesce_wait_us=2000,
+                              poll_interval_ms=POLL_MS) as sub:
+            def handle(delivery) -> None:
+                seen.add((delivery.id, delivery.attempt))
+                if delivery.attempt == 1 and delivery.id % 4:
+                    raise RuntimeError("first attempt fails")
+
+            sub.run(handle)
+            wait_until(lambda: db.count("jobs") == 0, what="every row")
+    assert len({row for row, _ in seen.snapshot()}) == rows
