@@ -599,16 +599,6 @@ local function workers_of(opts)
   return type(opts.workers) == "number" and tointeger(opts.workers) or 1
 end
 
---- Whether the core gathers the subscription's acks into shared commits: its
--- coalesce option, by default on where a commit waits for the server's log
--- (not SQLite).
-local function coalesces(broker, opts)
-  local coalesce = opts and opts.coalesce
-  if coalesce == true or coalesce == 1 then return true end
-  if coalesce == false or coalesce == 0 then return false end
-  return broker.dialect ~= "sqlite"
-end
-
 --- Opens a subscription on `tbl`. Options by name: workers (deliveries in
 -- work at once, claimed ahead), poll_interval_ms, lease_ms, max_attempts,
 -- workers_by_key, batch, transactional, group (required when the table has
@@ -624,8 +614,8 @@ function Broker:subscribe(tbl, opts)
   if options then options:free() end
   drain_log()
   if not sptr then return nil, m, c, s, n end
-  return setmetatable({ _ptr = sptr, broker = self, table = tbl, workers = workers_of(opts),
-                        coalesces = coalesces(self, opts) }, Subscription)
+  return setmetatable({ _ptr = sptr, broker = self, table = tbl, workers = workers_of(opts) },
+                      Subscription)
 end
 
 --- Longest single wait in C, so that the interpreter's Ctrl-C hook runs.
@@ -715,8 +705,8 @@ local function hand_over(settler, d, outcome, delay_ms)
   return true
 end
 
-local function start_settler(threads, label)
-  local ptr = core.lq_lua_settler_new(threads, label)
+local function start_settler(threads, label, together)
+  local ptr = core.lq_lua_settler_new(threads, label, together)
   return ptr and own(ptr, core.lq_lua_settler_free)
 end
 
@@ -738,8 +728,9 @@ end
 -- (with its traceback) is logged at level "error" and the delivery is retried
 -- (retry_after(retry_delay_ms) when given). Those acks and retries run on
 -- `settlers` threads of the module (default: the subscription's workers, or
--- its lanes under workers_by_key) while run pulls the next delivery (where
--- acks are coalesced, once a thread is free for it); with settlers = 0 they
+-- its lanes under workers_by_key) while run pulls the next delivery; in the
+-- lease form a thread acks what queued meanwhile together
+-- (lq_deliveries_ack: one statement and one commit). With settlers = 0 they
 -- run here, one at a time. A
 -- delivery handed over is no longer fn's: keep none past its call. A failed
 -- settlement (say
@@ -766,16 +757,14 @@ function Subscription:run(fn, opts)
   if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
   -- Closed (every handed-over delivery settled) however run is left; nil
   -- (settle here) with no settlers or no thread to be had.
-  local settler <close> = settlers > 0 and start_settler(settlers, self.table.name) or nil
+  local settler <close> = settlers > 0
+                          and start_settler(settlers, self.table.name, self.table:form() == "lease")
+                          or nil
   local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
   local handled = 0
-  -- Where acks are coalesced, a thread is free for the next delivery before
-  -- it is pulled: the core counts what is queued here as in work, and a
-  -- coalesced ack waits (up to coalesce_wait_us) for every delivery in work
-  -- to join it. Elsewhere run pulls at once.
-  local room = settler and self.coalesces and settlers - 1
+  -- Pulls at once: the core claims no more than the subscription's workers
+  -- (and the rows it looks ahead) while those queued here are in work.
   while not max or handled < max do
-    if room then core.lq_lua_settler_wait(settler.ptr, room) end
     local d, m, c, s, n = self:next(timeout)
     if not d then
       if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then break end

@@ -15,6 +15,9 @@
 
 #include "lq_lua_log.h"
 
+/* Acks queued in a row that one thread settles together, at most. */
+#define SETTLE_TOGETHER 64
+
 typedef struct job {
     struct job *next;
     lq_delivery *delivery;
@@ -29,6 +32,7 @@ struct lq_lua_settler {
     job *head, *tail;
     size_t pending; /* queued or being settled */
     bool closing;
+    bool together; /* acks queued in a row settle in one call */
     int64_t counts[LQ_LUA_SETTLED_ERRORS + 1];
     int thread_count;
     pthread_t *threads;
@@ -52,37 +56,61 @@ static void report_failure(const lq_lua_settler *s, const job *j, int rc) {
     char message[1024];
     snprintf(message, sizeof message, "%s of row %lld of %s failed: %s (%s)",
              outcome_name(j->outcome), (long long)lq_delivery_id(j->delivery), s->label,
-             lq_errmsg(), lq_status_name(rc));
+             rc == LQ_LEASE_LOST ? "its lease ran out and another claim holds it"
+                                 : lq_errmsg(),
+             lq_status_name(rc));
     lq_lua_log_post(LQ_LOG_WARNING, message);
 }
 
-static job *take(lq_lua_settler *s) {
+/* Takes the next job, or the acks queued in a row from the head (up to
+ * `most`), which settle together; 0 once closing with nothing queued. */
+static size_t take(job **out, size_t most, lq_lua_settler *s) {
     pthread_mutex_lock(&s->mu);
     while (!s->head && !s->closing) pthread_cond_wait(&s->work_cv, &s->mu);
-    job *j = s->head;
-    if (j) {
-        s->head = j->next;
-        if (!s->head) s->tail = NULL;
+    size_t n = 0;
+    while (s->head && n < most && (n == 0 || (out[0]->outcome == LQ_LUA_SETTLE_ACK &&
+                                              s->head->outcome == LQ_LUA_SETTLE_ACK))) {
+        out[n++] = s->head;
+        s->head = s->head->next;
     }
+    if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
-    return j;
+    return n;
+}
+
+/* Settles what was taken: acks in one call (one statement and one commit
+ * where the form allows, at once: it waits for no other delivery in work to
+ * join), anything else on its own. */
+static void settle_taken(int *rcs, job **jobs, lq_delivery **dvs, size_t n) {
+    if (jobs[0]->outcome != LQ_LUA_SETTLE_ACK) {
+        rcs[0] = settle(jobs[0]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) dvs[i] = jobs[i]->delivery;
+    lq_deliveries_ack(rcs, dvs, n);
 }
 
 static void *settler_main(void *arg) {
     lq_lua_settler *s = arg;
-    job *j;
+    job *jobs[SETTLE_TOGETHER];
+    lq_delivery *dvs[SETTLE_TOGETHER];
+    int rcs[SETTLE_TOGETHER];
+    size_t n;
     /* Closing ends a thread only once the queue is empty. */
-    while ((j = take(s))) {
-        int rc = settle(j);
-        if (rc != LQ_OK) report_failure(s, j, rc);
-        lq_delivery_free(j->delivery);
-        int which = rc != LQ_OK ? LQ_LUA_SETTLED_ERRORS
-                    : j->outcome == LQ_LUA_SETTLE_ACK ? LQ_LUA_SETTLED_ACKED
-                                                     : LQ_LUA_SETTLED_RETRIED;
-        free(j);
+    while ((n = take(jobs, s->together ? SETTLE_TOGETHER : 1, s))) {
+        settle_taken(rcs, jobs, dvs, n);
+        int64_t counts[LQ_LUA_SETTLED_ERRORS + 1] = {0};
+        for (size_t i = 0; i < n; i++) {
+            if (rcs[i] != LQ_OK) report_failure(s, jobs[i], rcs[i]);
+            lq_delivery_free(jobs[i]->delivery);
+            counts[rcs[i] != LQ_OK ? LQ_LUA_SETTLED_ERRORS
+                   : jobs[i]->outcome == LQ_LUA_SETTLE_ACK ? LQ_LUA_SETTLED_ACKED
+                                                          : LQ_LUA_SETTLED_RETRIED]++;
+            free(jobs[i]);
+        }
         pthread_mutex_lock(&s->mu);
-        s->counts[which]++;
-        s->pending--;
+        for (int w = 0; w <= LQ_LUA_SETTLED_ERRORS; w++) s->counts[w] += counts[w];
+        s->pending -= n;
         pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mu);
     }
@@ -104,9 +132,10 @@ static void shut_down(lq_lua_settler *s, int started) {
     free(s);
 }
 
-lq_lua_settler *lq_lua_settler_new(int threads, const char *label) {
+lq_lua_settler *lq_lua_settler_new(int threads, const char *label, bool together) {
     lq_lua_settler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
+    s->together = together;
     if (threads < 1) threads = 1;
     s->threads = calloc((size_t)threads, sizeof *s->threads);
     s->label = strdup(label ? label : "");

@@ -399,6 +399,14 @@ LQ_API int lq_delivery_ack(lq_delivery *delivery);
 LQ_API int lq_delivery_retry(lq_delivery *delivery);
 LQ_API int lq_delivery_retry_after(lq_delivery *delivery, int64_t delay_ms);
 LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
+/* Acks `count` deliveries of one subscription together: where they settle on
+ * pool connections (the lease form, SQLite's advisory form) or in one row
+ * lock batch's transaction, as one statement and one commit; the others one
+ * by one. statuses[i] (NULL: not wanted) gets each one's outcome, as
+ * lq_delivery_ack would return it; the call returns the first failure.
+ * LQ_MISUSE, settling none, when one is settled already or they are of
+ * several subscriptions. The deliveries stay the caller's to free. */
+LQ_API int lq_deliveries_ack(int *statuses, lq_delivery *const *deliveries, size_t count);
 /* Runs one statement of the handler's own, with text parameters in the
  * database's own placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a
  * NULL entry is SQL NULL). In transactional mode it runs on the delivery's

@@ -28,7 +28,7 @@ void lq__acker_destroy(lq_acker *a) {
 /* Acks what was taken, as one set where it can (a row whose ack failed is
  * logged, and its lease runs out and it comes back), and lets go of them. */
 static void ack_taken(lq_delivery **dvs, size_t n) {
-    lq__settle_acks(dvs, n, false);
+    lq__settle_acks(NULL, dvs, n, false);
     for (size_t i = 0; i < n; i++) lq__delivery_unref(dvs[i]);
 }
 

@@ -135,6 +135,23 @@ int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
     return lq__settle(d, LQ_RETRY_AFTER, delay_ms);
 }
 
+int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {
+    lq__error_clear();
+    LQ_CHECK_ARG(dvs || count == 0, "deliveries is NULL");
+    for (size_t i = 0; i < count; i++) {
+        LQ_CHECK_ARG(dvs[i], "a delivery is NULL");
+        if (dvs[i]->sub != dvs[0]->sub)
+            return lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
+        pthread_mutex_lock(&dvs[i]->mu);
+        bool settled = dvs[i]->settled;
+        pthread_mutex_unlock(&dvs[i]->mu);
+        if (settled)
+            return lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
+                             (long long)dvs[i]->id);
+    }
+    return lq__settle_acks(statuses, dvs, count, false);
+}
+
 int lq_delivery_dead_letter(lq_delivery *d) {
     lq__error_clear();
     LQ_CHECK_ARG(d, "delivery is NULL");

@@ -121,4 +121,14 @@ void *lq__memdup(const void *p, size_t n) {
     return copy;
 }
 
+int lq__room_for_one(void **items, int *cap, int count, size_t size, int first) {
+    if (count < *cap) return LQ_OK;
+    int grown_cap = *cap ? *cap * 2 : first;
+    void *grown = realloc(*items, (size_t)grown_cap * size);
+    if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+    *items = grown;
+    *cap = grown_cap;
+    return LQ_OK;
+}
+
 void lq_free(void *memory) { free(memory); }

@@ -29,6 +29,9 @@ LQ_HIDDEN void lq__log_error(int level, const char *what);
 
 LQ_HIDDEN char *lq__strdup(const char *s);
 LQ_HIDDEN void *lq__memdup(const void *p, size_t n);
+/* Makes room for one more item in a growable array (*items, count of *cap
+ * items of `size` bytes), doubling from `first`; LQ_NOMEM when it cannot. */
+LQ_HIDDEN int lq__room_for_one(void **items, int *cap, int count, size_t size, int first);
 
 #define LQ_CHECK_ARG(cond, what)                                                   \
     do {                                                                            \

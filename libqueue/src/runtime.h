@@ -165,13 +165,15 @@ LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
-/* Acks deliveries together (a batch handler's return, the acker): one
- * statement over their rows where they settle on pool connections or in
- * one batch's transaction, the others one by one. Each failure is logged;
- * returns the first. With `gather`, a set on pool connections waits for
- * other settlements to commit with it (the coalescer), else commits at once.
- * Every delivery is settled on return, even out of memory. */
-LQ_HIDDEN int lq__settle_acks(lq_delivery **dvs, size_t n, bool gather);
+/* Acks deliveries of one subscription together (a batch handler's return,
+ * the acker, lq_deliveries_ack): one statement over their rows where they
+ * settle on pool connections or in one batch's transaction, the others one
+ * by one; those settled before are passed over. Each failure goes in
+ * statuses[i], or to the log where statuses is NULL; returns the first. With `gather`, a set on
+ * pool connections waits for other settlements to commit with it (the
+ * coalescer), else commits at once. Every delivery is settled on return,
+ * even out of memory. */
+LQ_HIDDEN int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gather);
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Gives back a connection a delivery (or a batch) held. */
 LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);

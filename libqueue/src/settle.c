@@ -217,8 +217,9 @@ static void finish_settled(lq_delivery *dv) {
     lq__subscription_settled(s, dv);
 }
 
-/* Acks that ran through the coalescer, each with its own outcome. */
-static int ack_pending(lq_delivery **dvs, size_t n, bool gather) {
+/* Acks that ran through the coalescer, each with its own outcome (in
+ * rcs[i]; logged unless `quiet`). */
+static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool quiet) {
     lq_subscription *s = dvs[0]->sub;
     lq_pending *items = calloc(n, sizeof *items);
     if (!items) { /* each is then acked on its own */
@@ -236,8 +237,9 @@ static int ack_pending(lq_delivery **dvs, size_t n, bool gather) {
         int rc = lq__pending_error(&items[i]);
         if (rc == LQ_OK && items[i].changes == 0 && s->form == LQ_FORM_LEASE)
             rc = lease_lost(dvs[i], LQ_ACK);
-        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
+        if (rc != LQ_OK && !quiet) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (first == LQ_OK) first = rc;
+        rcs[i] = rc;
         finish_settled(dvs[i]);
     }
     free(items);
@@ -245,7 +247,7 @@ static int ack_pending(lq_delivery **dvs, size_t n, bool gather) {
 }
 
 /* Acks of one shared transaction, as one statement over their rows. */
-static int ack_shared(lq_delivery **dvs, size_t n) {
+static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
     lq_strbuf sb = {0};
     for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, dvs[i]->id, dvs[i]->token);
@@ -259,35 +261,51 @@ static int ack_shared(lq_delivery **dvs, size_t n) {
     args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
     int rc = settle_shared(dvs, n, &s->sql.ack_set, args);
     free(json);
-    for (size_t i = 0; i < n; i++) finish_settled(dvs[i]);
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = rc;
+        finish_settled(dvs[i]);
+    }
     return rc;
 }
 
-int lq__settle_acks(lq_delivery **dvs, size_t n, bool gather) {
+int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gather) {
     if (n == 0) return LQ_OK;
     int first = LQ_OK;
     size_t k = 0;
+    /* The rows that join the set (at[j]: where set[j] is in dvs), their
+     * mutexes held until they settle: rows of one subscription, and of one
+     * shared transaction if any. */
     lq_delivery **set = malloc(n * sizeof *set);
-    if (!set) first = lq__error(LQ_NOMEM, "out of memory"); /* each on its own */
-    /* The rows that join the set, their mutexes held until they settle:
-     * the deliveries of one claim, so of one shared transaction if any. */
-    for (size_t i = 0; set && i < n; i++) {
+    size_t *at = malloc(n * sizeof *at);
+    int *rcs = malloc(n * sizeof *rcs);
+    if (!set || !at || !rcs) first = lq__error(LQ_NOMEM, "out of memory"); /* each on its own */
+    for (size_t i = 0; first == LQ_OK && i < n; i++) {
         pthread_mutex_lock(&dvs[i]->mu);
-        if (joins_set(dvs[i]) && (k == 0 || dvs[i]->shared == set[0]->shared)) set[k++] = dvs[i];
-        else pthread_mutex_unlock(&dvs[i]->mu);
+        if (joins_set(dvs[i]) && (k == 0 || dvs[i]->shared == set[0]->shared)) {
+            at[k] = i;
+            set[k++] = dvs[i];
+        } else {
+            pthread_mutex_unlock(&dvs[i]->mu);
+        }
     }
     if (k == 1) { /* nothing to gain: the usual path */
         pthread_mutex_unlock(&set[0]->mu);
         k = 0;
     }
-    for (size_t i = 0; i < k; i++) lq__subscription_settling(set[i]->sub, set[i]);
-    if (k) first = set[0]->shared ? ack_shared(set, k) : ack_pending(set, k, gather);
-    free(set);
+    for (size_t j = 0; j < k; j++) lq__subscription_settling(set[j]->sub, set[j]);
+    if (k) first = set[0]->shared ? ack_shared(rcs, set, k) : ack_pending(rcs, set, k, gather, statuses);
+    if (k && set[0]->shared && first != LQ_OK && !statuses)
+        lq__log_error(LQ_LOG_WARNING, "acking a batch after its handler");
+    for (size_t j = 0; statuses && j < k; j++) statuses[at[j]] = rcs[j];
     for (size_t i = 0; i < n; i++) {
-        if (dvs[i]->settled) continue; /* in the set: settled above */
+        if (dvs[i]->settled) continue; /* in the set, or by its handler */
         int rc = lq__settle(dvs[i], LQ_ACK, 0);
-        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
+        if (rc != LQ_OK && !statuses) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (rc != LQ_OK && first == LQ_OK) first = rc;
+        if (statuses) statuses[i] = rc;
     }
+    free(set);
+    free(at);
+    free(rcs);
     return first;
 }

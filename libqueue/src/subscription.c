@@ -582,7 +582,7 @@ static void *batch_worker_main(void *arg) {
         running_handler_of = s;
         int status = s->batch_handler(batch, n, s->userdata);
         running_handler_of = NULL;
-        if (status == LQ_OK) lq__settle_acks(batch, n, s->coalesce);
+        if (status == LQ_OK) lq__settle_acks(NULL, batch, n, s->coalesce);
         for (size_t i = 0; i < n; i++) finish_delivery(batch[i], status);
         pthread_mutex_lock(&s->mu);
     }

@@ -122,6 +122,33 @@ int main(int argc, char **argv) {
     CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == 50);
     lq_subscription_close(s);
 
+    /* Acks together: one statement for the pulled deliveries, each with its
+     * own status; the one whose lease another holder took alone fails. */
+    enum { TOGETHER = 6 };
+    for (int i = 0; i < TOGETHER; i++) {
+        lq_message_new(&batch[i]);
+        lq_message_set_payload(batch[i], "y", 1);
+    }
+    CHECK(lq_publish(NULL, b, t, batch, TOGETHER) == LQ_OK);
+    for (int i = 0; i < TOGETHER; i++) lq_message_free(batch[i]);
+    lq_options_set_int(o, LQ_OPT_WORKERS, TOGETHER);
+    CHECK(lq_subscription_open(&s, b, t, o) == LQ_OK);
+    lq_delivery *pulled[TOGETHER];
+    for (int i = 0; i < TOGETHER; i++) CHECK(lq_subscription_next(&pulled[i], s, 5000) == LQ_OK);
+    char steal[256];
+    snprintf(steal, sizeof steal,
+             "UPDATE jobs SET locked_until = '2100-01-01T00:00:00.000+00:00' WHERE id = %lld",
+             (long long)lq_delivery_id(pulled[2]));
+    sql(steal);
+    int statuses[TOGETHER];
+    CHECK(lq_deliveries_ack(statuses, pulled, TOGETHER) == LQ_LEASE_LOST);
+    for (int i = 0; i < TOGETHER; i++) CHECK(statuses[i] == (i == 2 ? LQ_LEASE_LOST : LQ_OK));
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 1);
+    CHECK(lq_deliveries_ack(statuses, pulled, TOGETHER) == LQ_MISUSE); /* settled once */
+    for (int i = 0; i < TOGETHER; i++) lq_delivery_free(pulled[i]);
+    lq_subscription_close(s);
+    sql("DELETE FROM jobs");
+
     /* Bulk publishes: a full chunk of 1000 and a remainder, ids in message
      * order; remainders of every size leave the broker's statements as
      * they were (only the full chunk's statement is interned). */

@@ -902,13 +902,10 @@ static int cached(MYSQL_STMT **out, lq_conn *c, int id, const char *sql) {
             return LQ_OK;
         }
     }
-    if (c->cache_count == c->cache_cap) {
-        int cap = c->cache_cap ? c->cache_cap * 2 : 16;
-        cached_stmt *grown = realloc(c->cache, (size_t)cap * sizeof *grown);
-        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
-        c->cache = grown;
-        c->cache_cap = cap;
-    }
+    void *cache = c->cache;
+    int grown = lq__room_for_one(&cache, &c->cache_cap, c->cache_count, sizeof *c->cache, 16);
+    c->cache = cache;
+    if (grown != LQ_OK) return grown;
     MYSQL_STMT *st;
     int rc = prepare_stmt(&st, c, sql);
     if (rc != LQ_OK) return rc;

@@ -333,13 +333,10 @@ static void statement_name(char name[32], const lq_stmt *st) {
 static int ensure_prepared(lq_conn *c, const lq_stmt *st) {
     for (int i = 0; i < c->count; i++)
         if (c->names[i].id == st->id) return LQ_OK;
-    if (c->count == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 16;
-        prepared *grown = realloc(c->names, (size_t)cap * sizeof *grown);
-        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
-        c->names = grown;
-        c->cap = cap;
-    }
+    void *names = c->names;
+    int grown = lq__room_for_one(&names, &c->cap, c->count, sizeof *c->names, 16);
+    c->names = names;
+    if (grown != LQ_OK) return grown;
     char name[32];
     statement_name(name, st);
     int rc = LQ_OK;

@@ -249,13 +249,10 @@ static int cached(sqlite3_stmt **out, lq_conn *c, const lq_stmt *st) {
             return LQ_OK;
         }
     }
-    if (c->cache_count == c->cache_cap) {
-        int cap = c->cache_cap ? c->cache_cap * 2 : 16;
-        cached_stmt *grown = realloc(c->cache, (size_t)cap * sizeof *grown);
-        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
-        c->cache = grown;
-        c->cache_cap = cap;
-    }
+    void *cache = c->cache;
+    int grown = lq__room_for_one(&cache, &c->cache_cap, c->cache_count, sizeof *c->cache, 16);
+    c->cache = cache;
+    if (grown != LQ_OK) return grown;
     sqlite3_stmt *stmt;
     int rc = sqlite3_prepare_v3(c->db, st->sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL);
     if (rc != SQLITE_OK) return db_error(LQ_SCHEMA, c->db, rc, "cannot prepare a statement");

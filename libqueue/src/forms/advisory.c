@@ -22,13 +22,10 @@ typedef struct candidates {
 static int on_candidate(void *arg, const lq_value *cols, int count) {
     candidates *c = arg;
     if (count < 2) return lq__error(LQ_BACKEND, "the candidate query returned %d columns", count);
-    if (c->count == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 8;
-        candidate *grown = realloc(c->items, (size_t)cap * sizeof *grown);
-        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
-        c->items = grown;
-        c->cap = cap;
-    }
+    void *items = c->items;
+    int grown = lq__room_for_one(&items, &c->cap, c->count, sizeof *c->items, 8);
+    c->items = items;
+    if (grown != LQ_OK) return grown;
     char *key = malloc(cols[1].n + 1);
     if (!key) return lq__error(LQ_NOMEM, "out of memory");
     if (cols[1].n) memcpy(key, cols[1].p, cols[1].n);
