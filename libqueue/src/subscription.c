@@ -126,9 +126,9 @@ static void plan_flow(lq_subscription *s) {
                    s->form == LQ_FORM_LEASE;
     f->claim_seen = s->form == LQ_FORM_LEASE;
     /* Rows waiting ahead hold a lease, which the keeper extends, and no
-     * connection: up to 8 per worker (at most 512) for handlers that run
+     * connection: up to 16 per worker (at most 512) for handlers that run
      * faster than a claim's commit. */
-    if (s->form == LQ_FORM_LEASE && !s->batch) f->ahead_max = s->workers < 64 ? 8 * s->workers : 512;
+    if (s->form == LQ_FORM_LEASE && !s->batch) f->ahead_max = s->workers < 32 ? 16 * s->workers : 512;
 }
 
 /* Prepares a statement the subscription can do without, or drops it. */
