@@ -303,6 +303,19 @@ static bool batch_stamp(raw_worker *w, const rows_out *got, MYSQL_TIME *lease_ti
     return ok;
 }
 
+typedef enum { CLAIM_ROWS, CLAIM_EMPTY, CLAIM_AGAIN, CLAIM_FAILED } claim_step;
+
+/* START TRANSACTION and the claim's locking read: rows in `got` and the
+ * transaction open; or nothing left (rolled back); or a conflict to retry;
+ * or a failure (w->error says it). */
+static claim_step begin_claim(raw_worker *w, MYSQL_BIND *params, rows_out *got) {
+    my_worker *c = w->conn;
+    if (!plain(w, c->my, "START TRANSACTION") || !run(w, c->claim, params, got, NULL))
+        return retry_conflict(w, c->my) ? CLAIM_AGAIN : CLAIM_FAILED;
+    if (got->count > 0) return CLAIM_ROWS;
+    return plain(w, c->my, "ROLLBACK") ? CLAIM_EMPTY : CLAIM_FAILED;
+}
+
 static bool drain_row_lock(raw_worker *w) {
     my_worker *c = w->conn;
     rows_out *got = calloc(1, sizeof *got);
@@ -312,15 +325,10 @@ static bool drain_row_lock(raw_worker *w) {
     while (ok) {
         MYSQL_BIND p[1];
         bind_int(&p[0], &limit);
-        if (!(ok = plain(w, c->my, "START TRANSACTION") && run(w, c->claim, p, got, NULL))) {
-            if (retry_conflict(w, c->my)) {
-                ok = true;
-                continue;
-            }
-            break;
-        }
-        if (got->count == 0) {
-            ok = plain(w, c->my, "ROLLBACK");
+        claim_step step = begin_claim(w, p, got);
+        if (step == CLAIM_AGAIN) continue;
+        if (step != CLAIM_ROWS) {
+            ok = step == CLAIM_EMPTY;
             break;
         }
         if (w->cfg->batch > 1) {
@@ -351,20 +359,13 @@ static bool drain_lease(raw_worker *w) {
         MYSQL_BIND p[2];
         bind_time(&p[0], &now_t, now);
         bind_int(&p[1], &limit);
-        if (!(ok = plain(w, c->my, "START TRANSACTION") && run(w, c->claim, p, got, NULL))) {
-            if (retry_conflict(w, c->my)) {
-                ok = true;
-                continue;
-            }
+        claim_step step = begin_claim(w, p, got);
+        if (step == CLAIM_AGAIN) continue;
+        if (step != CLAIM_ROWS) {
+            ok = step == CLAIM_EMPTY;
             break;
         }
-        if (got->count == 0) {
-            ok = plain(w, c->my, "ROLLBACK");
-            break;
-        }
-        if (w->cfg->batch > 1) {
-            ok = batch_stamp(w, got, &lease_t, lease, &now_t2, now);
-        }
+        if (w->cfg->batch > 1) ok = batch_stamp(w, got, &lease_t, lease, &now_t2, now);
         for (int i = 0; ok && w->cfg->batch == 1 && i < got->count; i++) {
             MYSQL_BIND s[3];
             int64_t affected = 0;
