@@ -44,6 +44,7 @@ static void broker_free(lq_broker *b) {
     lq__pool_destroy(&b->pool);
     for (size_t i = 0; i < b->statement_count; i++) free(b->statements[i].sql);
     free(b->statements);
+    lq__insert_cache_free(&b->inserts);
     target_free(&b->target);
     lq_options_free(b->options);
     pthread_mutex_destroy(&b->mu);

@@ -140,14 +140,14 @@ static size_t chunk_of(lq_message *const *messages, size_t count, size_t most) {
 static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq_conn *conn,
                       const lq_table *t, lq_message *const *messages, size_t count) {
     const lq_dialect *d = b->dialect;
-    lq_stmt insert, full = {0};
+    lq_stmt insert = {0}, full = {0};
     /* A single message's insert sends the wake-up itself where it can: one
      * round trip and one commit, and no row written without its wake-up. */
     char channel[256];
     *notified = count == 1 && b->listener && d->notify_call;
     if (*notified) lq__table_label(t, channel, sizeof channel);
-    int rc = *notified ? lq__sql_build_insert_notify(&insert, d, t) : lq__sqlset_build_insert(&insert, d, t);
-    if (rc == LQ_OK) rc = lq__broker_intern(b, &insert);
+    bool owned = false;
+    int rc = lq__insert_for(&insert, &owned, b, t, *notified);
     bool rows = count > 1 && lq__sql_insert_writes(t) &&
                 (!t->id_generated ||
                  (d->insert_rows_returning ? d->insert_rows_returning(conn) : d->insert_returning));
@@ -177,7 +177,7 @@ static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq_conn *c
         if (rc == LQ_OK) rc = insert_rows(ids, b, conn, t, n < most ? &part : &full, messages + i, n, now);
         free(part.sql);
     }
-    free(insert.sql);
+    if (owned) free(insert.sql);
     free(full.sql);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "coalesce.h"
 #include "flow.h"
 #include "headers.h"
+#include "insert_cache.h"
 #include "lease_book.h"
 #include "pool.h"
 
@@ -26,6 +27,7 @@ struct lq_broker {
     lq_subscription *subscriptions; /* open ones, for wake-ups */
     lq_stmt *statements;            /* interned, so prepared copies are reused */
     size_t statement_count;
+    lq_insert_cache inserts;        /* publishes' one-row inserts, per table */
     struct lq_listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
     int thread_connections;         /* the on_threads pools of its subscriptions */
     pthread_mutex_t room_mu;        /* guards room and room_wanted */

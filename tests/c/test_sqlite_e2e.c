@@ -174,6 +174,23 @@ int main(int argc, char **argv) {
     free(many);
     free(ids);
 
+    /* The broker keeps each description's insert: a description changed
+     * after a publish writes through its new columns, and a new description
+     * of the same table is told apart from the old one. */
+    sql("ALTER TABLE jobs ADD COLUMN body BLOB");
+    CHECK(lq_publish(NULL, b, t, &m, 1) == LQ_OK);
+    lq_table_set_column(t, LQ_ROLE_PAYLOAD, "body");
+    CHECK(lq_publish(NULL, b, t, &m, 1) == LQ_OK);
+    CHECK(count_rows("SELECT count(*) FROM jobs WHERE body = CAST('hello' AS BLOB)") == 1);
+    lq_table *other;
+    lq_table_new(&other, "jobs");
+    lq_table_set_column(other, LQ_ROLE_PAYLOAD, "payload");
+    CHECK(lq_publish(NULL, b, other, &m, 1) == LQ_OK);
+    lq_table_free(other);
+    CHECK(count_rows("SELECT count(*) FROM jobs WHERE payload = CAST('hello' AS BLOB)") == 2);
+    lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
+    sql("DELETE FROM jobs");
+
     /* Misdescribed tables fail when a subscription opens, naming what is wrong. */
     lq_table *bad;
     lq_table_new(&bad, "nope");
