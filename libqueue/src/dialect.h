@@ -148,4 +148,9 @@ LQ_HIDDEN extern const lq_dialect lq__postgres_dialect;
 LQ_HIDDEN extern const lq_dialect lq__mysql_dialect;
 LQ_HIDDEN const lq_dialect *lq__dialect_for_url(const char *url, const char **rest);
 
+/* Whether the calling thread is to give up waiting for a lock: it claims
+ * for a subscription that is stopping, whose own rows' transactions may hold
+ * the lock it waits for. */
+LQ_HIDDEN bool lq__lock_wait_abandoned(void);
+
 #endif

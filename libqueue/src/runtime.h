@@ -119,6 +119,10 @@ struct lq_subscription {
 
     pthread_t *claimers, keeper;
     int claimer_count;
+    int claimers_idle; /* waiting on claim_cv: for room, or resting */
+    atomic_bool waits_abandoned; /* stopped: its claims' lock waits end (lq__lock_wait_abandoned) */
+    lq_delivery *left_head, *left_tail; /* rows a stop left to go back at close */
+    int left_count;
     bool has_keeper;
     pthread_t *threads;
     int thread_count;

@@ -18,6 +18,13 @@
 /* The subscription whose handler this thread is running, if any: stop waits
  * for handlers, so it cannot be called from one of its own. */
 static _Thread_local lq_subscription *running_handler_of;
+/* The subscription whose stop ends this thread's lock waits: its claimer's,
+ * and its closer's while it gives rows back. */
+static _Thread_local lq_subscription *waiting_for;
+
+bool lq__lock_wait_abandoned(void) {
+    return waiting_for && atomic_load(&waiting_for->waits_abandoned);
+}
 /* The pool of this handler thread, under on_threads. */
 static _Thread_local lq_pool *own_pool;
 
@@ -62,7 +69,7 @@ void lq__subscription_unref(lq_subscription *s) {
 void lq__subscription_wake(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     s->woken = true;
-    pthread_cond_broadcast(&s->claim_cv);
+    pthread_cond_signal(&s->claim_cv); /* that claimer wakes the next, as room allows */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -284,6 +291,23 @@ static bool account_room(lq_subscription *s) {
     return wake;
 }
 
+/* Whether the flow lets another claim start now. s->mu held. */
+static bool flow_may_start(const lq_subscription *s) {
+    return lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
+                              lq__pool_spare(&s->broker->pool));
+}
+
+/* Wakes one idle claimer when another claim may start: each change of the
+ * flow starts at most the one claim it makes room for, and a claimer that
+ * starts wakes the next while room is left, rather than every change
+ * waking every claimer to contend for the lock. None while the claimers
+ * rest (they claim when the rest ends). s->mu held. */
+static void wake_a_claimer(lq_subscription *s) {
+    if (!s->claimers_idle || !flow_may_start(s)) return;
+    if (!s->woken && s->rest_until && s->rest_until > lq__mono_ms()) return;
+    pthread_cond_signal(&s->claim_cv);
+}
+
 /* Whether another claim may start now: the flow allows it, and so does the
  * broker's room, whose share for the claim is taken at once, so two
  * subscriptions never count on the same room. Returns the rows the claim
@@ -291,8 +315,7 @@ static bool account_room(lq_subscription *s) {
  * room, all of it taken now (the claim's connection and claim_extra).
  * s->mu held. */
 static int may_claim(lq_subscription *s) {
-    bool wants = lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
-                                    lq__pool_spare(&s->broker->pool));
+    bool wants = flow_may_start(s);
     int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
     lq_broker *b = s->broker;
     int mine = room_of(s);
@@ -329,7 +352,7 @@ void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broke
     pthread_mutex_lock(&s->mu);
     s->held--;
     bool wake = account_room(s);
-    pthread_cond_broadcast(&s->claim_cv);
+    wake_a_claimer(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) lq__broker_wake_room(s->broker, s);
 }
@@ -383,22 +406,29 @@ static void *claimer_main(void *arg) {
         if (s->woken) s->rest_until = 0;
         if (s->rest_until > lq__mono_ms()) {
             struct timespec deadline = lq__deadline_in(s->rest_until - lq__mono_ms());
+            s->claimers_idle++;
             pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
+            s->claimers_idle--;
             continue;
         }
         int limit = may_claim(s);
         if (!limit) {
+            s->claimers_idle++;
             pthread_cond_wait(&s->claim_cv, &s->mu);
+            s->claimers_idle--;
             continue;
         }
         int extra = rows_hold(s) ? limit - 1 : 0;
         s->flow.running++;
         s->flow.asked += limit;
         s->woken = false;
+        wake_a_claimer(s); /* the next, while room is left */
         pthread_mutex_unlock(&s->mu);
 
         lq_claimed got = {0};
+        waiting_for = s;
         int rc = run_claim(&got, s, limit);
+        waiting_for = NULL;
         atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
         if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
         if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
@@ -422,14 +452,16 @@ static void *claimer_main(void *arg) {
             else s->queue_head = got.head;
             s->queue_tail = got.tail;
             s->waiting += got.count;
-            pthread_cond_broadcast(&s->ready_cv);
+            /* Any worker takes any row, except under lanes. */
+            if (got.count == 1 && !s->lanes) pthread_cond_signal(&s->ready_cv);
+            else pthread_cond_broadcast(&s->ready_cv);
         }
         int64_t rest = 0;
         if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
         else if (rc != LQ_OK) rest = FAILED_CLAIM_WAIT_MS;
         else if (got.count < limit) rest = s->poll_ms;
         if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
-        pthread_cond_broadcast(&s->claim_cv); /* the flow changed: others may go */
+        wake_a_claimer(s); /* the flow changed: another may go */
         if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
             pthread_mutex_unlock(&s->mu);
             lq__broker_wake_room(s->broker, s);
@@ -503,7 +535,7 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     d->handed = true;
     if (s->lanes) s->lane_busy[d->lane]++;
     lq__flow_handed(&s->flow, s->in_work - 1);
-    pthread_cond_signal(&s->claim_cv); /* a row left the queue: a claim may go */
+    wake_a_claimer(s); /* a row left the queue: a claim may go */
     atomic_fetch_add(&s->stats[LQ_STAT_DELIVERED], 1);
     return d;
 }
@@ -514,7 +546,7 @@ void lq__subscription_settling(lq_subscription *s, lq_delivery *d) {
     if (d->handed && !d->settling) {
         d->settling = true;
         s->settling++;
-        pthread_cond_signal(&s->claim_cv);
+        wake_a_claimer(s);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -538,7 +570,7 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
         d->handed = false;
     }
     if (s->form == LQ_FORM_ADVISORY) s->woken = true; /* a key came free */
-    pthread_cond_broadcast(&s->claim_cv);
+    wake_a_claimer(s);
     if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
     pthread_mutex_unlock(&s->mu);
     if (room_freed) lq__broker_wake_room(s->broker, s);
@@ -748,6 +780,7 @@ int lq_subscription_stop(lq_subscription *s) {
         return LQ_OK;
     }
     s->stopping = true;
+    atomic_store(&s->waits_abandoned, true);
     bool started = s->started;
     pthread_cond_broadcast(&s->claim_cv);
     pthread_cond_broadcast(&s->ready_cv);
@@ -757,13 +790,22 @@ int lq_subscription_stop(lq_subscription *s) {
     for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
     lq__acker_stop(&s->acker); /* after the workers: it runs every ack they left */
 
-    /* Rows claimed but never handed out go back at once. A stopped
+    /* Rows claimed but never handed out go back at once, but where the
+     * database has one writer and a transactional delivery is in work:
+     * its transaction may hold the write lock their release would wait
+     * for, on this very thread, so they go back at close. A stopped
      * subscription waits for no room, so the others need leave it none. */
     pthread_mutex_lock(&s->mu);
     lq_claimed left = {s->queue_head, s->queue_tail, s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
     s->stopped = true;
+    if (s->transactional && s->in_work > 0 && s->broker->dialect->single_writer) {
+        s->left_head = left.head;
+        s->left_tail = left.tail;
+        s->left_count = left.count;
+        left = (lq_claimed){0};
+    }
     pthread_mutex_lock(&s->broker->room_mu);
     bool was_starved = s->room_starved;
     set_starved(s, false);
@@ -781,6 +823,17 @@ void lq_subscription_close(lq_subscription *s) {
         return;
     }
     lq_subscription_stop(s);
+    pthread_mutex_lock(&s->mu);
+    lq_claimed left = {s->left_head, s->left_tail, s->left_count};
+    s->left_head = s->left_tail = NULL;
+    s->left_count = 0;
+    bool in_work = s->in_work > 0;
+    pthread_mutex_unlock(&s->mu);
+    /* A delivery still in work may hold the lock: the release does not wait
+     * for it, and rows it cannot give back return when their leases end. */
+    if (in_work) waiting_for = s;
+    lq__claimed_free(&left);
+    waiting_for = NULL;
     pthread_mutex_lock(&s->mu);
     s->closing = true;
     pthread_cond_broadcast(&s->keeper_cv);

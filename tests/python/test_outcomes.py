@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -215,6 +216,36 @@ def test_transactional_writes_commit_with_the_ack(db, broker, form) -> None:
         sub.stop()
     assert db.query("SELECT row_id, note FROM audit") == [(first, "keep")]
     assert db.query("SELECT id FROM jobs") == [(second,)]
+
+
+@pytest.mark.dialect("sqlite")
+@pytest.mark.forms("lease")  # SQLite's advisory claims only read
+def test_stop_ends_a_claim_waiting_for_the_own_transactions_lock(db, form) -> None:
+    """SQLite has one writer: a claim made while a delivery's transaction
+    holds the write lock waits for it, and the stop must not wait out that
+    claim's lock timeout while the delivery waits for the stop."""
+    table = make_table(form)
+    db.create_table(table)
+    db.execute("CREATE TABLE audit (note TEXT)")
+    timeout_s = 60
+    with libqueue.Broker(db.url, statement_timeout_ms=timeout_s * 1000) as broker:
+        broker.publish_many(table, [b"a", b"b", b"c"])
+        with broker.subscribe(table, poll_interval_ms=POLL_MS, transactional=1) as sub:
+            with one(sub) as d:
+                d.execute("INSERT INTO audit (note) VALUES (?)", "kept")
+                d.ack()  # its settlement lets the claimer go on
+            with one(sub) as d:
+                d.execute("INSERT INTO audit (note) VALUES (?)", "x")  # the write lock
+                time.sleep(0.3)  # the claimer's next claim waits for the lock
+                started = time.monotonic()
+                sub.stop()
+                stopped_in = time.monotonic() - started
+                d.retry()
+    assert stopped_in < timeout_s / 2, "the stop waited %.1f s for a claim" % stopped_in
+    assert db.query("SELECT note FROM audit") == [("kept",)]
+    assert db.count("jobs") == 2
+    # The rows claimed ahead went back at close, the retried one at once.
+    assert db.query("SELECT count(*) FROM jobs WHERE locked_until IS NOT NULL") == [(0,)]
 
 
 def test_execute_outside_transactional_mode_commits_on_its_own(db, broker, form) -> None:

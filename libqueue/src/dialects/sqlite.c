@@ -24,6 +24,7 @@ struct lq_conn {
     bool borrowed; /* the caller's connection: never closed here */
     int64_t statement_timeout_ms;
     int64_t deadline; /* monotonic ms; the progress handler stops a statement past it */
+    int64_t lock_wait_since; /* monotonic ms: the current wait for a lock began */
     cached_stmt *cache;
     int cache_count, cache_cap;
 };
@@ -43,6 +44,21 @@ static int db_error(int status, sqlite3 *db, int rc, const char *what) {
 static int on_progress(void *arg) {
     lq_conn *c = arg;
     return c->deadline && lq__mono_ms() > c->deadline;
+}
+
+/* Waits for a lock in short sleeps, up to statement_timeout_ms, and gives
+ * up at once when the calling thread's wait is abandoned: a stopping
+ * subscription's claim may wait for a lock its own rows' transactions hold,
+ * and the stop waits for the claim. */
+static int on_busy(void *arg, int count) {
+    lq_conn *c = arg;
+    int64_t now = lq__mono_ms();
+    if (count == 0) c->lock_wait_since = now;
+    if (lq__lock_wait_abandoned() || now - c->lock_wait_since >= c->statement_timeout_ms) return 0;
+    int ms = count < 4 ? 1 << count : 10; /* 1, 2, 4, 8, then 10 ms */
+    struct timespec pause = {0, (long)ms * 1000000L};
+    nanosleep(&pause, NULL);
+    return 1;
 }
 
 static int run_plain(lq_conn *c, const char *sql) {
@@ -118,9 +134,9 @@ static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const l
      * string literal: that is how a missing column is caught at open. */
     sqlite3_db_config(c->db, SQLITE_DBCONFIG_DQS_DML, 0, (int *)NULL);
     sqlite3_db_config(c->db, SQLITE_DBCONFIG_DQS_DDL, 0, (int *)NULL);
-    /* Lock waits are bounded by the busy timeout, statements by the progress
+    /* Lock waits are bounded by the busy handler, statements by the progress
      * handler: nothing waits forever. */
-    sqlite3_busy_timeout(c->db, (int)lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS));
+    sqlite3_busy_handler(c->db, on_busy, c);
     sqlite3_progress_handler(c->db, 1000, on_progress, c);
     rc = run_plain(c, "PRAGMA journal_mode = WAL");
     if (rc == LQ_OK) rc = run_plain(c, "PRAGMA synchronous = NORMAL");
