@@ -30,23 +30,6 @@ struct timespec lq__deadline_in_us(int64_t us) {
     return ts;
 }
 
-void lq__time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms) {
-    time_t secs = (time_t)(epoch_ms / 1000);
-    int ms = (int)(epoch_ms % 1000);
-    if (ms < 0) {
-        ms += 1000;
-        secs -= 1;
-    }
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char wide[64]; /* room for any int the compiler cannot bound */
-    snprintf(wide, sizeof wide, "%04d-%02d-%02dT%02d:%02d:%02d.%03d+00:00",
-             (tm.tm_year + 1900) % 10000, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-             tm.tm_sec, ms);
-    memcpy(out, wide, LQ_TIME_TEXT_SIZE - 1);
-    out[LQ_TIME_TEXT_SIZE - 1] = '\0';
-}
-
 /* Days from 1970-01-01 to a civil date (proleptic Gregorian). */
 static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
     y -= m <= 2;
@@ -57,20 +40,88 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
     return era * 146097 + (int64_t)doe - 719468;
 }
 
+/* The civil date of a day counted from 1970-01-01: the inverse of
+ * days_from_civil. */
+static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
+    z += 719468;
+    const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    const unsigned doe = (unsigned)(z - era * 146097);
+    const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    const unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+/* `width` digits of v, zero-padded, at p; returns the end. */
+static char *put_digits(char *p, unsigned v, int width) {
+    for (int i = width - 1; i >= 0; i--) {
+        p[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return p + width;
+}
+
+/* Written by hand, not with gmtime_r and snprintf: every claimed row and
+ * every settled lease passes through here, and gmtime_r takes a lock. */
+void lq__time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms) {
+    int64_t day = epoch_ms / 86400000, in_day = epoch_ms % 86400000;
+    if (in_day < 0) {
+        in_day += 86400000;
+        day -= 1;
+    }
+    int64_t year;
+    unsigned month, mday;
+    civil_from_days(day, &year, &month, &mday);
+    unsigned ms = (unsigned)in_day;
+    char *p = put_digits(out, (unsigned)(((year % 10000) + 10000) % 10000), 4);
+    *p++ = '-';
+    p = put_digits(p, month, 2);
+    *p++ = '-';
+    p = put_digits(p, mday, 2);
+    *p++ = 'T';
+    p = put_digits(p, ms / 3600000, 2);
+    *p++ = ':';
+    p = put_digits(p, ms / 60000 % 60, 2);
+    *p++ = ':';
+    p = put_digits(p, ms / 1000 % 60, 2);
+    *p++ = '.';
+    p = put_digits(p, ms % 1000, 3);
+    memcpy(p, "+00:00", 7);
+}
+
+/* Up to `most` decimal digits at *p, moving past them; false when none. */
+static bool read_digits(const char **p, int most, int *out) {
+    int v = 0, n = 0;
+    for (; n < most && **p >= '0' && **p <= '9'; n++, (*p)++) v = v * 10 + (**p - '0');
+    *out = v;
+    return n > 0;
+}
+
+static bool read_char(const char **p, const char *any) {
+    if (!**p || !strchr(any, **p)) return false;
+    (*p)++;
+    return true;
+}
+
 bool lq__time_parse(int64_t *epoch_ms, const char *text) {
-    int y, mo, d, h, mi, s, used = 0;
-    if (sscanf(text, "%4d-%2d-%2d%*1[T ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &s, &used) != 6)
+    int y, mo, d, h, mi, sec;
+    const char *p = text;
+    if (!read_digits(&p, 4, &y) || !read_char(&p, "-") || !read_digits(&p, 2, &mo) ||
+        !read_char(&p, "-") || !read_digits(&p, 2, &d) || !read_char(&p, "T ") ||
+        !read_digits(&p, 2, &h) || !read_char(&p, ":") || !read_digits(&p, 2, &mi) ||
+        !read_char(&p, ":") || !read_digits(&p, 2, &sec))
         return false;
-    const char *rest = text + used;
     int ms = 0;
-    if (*rest == '.') {
+    if (*p == '.') {
         int scale = 100;
-        for (rest++; *rest >= '0' && *rest <= '9'; rest++) {
-            ms += (*rest - '0') * scale;
+        for (p++; *p >= '0' && *p <= '9'; p++) {
+            ms += (*p - '0') * scale;
             scale /= 10;
         }
     }
     *epoch_ms = ((days_from_civil(y, (unsigned)mo, (unsigned)d) * 24 + h) * 60 + mi) * 60000 +
-                (int64_t)s * 1000 + ms;
+                (int64_t)sec * 1000 + ms;
     return true;
 }

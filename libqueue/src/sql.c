@@ -346,9 +346,14 @@ static int build_ack_set(lq_sql *b) {
 }
 
 void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, int64_t id, int64_t token) {
-    char text[LQ_TIME_TEXT_SIZE];
+    char number[LQ_INT_TEXT_SIZE], text[LQ_TIME_TEXT_SIZE];
+    size_t n = lq__int_text(number, id);
     d->held_time_text(text, token);
-    lq__sb_addf(sb, "%c[%lld,\"%s\"]", sb->len ? ',' : '[', (long long)id, text);
+    lq__sb_addn(sb, sb->len ? ",[" : "[[", 2);
+    lq__sb_addn(sb, number, n);
+    lq__sb_addn(sb, ",\"", 2);
+    lq__sb_add(sb, text);
+    lq__sb_addn(sb, "\"]", 2);
 }
 
 char *lq__held_set_take(lq_strbuf *sb) {

@@ -2,6 +2,23 @@
 #include "check.h"
 #include "clock.h"
 
+#include <stdio.h>
+#include <time.h>
+
+/* The text the C library's calendar gives for a time. */
+static void reference_text(char out[64], int64_t epoch_ms) {
+    int64_t secs = epoch_ms / 1000, ms = epoch_ms % 1000;
+    if (ms < 0) {
+        ms += 1000;
+        secs -= 1;
+    }
+    time_t t = (time_t)secs;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    snprintf(out, 64, "%04d-%02d-%02dT%02d:%02d:%02d.%03d+00:00", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)ms);
+}
+
 int main(void) {
     char text[LQ_TIME_TEXT_SIZE];
     lq__time_text(text, 0);
@@ -12,6 +29,29 @@ int main(void) {
     CHECK(lq__time_parse(&back, text) && back == 1795000000123);
     CHECK(lq__time_parse(&back, "2026-11-18 11:06:40") && back == 1795000000000);
     CHECK(!lq__time_parse(&back, "yesterday"));
+
+    /* The hand-written calendar agrees with the C library's across leap
+     * days, centuries and times before 1970, and parses back. */
+    const int64_t day = 86400000;
+    const int64_t points[] = {-1, -day, -86399999, 951782400000 /* 2000-02-29 */,
+                              4107542400000 /* 2100-03-01 */, 253402300799999 /* 9999-12-31 */};
+    int agree = 0, total = 0;
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++, total++) {
+        char want[64];
+        reference_text(want, points[i]);
+        lq__time_text(text, points[i]);
+        agree += strcmp(text, want) == 0;
+    }
+    uint64_t x = 88172645463325252ull; /* xorshift: times spread over 1900..2200 */
+    for (int i = 0; i < 200000; i++, total++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t ms = (int64_t)(x % 9467280000000ull) - 2208988800000;
+        char want[64];
+        reference_text(want, ms);
+        lq__time_text(text, ms);
+        agree += strcmp(text, want) == 0 && lq__time_parse(&back, text) && back == ms;
+    }
+    CHECK(agree == total);
 
     char earlier[LQ_TIME_TEXT_SIZE], later[LQ_TIME_TEXT_SIZE];
     lq__time_text(earlier, 1795000000999);
