@@ -51,7 +51,9 @@
 #define PG_INSERT_ROWS_HEAD "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES "
 #define PG_INSERT_ROWS_TUPLE "(1, $%d)"
 #define PG_INSERT_ROWS_TAIL " RETURNING \"id\""
-#define PG_ROW_LOCK_BATCH_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ANY($1::bigint[])"
+#define PG_ROW_LOCK_BATCH_ACK                                                                      \
+    "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT \"lq_id\" FROM (SELECT "                 \
+    "unnest($1::bigint[]) AS \"lq_id\") AS \"lq_s\")"
 #define PG_LEASE_BATCH_ACK \
     "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ANY($1::bigint[]) AND \"locked_until\" = $2"
 

@@ -41,19 +41,20 @@ int main(int argc, char **argv) {
     const struct {
         const lq_dialect *dialect;
         bench_form form;
-        const char *claim, *take, *take_read, *stamp, *ack, *insert;
+        const char *claim, *take, *take_read, *stamp, *ack, *insert, *ack_set;
     } cases[] = {
-        {&lq__postgres_dialect, BENCH_ROW_LOCK, PG_ROW_LOCK_CLAIM, NULL, NULL, NULL, PG_ROW_LOCK_ACK, PG_INSERT},
-        {&lq__postgres_dialect, BENCH_LEASE, PG_LEASE_CLAIM, NULL, NULL, NULL, PG_LEASE_ACK, PG_INSERT},
+        {&lq__postgres_dialect, BENCH_ROW_LOCK, PG_ROW_LOCK_CLAIM, NULL, NULL, NULL, PG_ROW_LOCK_ACK, PG_INSERT,
+         PG_ROW_LOCK_BATCH_ACK},
+        {&lq__postgres_dialect, BENCH_LEASE, PG_LEASE_CLAIM, NULL, NULL, NULL, PG_LEASE_ACK, PG_INSERT, NULL},
         {&lq__postgres_dialect, BENCH_ADVISORY, PG_ADVISORY_CLAIM, PG_ADVISORY_TAKE, NULL, NULL,
-         PG_ADVISORY_ACK, PG_INSERT},
-        {&lq__sqlite_dialect, BENCH_LEASE, SQ_LEASE_CLAIM, NULL, NULL, NULL, SQ_LEASE_ACK, SQ_INSERT},
+         PG_ADVISORY_ACK, PG_INSERT, NULL},
+        {&lq__sqlite_dialect, BENCH_LEASE, SQ_LEASE_CLAIM, NULL, NULL, NULL, SQ_LEASE_ACK, SQ_INSERT, NULL},
         {&lq__sqlite_dialect, BENCH_ADVISORY, SQ_ADVISORY_CLAIM, SQ_ADVISORY_TAKE, NULL, NULL,
-         SQ_ADVISORY_ACK, SQ_INSERT},
-        {&lq__mysql_dialect, BENCH_ROW_LOCK, MY_ROW_LOCK_CLAIM, NULL, NULL, NULL, MY_ROW_LOCK_ACK, MY_INSERT},
-        {&lq__mysql_dialect, BENCH_LEASE, MY_LEASE_CLAIM, NULL, NULL, MY_LEASE_STAMP, MY_LEASE_ACK, MY_INSERT},
+         SQ_ADVISORY_ACK, SQ_INSERT, NULL},
+        {&lq__mysql_dialect, BENCH_ROW_LOCK, MY_ROW_LOCK_CLAIM, NULL, NULL, NULL, MY_ROW_LOCK_ACK, MY_INSERT, NULL},
+        {&lq__mysql_dialect, BENCH_LEASE, MY_LEASE_CLAIM, NULL, NULL, MY_LEASE_STAMP, MY_LEASE_ACK, MY_INSERT, NULL},
         {&lq__mysql_dialect, BENCH_ADVISORY, MY_ADVISORY_CLAIM, MY_ADVISORY_TAKE, MY_ADVISORY_TAKE_READ,
-         NULL, MY_ADVISORY_ACK, MY_INSERT},
+         NULL, MY_ADVISORY_ACK, MY_INSERT, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char where[64];
@@ -74,6 +75,7 @@ int main(int argc, char **argv) {
         if (cases[i].take_read) expect(where, "take_read", &set.take_read, cases[i].take_read);
         if (cases[i].stamp) expect(where, "stamp", &set.stamp, cases[i].stamp);
         expect(where, "ack", &set.ack, cases[i].ack);
+        if (cases[i].ack_set) expect(where, "ack_set", &set.ack_set, cases[i].ack_set);
         expect(where, "insert", &insert, cases[i].insert);
         lq__sqlset_free(&set);
         free(insert.sql);

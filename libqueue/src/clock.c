@@ -1,6 +1,5 @@
 #include "clock.h"
 
-#include <stdio.h>
 #include <string.h>
 
 int64_t lq__now_ms(void) {

@@ -38,6 +38,7 @@ typedef struct lq_coalescer {
     atomic_int in_work;
     int64_t wait_us;
     const lq_stmt *ack, *ack_set; /* acks of one row, and of a set (NULL sql: none) */
+    bool tokens;                  /* the set carries each row's lease token */
 } lq_coalescer;
 
 LQ_HIDDEN void lq__coalescer_init(lq_coalescer *c);

@@ -250,8 +250,9 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
 static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
     lq_strbuf sb = {0};
-    for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, dvs[i]->id, dvs[i]->token);
-    char *json = lq__held_set_take(&sb);
+    /* A row lock batch's rows: no tokens. */
+    for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, false, dvs[i]->id, 0);
+    char *json = lq__held_set_take(&sb, s->broker->dialect, false);
     if (!json) {
         for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
         return lq__error(LQ_NOMEM, "out of memory");

@@ -25,7 +25,7 @@ typedef enum lq_param {
     LQ_P_HEADERS,
     LQ_P_MSG_GROUP,   /* the group a publish writes */
     LQ_P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
-    LQ_P_HELD_SET,    /* rows settled together: JSON [[id, token], ..] (lq__held_set_add) */
+    LQ_P_HELD_SET,    /* rows settled together, as lq__held_set_add writes them */
     LQ_P_CHANNEL,     /* the table's notification channel */
     LQ_P_COUNT
 } lq_param;
@@ -125,8 +125,12 @@ LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialec
 /* The JSON a set of rows is bound as: [[id, "token"], ..], the token in the
  * dialect's time text. Add each row, then take the text (NULL when out of
  * memory). */
-LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, int64_t id, int64_t token);
-LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb);
+/* A set of rows as one text parameter: JSON [[id, token], ..], or where
+ * the rows have no tokens (every form but the lease) and the dialect reads
+ * ids alone (held_ids_array), an array literal {id, ..}. */
+LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, bool tokens, int64_t id,
+                                int64_t token);
+LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb, const struct lq_dialect *d, bool tokens);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
 /* One message's insert that also notifies the table's channel (LQ_P_CHANNEL)

@@ -237,6 +237,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = prepare_all(s);
     s->coalescer.ack = &s->sql.ack;
     s->coalescer.ack_set = &s->sql.ack_set;
+    s->coalescer.tokens = s->form == LQ_FORM_LEASE;
     if (rc == LQ_OK) rc = lq__broker_attach(b, s);
     if (rc != LQ_OK) {
         if (s->table) {

@@ -71,9 +71,9 @@ static int stamp_set(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_valu
     lq_strbuf sb = {0};
     for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) {
         dv->token = row_expiry(s, now, dv->id);
-        lq__held_set_add(&sb, d, dv->id, dv->token);
+        lq__held_set_add(&sb, d, true, dv->id, dv->token);
     }
-    char *json = lq__held_set_take(&sb);
+    char *json = lq__held_set_take(&sb, d, true);
     if (!json) return lq__error(LQ_NOMEM, "out of memory");
     args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
     int64_t changes = 0;
