@@ -54,8 +54,11 @@
 #define PG_ROW_LOCK_BATCH_ACK                                                                      \
     "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT \"lq_id\" FROM (SELECT "                 \
     "unnest($1::bigint[]) AS \"lq_id\") AS \"lq_s\")"
-#define PG_LEASE_BATCH_ACK \
-    "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ANY($1::bigint[]) AND \"locked_until\" = $2"
+#define PG_LEASE_BATCH_ACK                                                                         \
+    "DELETE FROM \"lq_bench_jobs\" WHERE (\"id\", \"locked_until\") IN (SELECT \"lq_id\", \"lq_held\" FROM " \
+    "(SELECT \"lq_a\"[2 * \"lq_i\" - 1] AS \"lq_id\", to_timestamp(\"lq_a\"[2 * \"lq_i\"] / 1000.0) AS "       \
+    "\"lq_held\" FROM (SELECT $1::bigint[] AS \"lq_a\") AS \"lq_v\", generate_series(1, "                  \
+    "cardinality(\"lq_a\") / 2) AS \"lq_i\") AS \"lq_s\")"
 
 /* ---- SQLite ---- */
 #define SQ_LEASE_CLAIM                                                                             \

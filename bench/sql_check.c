@@ -45,7 +45,8 @@ int main(int argc, char **argv) {
     } cases[] = {
         {&lq__postgres_dialect, BENCH_ROW_LOCK, PG_ROW_LOCK_CLAIM, NULL, NULL, NULL, PG_ROW_LOCK_ACK, PG_INSERT,
          PG_ROW_LOCK_BATCH_ACK},
-        {&lq__postgres_dialect, BENCH_LEASE, PG_LEASE_CLAIM, NULL, NULL, NULL, PG_LEASE_ACK, PG_INSERT, NULL},
+        {&lq__postgres_dialect, BENCH_LEASE, PG_LEASE_CLAIM, NULL, NULL, NULL, PG_LEASE_ACK, PG_INSERT,
+         PG_LEASE_BATCH_ACK},
         {&lq__postgres_dialect, BENCH_ADVISORY, PG_ADVISORY_CLAIM, PG_ADVISORY_TAKE, NULL, NULL,
          PG_ADVISORY_ACK, PG_INSERT, NULL},
         {&lq__sqlite_dialect, BENCH_LEASE, SQ_LEASE_CLAIM, NULL, NULL, NULL, SQ_LEASE_ACK, SQ_INSERT, NULL},

@@ -69,7 +69,7 @@ static int run_ack_set(bool *whole, lq_coalescer *c, const lq_dialect *d, lq_con
     lq_strbuf sb = {0};
     for (lq_pending *p = list; p; p = p->next)
         if (in_set(c, p)) lq__held_set_add(&sb, d, c->tokens, p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i);
-    char *json = lq__held_set_take(&sb, d, c->tokens);
+    char *json = lq__held_set_take(&sb, d);
     if (!json) return lq__error(LQ_NOMEM, "out of memory");
     lq_value args[LQ_P_COUNT];
     memcpy(args, first->args, sizeof args);

@@ -85,7 +85,7 @@ typedef struct lq_dialect {
      * of columns lq_id and lq_held read from the JSON of LQ_P_HELD_SET, and
      * the time text its tokens are written in. NULL: no such statement. */
     void (*held_set_source)(lq_sql *b);
-    bool held_ids_array; /* a set without tokens is an array of ids (lq__held_set_add) */
+    bool held_set_array; /* a set is an array of integers, not JSON (lq__held_set_add) */
     void (*held_time_text)(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms);
     /* The set is joined to the table (DELETE t FROM set JOIN t), where a
      * subquery in a DELETE would not use the table's index; else the rows

@@ -252,7 +252,7 @@ static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     lq_strbuf sb = {0};
     /* A row lock batch's rows: no tokens. */
     for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, false, dvs[i]->id, 0);
-    char *json = lq__held_set_take(&sb, s->broker->dialect, false);
+    char *json = lq__held_set_take(&sb, s->broker->dialect);
     if (!json) {
         for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
         return lq__error(LQ_NOMEM, "out of memory");

@@ -345,14 +345,16 @@ static int build_ack_set(lq_sql *b) {
     return lq__sql_finish(b);
 }
 
-static bool ids_alone(const lq_dialect *d, bool tokens) { return !tokens && d->held_ids_array; }
-
 void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, bool tokens, int64_t id, int64_t token) {
     char number[LQ_INT_TEXT_SIZE], text[LQ_TIME_TEXT_SIZE];
     size_t n = lq__int_text(number, id);
-    if (ids_alone(d, tokens)) {
+    if (d->held_set_array) {
         lq__sb_addc(sb, sb->len ? ',' : '{');
         lq__sb_addn(sb, number, n);
+        if (tokens) {
+            lq__sb_addc(sb, ',');
+            lq__sb_addn(sb, number, lq__int_text(number, token));
+        }
         return;
     }
     d->held_time_text(text, token);
@@ -363,10 +365,9 @@ void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, bool tokens, int64_t i
     lq__sb_addn(sb, "\"]", 2);
 }
 
-char *lq__held_set_take(lq_strbuf *sb, const lq_dialect *d, bool tokens) {
-    bool ids = ids_alone(d, tokens);
-    if (!sb->len) lq__sb_addc(sb, ids ? '{' : '[');
-    lq__sb_addc(sb, ids ? '}' : ']');
+char *lq__held_set_take(lq_strbuf *sb, const lq_dialect *d) {
+    if (!sb->len) lq__sb_addc(sb, d->held_set_array ? '{' : '[');
+    lq__sb_addc(sb, d->held_set_array ? '}' : ']');
     return lq__sb_take(sb);
 }
 

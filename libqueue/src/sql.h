@@ -125,12 +125,12 @@ LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialec
 /* The JSON a set of rows is bound as: [[id, "token"], ..], the token in the
  * dialect's time text. Add each row, then take the text (NULL when out of
  * memory). */
-/* A set of rows as one text parameter: JSON [[id, token], ..], or where
- * the rows have no tokens (every form but the lease) and the dialect reads
- * ids alone (held_ids_array), an array literal {id, ..}. */
+/* A set of rows as one text parameter: JSON [[id, "token"], ..], or where
+ * the dialect reads arrays (held_set_array), an array literal of integers:
+ * {id, ..}, or with tokens (the lease form) {id, token ms, id, token ms, ..}. */
 LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, bool tokens, int64_t id,
                                 int64_t token);
-LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb, const struct lq_dialect *d, bool tokens);
+LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb, const struct lq_dialect *d);
 /* The insert a publish runs: one row, returning its id. */
 LQ_HIDDEN int lq__sqlset_build_insert(lq_stmt *insert, const struct lq_dialect *d, const lq_table *t);
 /* One message's insert that also notifies the table's channel (LQ_P_CHANNEL)

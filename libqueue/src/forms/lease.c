@@ -73,7 +73,7 @@ static int stamp_set(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_valu
         dv->token = row_expiry(s, now, dv->id);
         lq__held_set_add(&sb, d, true, dv->id, dv->token);
     }
-    char *json = lq__held_set_take(&sb, d, true);
+    char *json = lq__held_set_take(&sb, d);
     if (!json) return lq__error(LQ_NOMEM, "out of memory");
     args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
     int64_t changes = 0;
