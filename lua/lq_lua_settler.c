@@ -163,6 +163,7 @@ bool lq_lua_settler_push(lq_lua_settler *s, lq_delivery *delivery, int outcome,
         return false;
     }
     *j = (job){.delivery = delivery, .outcome = outcome, .delay_ms = delay_ms};
+    lq_delivery_handled(delivery); /* its worker's next row may be claimed now */
     pthread_mutex_lock(&s->mu);
     if (s->tail) {
         s->tail->next = j;

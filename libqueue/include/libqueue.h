@@ -407,6 +407,14 @@ LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
  * LQ_MISUSE, settling none, when one is settled already or they are of
  * several subscriptions. The deliveries stay the caller's to free. */
 LQ_API int lq_deliveries_ack(int *statuses, lq_delivery *const *deliveries, size_t count);
+/* Tells the subscription that the delivery's handler is done and that its
+ * settlement will follow, from another thread: a binding that hands its
+ * settlements to threads of its own calls it at the hand-over. Where the
+ * delivery holds no connection (the lease form, unless transactional), the
+ * claims then count its worker free, as they do while a settlement runs. The
+ * settlement still comes; without one the row is in work until it is
+ * settled or its lease ends. Does nothing to a settled delivery. */
+LQ_API void lq_delivery_handled(lq_delivery *delivery);
 /* Runs one statement of the handler's own, with text parameters in the
  * database's own placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a
  * NULL entry is SQL NULL). In transactional mode it runs on the delivery's

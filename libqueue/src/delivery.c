@@ -135,6 +135,10 @@ int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
     return lq__settle(d, LQ_RETRY_AFTER, delay_ms);
 }
 
+void lq_delivery_handled(lq_delivery *d) {
+    if (d && d->sub) lq__subscription_settling(d->sub, d);
+}
+
 int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {
     lq__error_clear();
     LQ_CHECK_ARG(dvs || count == 0, "deliveries is NULL");

@@ -149,6 +149,25 @@ int main(int argc, char **argv) {
     lq_subscription_close(s);
     sql("DELETE FROM jobs");
 
+    /* A delivery handed to a binding's settler thread counts as settling
+     * from the hand-over (lq_delivery_handled), so the claims count its
+     * worker free before the settlement runs; once, and not after it. */
+    CHECK(lq_publish(NULL, b, t, &m, 1) == LQ_OK);
+    lq_options_set_int(o, LQ_OPT_WORKERS, 1);
+    CHECK(lq_subscription_open(&s, b, t, o) == LQ_OK);
+    CHECK(lq_subscription_next(&d, s, 5000) == LQ_OK);
+    CHECK(s->settling == 0);
+    lq_delivery_handled(d);
+    lq_delivery_handled(d);
+    CHECK(s->settling == 1);
+    CHECK(lq_delivery_ack(d) == LQ_OK);
+    CHECK(s->settling == 0);
+    lq_delivery_handled(d);
+    CHECK(s->settling == 0);
+    lq_delivery_free(d);
+    lq_subscription_close(s);
+    lq_delivery_handled(NULL);
+
     /* Bulk publishes: a full chunk of 1000 and a remainder, ids in message
      * order; remainders of every size leave the broker's statements as
      * they were (only the full chunk's statement is interned). */
