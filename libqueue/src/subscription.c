@@ -305,7 +305,7 @@ static bool flow_may_start(const lq_subscription *s) {
  * rest (they claim when the rest ends). s->mu held. */
 static void wake_a_claimer(lq_subscription *s) {
     if (!s->claimers_idle || !flow_may_start(s)) return;
-    if (!s->woken && s->rest_until && s->rest_until > lq__mono_ms()) return;
+    if (!s->woken && s->rest_until > lq__mono_ms()) return;
     pthread_cond_signal(&s->claim_cv);
 }
 

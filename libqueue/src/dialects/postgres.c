@@ -302,7 +302,6 @@ static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
     return lq__sql_finish(&b);
 }
 
-/* The rows of a settled set, from their JSON. */
 /* A set comes as a bigint[], which costs the server less to read than JSON
  * elements and timestamp text: ids, or in the lease form pairs of id and
  * token (epoch milliseconds, exact through to_timestamp's microseconds). */
