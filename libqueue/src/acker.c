@@ -29,7 +29,7 @@ void lq__acker_destroy(lq_acker *a) {
  * logged, and its lease runs out and it comes back), and lets go of them. */
 static void ack_taken(lq_delivery **dvs, size_t n) {
     lq__settle_acks(NULL, dvs, n, false);
-    for (size_t i = 0; i < n; i++) lq__delivery_unref(dvs[i]);
+    lq__deliveries_unref(dvs, n);
 }
 
 static void *acker_main(void *arg) {
@@ -66,7 +66,7 @@ int lq__acker_start(lq_acker *a) {
 
 bool lq__acker_take(lq_acker *a, lq_delivery *d) {
     if (!a->running) return false;
-    lq__subscription_settling(d->sub, d);
+    lq__subscription_settling(d->sub, &d, 1);
     pthread_mutex_lock(&a->mu);
     while (a->queued >= ACKER_QUEUE_MAX && !a->stopping) pthread_cond_wait(&a->room, &a->mu);
     d->queue_next = NULL;

@@ -16,7 +16,6 @@ static char *text_of(const lq_value *v) {
 }
 
 static void delivery_free(lq_delivery *d) {
-    free(d->payload);
     free(d->group);
     free(d->partition_key);
     lq__headers_clear(&d->headers);
@@ -28,20 +27,25 @@ static void delivery_free(lq_delivery *d) {
 
 int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols, int count) {
     if (count < LQ_COL_COUNT) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
-    lq_delivery *d = calloc(1, sizeof *d);
+    /* The payload lives in the delivery's own allocation, after it. */
+    const lq_value *p = &cols[LQ_COL_PAYLOAD];
+    size_t payload_size = p->type == LQ_V_NULL ? 0 : p->n;
+    lq_delivery *d = malloc(sizeof *d + payload_size + 1);
     if (!d) return lq__error(LQ_NOMEM, "out of memory");
+    memset(d, 0, sizeof *d);
     pthread_mutex_init(&d->mu, NULL);
     atomic_init(&d->refs, 1);
     d->id = cols[LQ_COL_ID].i;
-    const lq_value *p = &cols[LQ_COL_PAYLOAD];
-    d->payload_size = p->type == LQ_V_NULL ? 0 : p->n;
-    d->payload = lq__memdup(p->p, d->payload_size);
+    d->payload = (unsigned char *)(d + 1);
+    d->payload_size = payload_size;
+    if (payload_size) memcpy(d->payload, p->p, payload_size);
+    d->payload[payload_size] = '\0';
     d->attempt = cols[LQ_COL_ATTEMPT].type == LQ_V_INT ? (int)cols[LQ_COL_ATTEMPT].i : 0;
     d->group = text_of(&cols[LQ_COL_GROUP]);
     d->partition_key = text_of(&cols[LQ_COL_PKEY]);
     d->priority = cols[LQ_COL_PRIORITY].i;
     d->due = text_of(&cols[LQ_COL_DUE]);
-    bool missing = !d->payload || (cols[LQ_COL_GROUP].type != LQ_V_NULL && !d->group) ||
+    bool missing = (cols[LQ_COL_GROUP].type != LQ_V_NULL && !d->group) ||
                    (cols[LQ_COL_PKEY].type != LQ_V_NULL && !d->partition_key) ||
                    (cols[LQ_COL_DUE].type != LQ_V_NULL && !d->due);
     int rc = missing ? lq__error(LQ_NOMEM, "out of memory") : LQ_OK;
@@ -66,14 +70,37 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value 
     return LQ_OK;
 }
 
-void lq__delivery_unref(lq_delivery *d) {
-    if (!d || atomic_fetch_sub(&d->refs, 1) != 1) return;
-    lq_subscription *s = d->sub;
+/* Frees deliveries that lost their last reference, the lease book
+ * forgetting them under one hold of the subscription's lock. */
+static void free_unreferenced(lq_subscription *s, lq_delivery **gone, size_t n) {
+    if (n == 0) return;
     pthread_mutex_lock(&s->mu);
-    lq__book_remove(&s->book, &d->entry);
+    for (size_t i = 0; i < n; i++) lq__book_remove(&s->book, &gone[i]->entry);
     pthread_mutex_unlock(&s->mu);
-    delivery_free(d);
-    lq__subscription_unref(s);
+    for (size_t i = 0; i < n; i++) {
+        delivery_free(gone[i]);
+        lq__subscription_unref(s);
+    }
+}
+
+void lq__deliveries_unref(lq_delivery *const *dvs, size_t n) {
+    if (n == 0) return;
+    lq_subscription *s = dvs[0]->sub;
+    lq_delivery *gone[64];
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_fetch_sub(&dvs[i]->refs, 1) != 1) continue;
+        gone[count++] = dvs[i];
+        if (count == sizeof gone / sizeof gone[0]) {
+            free_unreferenced(s, gone, count);
+            count = 0;
+        }
+    }
+    free_unreferenced(s, gone, count);
+}
+
+void lq__delivery_unref(lq_delivery *d) {
+    if (d) lq__deliveries_unref(&d, 1);
 }
 
 void lq_delivery_free(lq_delivery *d) {
@@ -136,7 +163,7 @@ int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
 }
 
 void lq_delivery_handled(lq_delivery *d) {
-    if (d && d->sub) lq__subscription_settling(d->sub, d);
+    if (d && d->sub) lq__subscription_settling(d->sub, &d, 1);
 }
 
 int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {

@@ -53,7 +53,7 @@ struct lq_delivery {
     atomic_int refs;
     pthread_mutex_t mu; /* a settlement and an extension of this row take turns */
     int64_t id;
-    unsigned char *payload;
+    unsigned char *payload; /* in the delivery's allocation, after it; ends in a NUL */
     size_t payload_size;
     int attempt;
     char *group, *partition_key;
@@ -169,6 +169,8 @@ LQ_HIDDEN lq_pool *lq__thread_pool(const lq_subscription *s);
 LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols,
                                     int count);
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
+/* Lets go of deliveries of one subscription, as many at once as it can. */
+LQ_HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
 /* Acks deliveries of one subscription together (a batch handler's return,
@@ -186,11 +188,12 @@ LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, 
 /* A delivery took a connection to hold (a transactional delivery's, unless
  * it was reserved at its claim). */
 LQ_HIDDEN void lq__subscription_hold(lq_subscription *s);
-/* A handed-out delivery's settlement began: where it holds no connection,
- * the claim of its worker's next row may go beside it. */
-LQ_HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *d);
-/* A handed-out delivery settled: its worker, lane and key are free again. */
-LQ_HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *d);
+/* Handed-out deliveries' settlements began: where they hold no connection,
+ * the claims of their workers' next rows may go beside them. */
+LQ_HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
+/* Handed-out deliveries settled: their workers, lanes and keys are free
+ * again. Counted at once, so a set's settlement wakes a claimer once. */
+LQ_HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n);
 
 /* The forms: each claims up to `limit` rows, taking the connections it needs
  * from the pool, and appends the deliveries to `out` in claim order. */

@@ -189,13 +189,13 @@ int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
         return lq__error(LQ_MISUSE, "row %lld: the table has no dead-letter destination",
                          (long long)dv->id);
     }
-    lq__subscription_settling(s, dv);
+    lq__subscription_settling(s, &dv, 1);
     int rc = run_outcome(dv, outcome, delay_ms);
     dv->settled = true;
     pthread_mutex_unlock(&dv->mu);
 
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv);
-    lq__subscription_settled(s, dv);
+    lq__subscription_settled(s, &dv, 1);
     return rc;
 }
 
@@ -208,13 +208,16 @@ static bool joins_set(const lq_delivery *dv) {
     return s->form != LQ_FORM_ROW_LOCK && !dv->conn;
 }
 
-/* Marks a delivery settled, as lq__settle does after its statements. */
-static void finish_settled(lq_delivery *dv) {
-    lq_subscription *s = dv->sub;
-    dv->settled = true;
-    pthread_mutex_unlock(&dv->mu);
-    if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv);
-    lq__subscription_settled(s, dv);
+/* Marks a set of deliveries settled, as lq__settle does after its
+ * statements. */
+static void finish_settled(lq_delivery **dvs, size_t n) {
+    lq_subscription *s = dvs[0]->sub;
+    for (size_t i = 0; i < n; i++) {
+        dvs[i]->settled = true;
+        pthread_mutex_unlock(&dvs[i]->mu);
+        if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dvs[i]);
+    }
+    lq__subscription_settled(s, dvs, n);
 }
 
 /* Acks that ran through the coalescer, each with its own outcome (in
@@ -240,8 +243,8 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
         if (rc != LQ_OK && !quiet) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (first == LQ_OK) first = rc;
         rcs[i] = rc;
-        finish_settled(dvs[i]);
     }
+    finish_settled(dvs, n);
     free(items);
     return first;
 }
@@ -262,10 +265,8 @@ static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
     int rc = settle_shared(dvs, n, &s->sql.ack_set, args);
     free(json);
-    for (size_t i = 0; i < n; i++) {
-        rcs[i] = rc;
-        finish_settled(dvs[i]);
-    }
+    for (size_t i = 0; i < n; i++) rcs[i] = rc;
+    finish_settled(dvs, n);
     return rc;
 }
 
@@ -293,7 +294,7 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
         pthread_mutex_unlock(&set[0]->mu);
         k = 0;
     }
-    for (size_t j = 0; j < k; j++) lq__subscription_settling(set[j]->sub, set[j]);
+    if (k) lq__subscription_settling(set[0]->sub, set, k);
     if (k) first = set[0]->shared ? ack_shared(rcs, set, k) : ack_pending(rcs, set, k, gather, statuses);
     if (k && set[0]->shared && first != LQ_OK && !statuses)
         lq__log_error(LQ_LOG_WARNING, "acking a batch after its handler");

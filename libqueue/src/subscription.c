@@ -398,6 +398,19 @@ static int64_t contention_wait(lq_subscription *s, int streak) {
     return base / 2 + (int64_t)(rand_r(&s->jitter_seed) % (unsigned)(base / 2 + 1));
 }
 
+/* Wakes the workers a claim's rows need, s->mu held: under lanes every one
+ * (only a row's own lane takes it); otherwise one per row, or one per batch
+ * for a batch handler, since one worker takes a whole batch and the others
+ * woken with it would only find the queue empty. */
+static void wake_takers(lq_subscription *s, int rows) {
+    if (s->lanes) {
+        pthread_cond_broadcast(&s->ready_cv);
+        return;
+    }
+    int wakes = s->batch_handler ? (rows + s->batch - 1) / s->batch : rows;
+    for (int i = 0; i < wakes; i++) pthread_cond_signal(&s->ready_cv);
+}
+
 static void *claimer_main(void *arg) {
     lq_subscription *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -453,9 +466,7 @@ static void *claimer_main(void *arg) {
             else s->queue_head = got.head;
             s->queue_tail = got.tail;
             s->waiting += got.count;
-            /* Any worker takes any row, except under lanes. */
-            if (got.count == 1 && !s->lanes) pthread_cond_signal(&s->ready_cv);
-            else pthread_cond_broadcast(&s->ready_cv);
+            wake_takers(s, got.count);
         }
         int64_t rest = 0;
         if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
@@ -541,19 +552,23 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     return d;
 }
 
-void lq__subscription_settling(lq_subscription *s, lq_delivery *d) {
-    if (s->flow.holds) return; /* its connection stays held until it settles */
+void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n) {
+    if (s->flow.holds) return; /* their connections stay held until they settle */
     pthread_mutex_lock(&s->mu);
-    if (d->handed && !d->settling) {
-        d->settling = true;
-        s->settling++;
-        wake_a_claimer(s);
+    int before = s->settling;
+    for (size_t i = 0; i < n; i++) {
+        if (dvs[i]->handed && !dvs[i]->settling) {
+            dvs[i]->settling = true;
+            s->settling++;
+        }
     }
+    if (s->settling != before) wake_a_claimer(s);
     pthread_mutex_unlock(&s->mu);
 }
 
-void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
-    pthread_mutex_lock(&s->mu);
+/* Counts a delivery out of the flow; true when it gave room back to the
+ * broker. s->mu held. */
+static bool count_settled(lq_subscription *s, lq_delivery *d) {
     bool room_freed = false;
     if (d->reserved) { /* it never took the connection counted for it */
         d->reserved = false;
@@ -570,12 +585,19 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *d) {
         if (s->lanes) s->lane_busy[d->lane]--;
         d->handed = false;
     }
+    return room_freed;
+}
+
+void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n) {
+    pthread_mutex_lock(&s->mu);
+    bool room_freed = false;
+    for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
     if (s->form == LQ_FORM_ADVISORY) s->woken = true; /* a key came free */
     wake_a_claimer(s);
     if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
     pthread_mutex_unlock(&s->mu);
     if (room_freed) lq__broker_wake_room(s->broker, s);
-    atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], 1);
+    atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], (int64_t)n);
 }
 
 typedef struct worker_arg {
@@ -583,14 +605,19 @@ typedef struct worker_arg {
     int lane;
 } worker_arg;
 
+/* Settles a delivery its handler left unsettled: an ack when the handler
+ * returned LQ_OK, a retry otherwise. */
+static void settle_unsettled(lq_delivery *d, int status) {
+    if (d->settled) return;
+    int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
+    if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
+}
+
 /* Settles what a handler left unsettled by its return, and lets go. An ack
  * goes to the acker where it runs (the acker lets go). */
 static void finish_delivery(lq_delivery *d, int status) {
     if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d)) return;
-    if (!d->settled) {
-        int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
-        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
-    }
+    settle_unsettled(d, status);
     lq__delivery_unref(d);
 }
 
@@ -616,7 +643,8 @@ static void *batch_worker_main(void *arg) {
         int status = s->batch_handler(batch, n, s->userdata);
         running_handler_of = NULL;
         if (status == LQ_OK) lq__settle_acks(NULL, batch, n, s->coalesce);
-        for (size_t i = 0; i < n; i++) finish_delivery(batch[i], status);
+        for (size_t i = 0; i < n; i++) settle_unsettled(batch[i], status);
+        lq__deliveries_unref(batch, n);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +46,20 @@ static int handler(lq_delivery *d, void *userdata) {
     (void)userdata;
     atomic_fetch_add(&handled, 1);
     return lq_delivery_attempt(d) >= 1 ? LQ_OK : LQ_ERROR;
+}
+
+/* Counts the rows of every batch whose payload reads as published, NUL
+ * after it. */
+static atomic_int batched_rows;
+
+static int batch_handler(lq_delivery *const *deliveries, size_t count, void *userdata) {
+    (void)userdata;
+    for (size_t i = 0; i < count; i++) {
+        const char *p = lq_delivery_payload(deliveries[i]);
+        if (lq_delivery_payload_size(deliveries[i]) == 7 && strcmp(p, "batched") == 0)
+            atomic_fetch_add(&batched_rows, 1);
+    }
+    return LQ_OK;
 }
 
 int main(int argc, char **argv) {
@@ -121,6 +136,29 @@ int main(int argc, char **argv) {
     CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
     CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == 50);
     lq_subscription_close(s);
+
+    /* A batch handler: batches of a hundred, every row acked and let go
+     * (more rows at once than the deliveries let go under one lock). */
+    enum { BATCHED = 150 };
+    lq_message *rows[BATCHED];
+    for (int i = 0; i < BATCHED; i++) {
+        lq_message_new(&rows[i]);
+        lq_message_set_payload(rows[i], "batched", 7);
+    }
+    CHECK(lq_publish(NULL, b, t, rows, BATCHED) == LQ_OK);
+    for (int i = 0; i < BATCHED; i++) lq_message_free(rows[i]);
+    lq_options_set_int(o, LQ_OPT_WORKERS, 2);
+    lq_options_set_int(o, LQ_OPT_BATCH, 100);
+    CHECK(lq_subscription_open(&s, b, t, o) == LQ_OK);
+    atomic_store(&batched_rows, 0);
+    CHECK(lq_subscription_run_batch(s, batch_handler, NULL) == LQ_OK);
+    for (int i = 0; i < 500 && count_rows("SELECT count(*) FROM jobs") > 0; i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
+    CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == BATCHED);
+    lq_subscription_close(s);
+    CHECK(atomic_load(&batched_rows) == BATCHED);
+    lq_options_set_int(o, LQ_OPT_BATCH, 0);
 
     /* Acks together: one statement for the pulled deliveries, each with its
      * own status; the one whose lease another holder took alone fails. */
