@@ -15,25 +15,76 @@ static char *text_of(const lq_value *v) {
     return s;
 }
 
+/* Up to this many blocks of deliveries let go wait for the next claims of
+ * their subscription: a claim's deliveries are made on its claimer thread
+ * and freed on the workers', which costs the allocator more than a list. */
+enum { SPARES_MAX = 64 };
+
+/* A block for a delivery with `payload_size` bytes of payload: a spare one
+ * where it is large enough, else a new one. Zeroed, its mutex initialised. */
+static lq_delivery *delivery_block(lq_subscription *s, size_t payload_size) {
+    pthread_mutex_lock(&s->spares_mu);
+    lq_delivery *d = s->spares;
+    if (d) {
+        s->spares = d->queue_next;
+        s->spare_count--;
+    }
+    pthread_mutex_unlock(&s->spares_mu);
+    size_t room = d ? d->payload_room : 0;
+    if (d && room < payload_size + 1) {
+        free(d);
+        d = NULL;
+    }
+    if (!d) {
+        room = payload_size + 1;
+        if (!(d = malloc(sizeof *d + room))) return NULL;
+    }
+    memset(d, 0, sizeof *d);
+    d->payload_room = room;
+    pthread_mutex_init(&d->mu, NULL);
+    return d;
+}
+
+/* Frees what a delivery owns, and keeps its block for the next claim
+ * while the subscription keeps fewer than SPARES_MAX. */
 static void delivery_free(lq_delivery *d) {
+    lq_subscription *s = d->sub;
     free(d->group);
     free(d->partition_key);
     lq__headers_clear(&d->headers);
     free(d->key);
     free(d->due);
     pthread_mutex_destroy(&d->mu);
+    if (s) {
+        pthread_mutex_lock(&s->spares_mu);
+        bool kept = s->spare_count < SPARES_MAX;
+        if (kept) {
+            d->queue_next = s->spares;
+            s->spares = d;
+            s->spare_count++;
+        }
+        pthread_mutex_unlock(&s->spares_mu);
+        if (kept) return;
+    }
     free(d);
+}
+
+void lq__delivery_spares_free(lq_subscription *s) {
+    while (s->spares) {
+        lq_delivery *d = s->spares;
+        s->spares = d->queue_next;
+        free(d);
+    }
+    s->spare_count = 0;
 }
 
 int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols, int count) {
     if (count < LQ_COL_COUNT) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
-    /* The payload lives in the delivery's own allocation, after it. */
+    /* The payload lives in the delivery's own block, after it. */
     const lq_value *p = &cols[LQ_COL_PAYLOAD];
     size_t payload_size = p->type == LQ_V_NULL ? 0 : p->n;
-    lq_delivery *d = malloc(sizeof *d + payload_size + 1);
+    lq_delivery *d = delivery_block(s, payload_size);
     if (!d) return lq__error(LQ_NOMEM, "out of memory");
-    memset(d, 0, sizeof *d);
-    pthread_mutex_init(&d->mu, NULL);
     atomic_init(&d->refs, 1);
     d->id = cols[LQ_COL_ID].i;
     d->payload = (unsigned char *)(d + 1);

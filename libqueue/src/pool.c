@@ -19,6 +19,7 @@ int lq__pool_init_sized(lq_pool *pool, const lq_dialect *d, const lq_broker_targ
     pool->size = size;
     pool->acquire_timeout_ms = lq__opt_int(options, LQ_OPT_ACQUIRE_TIMEOUT_MS);
     pool->idle_count = pool->open = 0;
+    atomic_init(&pool->lent, 0);
     pool->idle = calloc((size_t)pool->size, sizeof *pool->idle);
     if (!pool->idle) return lq__error(LQ_NOMEM, "out of memory");
     pthread_mutex_init(&pool->mu, NULL);
@@ -46,16 +47,19 @@ int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms) {
     for (;;) {
         if (pool->idle_count > 0) {
             *out = pool->idle[--pool->idle_count];
+            atomic_fetch_add(&pool->lent, 1);
             pthread_mutex_unlock(&pool->mu);
             return LQ_OK;
         }
         if (pool->open < pool->size) {
             pool->open++;
+            atomic_fetch_add(&pool->lent, 1);
             pthread_mutex_unlock(&pool->mu);
             int rc = pool->dialect->connect(out, pool->target, pool->options);
             if (rc != LQ_OK) {
                 pthread_mutex_lock(&pool->mu);
                 pool->open--;
+                atomic_fetch_sub(&pool->lent, 1);
                 pthread_cond_signal(&pool->freed);
                 pthread_mutex_unlock(&pool->mu);
             }
@@ -79,13 +83,9 @@ void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken) {
     pthread_mutex_lock(&pool->mu);
     if (broken) pool->open--;
     else pool->idle[pool->idle_count++] = conn;
+    atomic_fetch_sub(&pool->lent, 1);
     pthread_cond_signal(&pool->freed);
     pthread_mutex_unlock(&pool->mu);
 }
 
-int lq__pool_spare(lq_pool *pool) {
-    pthread_mutex_lock(&pool->mu);
-    int spare = pool->idle_count + (pool->size - pool->open);
-    pthread_mutex_unlock(&pool->mu);
-    return spare;
-}
+int lq__pool_spare(lq_pool *pool) { return pool->size - atomic_load(&pool->lent); }

@@ -6,6 +6,7 @@
 #include "dialect.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct lq_pool {
     pthread_mutex_t mu;
@@ -17,6 +18,7 @@ typedef struct lq_pool {
     int idle_count;
     int open; /* idle and lent */
     int size;
+    atomic_int lent; /* changed under mu; read without it (lq__pool_spare) */
     int64_t acquire_timeout_ms;
 } lq_pool;
 
@@ -34,7 +36,8 @@ LQ_HIDDEN int lq__pool_acquire(lq_conn **out, lq_pool *pool);
 LQ_HIDDEN int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms);
 /* Takes a connection back; a broken one is closed instead. */
 LQ_HIDDEN void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken);
-/* Idle connections plus room for new ones. */
+/* Idle connections plus room for new ones: a glance without the lock,
+ * which the flow takes often and acquiring settles for certain. */
 LQ_HIDDEN int lq__pool_spare(lq_pool *pool);
 
 #endif

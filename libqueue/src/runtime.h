@@ -55,6 +55,7 @@ struct lq_delivery {
     int64_t id;
     unsigned char *payload; /* in the delivery's allocation, after it; ends in a NUL */
     size_t payload_size;
+    size_t payload_room; /* what the allocation holds after the delivery, NUL included */
     int attempt;
     char *group, *partition_key;
     lq_headers headers;
@@ -131,6 +132,10 @@ struct lq_subscription {
 
     atomic_llong stats[LQ_STAT_WAITING + 1];
     lq_subscription *next_in_broker;
+    /* Blocks of deliveries let go, for the next claims (delivery.c). */
+    pthread_mutex_t spares_mu;
+    lq_delivery *spares;
+    int spare_count;
 };
 
 /* Broker internals. */
@@ -171,6 +176,8 @@ LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Lets go of deliveries of one subscription, as many at once as it can. */
 LQ_HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
+/* Frees the blocks a subscription kept of deliveries let go. */
+LQ_HIDDEN void lq__delivery_spares_free(lq_subscription *s);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
 LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
 /* Acks deliveries of one subscription together (a batch handler's return,

@@ -58,6 +58,8 @@ static void subscription_free(lq_subscription *s) {
     pthread_cond_destroy(&s->keeper_cv);
     lq__coalescer_destroy(&s->coalescer);
     lq__acker_destroy(&s->acker);
+    lq__delivery_spares_free(s);
+    pthread_mutex_destroy(&s->spares_mu);
     free(s);
     lq__broker_unref(b);
 }
@@ -192,6 +194,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     lq__broker_ref(b);
     s->broker = b;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->spares_mu, NULL);
     cond_init(&s->claim_cv);
     cond_init(&s->ready_cv);
     cond_init(&s->keeper_cv);
