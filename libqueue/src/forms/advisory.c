@@ -99,7 +99,11 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
      * other keys are found without waiting for a poll. (Keys held by other
      * sessions are filtered by the query where the database knows them.) */
     int64_t held = d->advisory_holds_connection ? 0 : (int64_t)lq__keys_held(s->broker->target.realpath);
-    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held};
+    /* And past the rows the other claims in flight may take first (each
+     * reads the same first rows): their keys are then held, and the claim
+     * goes on to the next row rather than coming back empty. */
+    int64_t beside = !s->flow.one_claim && s->workers > 1 ? s->workers - 1 : 0;
+    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held + beside};
     candidates c = {0};
     rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
     bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
