@@ -29,7 +29,7 @@ static void print_set(const char *where, const lq_sqlset *set, const lq_stmt *in
     const struct {
         const char *name;
         const lq_stmt *stmt;
-    } all[] = {{"claim", &set->claim}, {"take", &set->take}, {"take_read", &set->take_read},
+    } all[] = {{"claim", &set->claim}, {"take", &set->take}, {"take_read", &set->take_read}, {"take_set", &set->take_set},
                {"stamp", &set->stamp}, {"ack", &set->ack},   {"ack_set", &set->ack_set}, {"release", &set->release},
                {"extend", &set->extend}, {"insert", insert}};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

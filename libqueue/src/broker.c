@@ -154,7 +154,7 @@ int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
 }
 
 int lq__broker_intern_set(lq_broker *b, lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,       &set->take,       &set->take_read, &set->stamp,
+    lq_stmt *all[] = {&set->claim,       &set->take,       &set->take_read, &set->take_set, &set->stamp,
                       &set->stamp_set,   &set->guard,
                       &set->ack,        &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy,  &set->dead_clear,

@@ -174,7 +174,7 @@ static void count_attempt(lq_sql *b) {
     lq__sql_add(b, " + 1");
 }
 
-void lq__sql_take(lq_sql *b, bool counts) {
+void lq__sql_take(lq_sql *b, bool counts, bool set) {
     if (counts) {
         count_attempt(b);
         lq__sql_add(b, " WHERE ");
@@ -186,8 +186,18 @@ void lq__sql_take(lq_sql *b, bool counts) {
         lq__sql_add(b, " WHERE ");
     }
     lq__sql_id(b);
-    lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_ID);
+    if (set) {
+        lq__sql_add(b, " IN (SELECT ");
+        lq__sql_ident(b, "lq_id");
+        lq__sql_add(b, " FROM ");
+        b->dialect->held_set_source(b);
+        lq__sql_add(b, " AS ");
+        lq__sql_ident(b, "lq_s");
+        lq__sql_add(b, ")");
+    } else {
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ_P_ID);
+    }
     lq__sql_add(b, " AND ");
     lq__sql_claim_where(b, false);
 }
@@ -740,11 +750,11 @@ int lq__sql_build_insert_rows(lq_stmt *insert, const lq_dialect *d, const lq_tab
     return rc;
 }
 
-int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {
+static int build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t, bool set) {
     lq_sql b;
     lq__sql_start(&b, take, d, t);
     bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
-    lq__sql_take(&b, counts);
+    lq__sql_take(&b, counts, set);
     if (counts) {
         lq__sql_add(&b, " RETURNING ");
         lq__sql_row_columns(&b, " - 1");
@@ -752,8 +762,16 @@ int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_ta
     return lq__sql_finish(&b);
 }
 
+int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {
+    return build_take_returning(take, d, t, false);
+}
+
+int lq__sql_build_take_set_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {
+    return build_take_returning(take, d, t, true);
+}
+
 void lq__sqlset_free(lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->stamp,
+    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->take_set, &set->stamp,
                       &set->stamp_set, &set->guard,
                       &set->ack,         &set->ack_set,    &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,

@@ -53,6 +53,8 @@ typedef struct lq_sqlset {
     lq_stmt claim;       /* lease: claims and stamps rows; advisory: candidates (id, key) */
     lq_stmt take;        /* advisory: counts the attempt of one candidate and reads it */
     lq_stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
+    lq_stmt take_set;    /* advisory, where keys live in the process: takes a set of
+                          * candidates (LQ_P_HELD_SET) in one statement, or NULL sql */
     lq_stmt stamp;       /* lease, where the claim is a locking read: leases one row */
     lq_stmt stamp_set;   /* and leases a set of rows (LQ_P_HELD_SET: id, expiry), or NULL
                           * sql where the database cannot (the stamps then run one by one) */
@@ -105,8 +107,9 @@ LQ_HIDDEN void lq__sql_claim_limit(lq_sql *b);
 LQ_HIDDEN void lq__sql_locking_read(lq_sql *b, bool lease);
 /* The advisory take up to its end: counts the attempt of a candidate still
  * claimable (UPDATE .. SET attempt = attempt + 1 WHERE ..), or, without an
- * attempt column, reads it (SELECT <row columns> FROM t WHERE ..). */
-LQ_HIDDEN void lq__sql_take(lq_sql *b, bool counts);
+ * attempt column, reads it (SELECT <row columns> FROM t WHERE ..); of the
+ * candidate LQ_P_ID, or with `set` of those in LQ_P_HELD_SET. */
+LQ_HIDDEN void lq__sql_take(lq_sql *b, bool counts, bool set);
 /* The LQ_COL_* list, named "lq_c0".."lq_c7"; `attempt_expr` follows the
  * attempt column when set (e.g. " - 1" after a count). */
 LQ_HIDDEN void lq__sql_row_columns(lq_sql *b, const char *attempt_expr);
@@ -122,12 +125,13 @@ LQ_HIDDEN void lq__sqlset_free(lq_sqlset *set);
  * an attempt column). */
 LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialect *d,
                                            const lq_table *t);
-/* The JSON a set of rows is bound as: [[id, "token"], ..], the token in the
- * dialect's time text. Add each row, then take the text (NULL when out of
- * memory). */
+/* The same for the candidates of LQ_P_HELD_SET, in one statement. */
+LQ_HIDDEN int lq__sql_build_take_set_returning(lq_stmt *take, const struct lq_dialect *d,
+                                               const lq_table *t);
 /* A set of rows as one text parameter: JSON [[id, "token"], ..], or where
  * the dialect reads arrays (held_set_array), an array literal of integers:
- * {id, ..}, or with tokens (the lease form) {id, token ms, id, token ms, ..}. */
+ * {id, ..}, or with tokens (the lease form) {id, token ms, id, token ms, ..}.
+ * Add each row, then take the text (NULL when out of memory). */
 LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, bool tokens, int64_t id,
                                 int64_t token);
 LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb, const struct lq_dialect *d);

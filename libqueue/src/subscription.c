@@ -134,10 +134,11 @@ static void plan_flow(lq_subscription *s) {
     f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
                    s->form == LQ_FORM_LEASE;
     f->claim_seen = s->form == LQ_FORM_LEASE;
-    /* Rows waiting ahead hold a lease, which the keeper extends, and no
-     * connection: up to 16 per worker (at most 512) for handlers that run
-     * faster than a claim's commit. */
-    if (s->form == LQ_FORM_LEASE && !s->batch) f->ahead_max = s->workers < 32 ? 16 * s->workers : 512;
+    /* Rows waiting ahead hold a lease, which the keeper extends, or a key
+     * the process keeps, and no connection: up to 16 per worker (at most
+     * 512) for handlers that run faster than a claim's commit. */
+    bool ahead_holds_nothing = s->form == LQ_FORM_LEASE || (s->form == LQ_FORM_ADVISORY && !f->holds);
+    if (ahead_holds_nothing && !s->batch) f->ahead_max = s->workers < 32 ? 16 * s->workers : 512;
 }
 
 /* Prepares a statement the subscription can do without, or drops it. */
@@ -178,6 +179,7 @@ static int prepare_all(lq_subscription *s) {
      * cannot run them (MariaDB before 10.6 has no JSON_TABLE) settles and
      * stamps row by row. */
     if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.ack_set, "acks of a set of rows (acking one by one)");
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.take_set, "takes of a set of rows (taking one by one)");
     if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.stamp_set,
                                    "lease stamps of a set of rows (stamping one by one)");
     lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);

@@ -248,6 +248,30 @@ int main(int argc, char **argv) {
     lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
     sql("DELETE FROM jobs");
 
+    /* SQLite keeps advisory keys in the process, so rows claimed ahead of
+     * the workers hold no connection, and the claims look ahead as lease
+     * claims do; a transactional delivery holds its connection, so then
+     * they do not. */
+    lq_table *keyed;
+    lq_table_new(&keyed, "keyed");
+    lq_table_set_column(keyed, LQ_ROLE_PAYLOAD, "payload");
+    lq_table_set_advisory_lock(keyed, "job-{id}");
+    CHECK(lq_table_create_sql(&create, keyed, "sqlite") == LQ_OK);
+    sql(create);
+    lq_free(create);
+    lq_options *ko;
+    lq_options_new(&ko);
+    lq_options_set_int(ko, LQ_OPT_WORKERS, 4);
+    CHECK(lq_subscription_open(&s, b, keyed, ko) == LQ_OK);
+    CHECK(!s->flow.holds && s->flow.ahead_max == 64 && s->sql.take_set.sql);
+    lq_subscription_close(s);
+    lq_options_set_int(ko, LQ_OPT_TRANSACTIONAL, 1);
+    CHECK(lq_subscription_open(&s, b, keyed, ko) == LQ_OK);
+    CHECK(s->flow.holds && s->flow.ahead_max == 0);
+    lq_subscription_close(s);
+    lq_options_free(ko);
+    lq_table_free(keyed);
+
     /* Misdescribed tables fail when a subscription opens, naming what is wrong. */
     lq_table *bad;
     lq_table_new(&bad, "nope");

@@ -807,7 +807,7 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
 
     bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
     lq__sql_start(&b, &set->take, &lq__mysql_dialect, t);
-    lq__sql_take(&b, counts);
+    lq__sql_take(&b, counts, false);
     rc = lq__sql_finish(&b);
     if (rc != LQ_OK || !counts) return rc;
 

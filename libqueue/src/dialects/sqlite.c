@@ -233,7 +233,11 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
 
-    return lq__sql_build_take_returning(&set->take, &lq__sqlite_dialect, t);
+    rc = lq__sql_build_take_returning(&set->take, &lq__sqlite_dialect, t);
+    /* Keys live in the process: a claim locks its candidates' keys, then
+     * takes their rows in one write. */
+    if (rc == LQ_OK) rc = lq__sql_build_take_set_returning(&set->take_set, &lq__sqlite_dialect, t);
+    return rc;
 }
 
 /* The rows of a settled set, from their JSON; tokens compare as the text

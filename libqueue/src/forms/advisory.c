@@ -86,6 +86,80 @@ static int take_candidate(lq_delivery **out, lq_subscription *s, lq_conn *conn,
     return rc;
 }
 
+/* The rows a set take returned, each matched to its candidate (taken[j]
+ * for the candidate at[j]). */
+typedef struct set_take_ctx {
+    lq_subscription *s;
+    const candidates *c;
+    const int *at;
+    lq_delivery **taken;
+    int n;
+} set_take_ctx;
+
+static int on_set_taken(void *arg, const lq_value *cols, int count) {
+    set_take_ctx *ctx = arg;
+    lq_delivery *d;
+    int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
+    if (rc != LQ_OK) return rc;
+    for (int j = 0; j < ctx->n; j++) {
+        if (ctx->c->items[ctx->at[j]].id == d->id && !ctx->taken[j]) {
+            ctx->taken[j] = d;
+            return LQ_OK;
+        }
+    }
+    lq__delivery_unref(d);
+    return lq__error(LQ_BACKEND, "the take of a set returned row %lld, which it was not asked for",
+                     (long long)cols[LQ_COL_ID].i);
+}
+
+/* Where keys live in the process: locks the keys of up to `limit`
+ * candidates, then takes their rows in one statement (one write rather
+ * than one per row), and adds them to `out` in candidate order. A key whose
+ * row was settled since it was read is let go. */
+static int take_together(lq_claimed *out, lq_subscription *s, lq_conn *conn, candidates *c,
+                         int limit, lq_value *args) {
+    const lq_dialect *d = s->broker->dialect;
+    const lq_broker_target *target = &s->broker->target;
+    int *at = malloc((size_t)limit * sizeof *at);
+    lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
+    int rc = at && taken ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    int n = 0;
+    lq_strbuf set = {0};
+    for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
+        bool locked;
+        rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
+        if (rc != LQ_OK || !locked) continue;
+        at[n++] = i;
+        lq__held_set_add(&set, d, false, c->items[i].id, 0);
+    }
+    char *text = n ? lq__held_set_take(&set, d) : NULL;
+    lq__sb_free(&set);
+    if (n && !text && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
+    if (rc == LQ_OK && n) {
+        set_take_ctx ctx = {s, c, at, taken, n};
+        args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = text, .n = strlen(text)};
+        rc = d->exec(NULL, conn, &s->sql.take_set, args, on_set_taken, &ctx);
+    }
+    free(text);
+    for (int j = 0; j < n; j++) {
+        candidate *cand = &c->items[at[j]];
+        if (rc == LQ_OK && taken[j]) {
+            taken[j]->key = cand->key;
+            cand->key = NULL;
+            lq__claimed_add(out, taken[j]);
+            continue;
+        }
+        /* A failed statement took nothing (it is one write), so the rows it
+         * read go without the release that would undo their count. */
+        if (taken[j]) lq__delivery_unref(taken[j]);
+        if (!d->unlock_key(conn, target, cand->key) && rc == LQ_OK)
+            rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", cand->key);
+    }
+    free(at);
+    free(taken);
+    return rc;
+}
+
 int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
     const lq_dialect *d = s->broker->dialect;
     lq_pool *pool = &s->broker->pool;
@@ -106,8 +180,11 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held + beside};
     candidates c = {0};
     rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
+    if (rc == LQ_OK && s->sql.take_set.sql && !d->advisory_holds_connection && c.count > 1)
+        rc = take_together(out, s, shared, &c, limit, args);
     bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
-    for (int i = 0; rc == LQ_OK && i < c.count && out->count < limit; i++) {
+    bool together = s->sql.take_set.sql && !holds && c.count > 1;
+    for (int i = 0; rc == LQ_OK && !together && i < c.count && out->count < limit; i++) {
         lq_conn *conn;
         if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
         lq_delivery *taken;

@@ -1,0 +1,83 @@
+"""Advisory lock claims: claims beside each other read past the rows the
+others take first; where keys live in the process (SQLite), a claim takes
+its candidates' rows in one statement and looks ahead of the free workers,
+and every key it cannot use goes back."""
+
+from __future__ import annotations
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, Recorder, make_table, wait_until
+
+
+@pytest.mark.forms("advisory")
+def test_fast_handlers_get_every_row_once_without_empty_claims(db, form) -> None:
+    """Four workers with fast handlers: every row is handled once, and the
+    claims seldom come back empty (each reads past the rows that the claims
+    beside it take first)."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 300
+    seen = Recorder()
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS) as sub:
+            sub.run(lambda d: seen.add(d.payload))
+            wait_until(lambda: db.count("jobs") == 0, what="every row")
+            wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
+            claims, empty = sub.stat("claims"), sub.stat("empty_claims")
+    assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
+    assert empty < rows // 10, "%d of %d claims came back empty" % (empty, claims)
+
+
+@pytest.mark.dialect("sqlite")
+@pytest.mark.forms("advisory")
+def test_stop_returns_the_rows_claimed_ahead(db, form) -> None:
+    """Rows claimed ahead of the workers and never handed out go back at a
+    stop with their attempt as it was, and their keys free: another
+    subscription takes every one of them at once."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 400
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        sub = broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS)
+        sub.run(lambda d: None)
+        wait_until(lambda: sub.stat("delivered") >= rows // 4, what="a quarter of the rows delivered")
+        sub.stop()
+        delivered = sub.stat("delivered")
+        sub.close()
+        assert db.count("jobs") == rows - delivered
+        assert db.count("jobs", "attempt != 1") == 0
+        with broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS) as again:
+            again.run(lambda d: None)
+            wait_until(lambda: db.count("jobs") == 0, what="the returned rows")
+
+
+@pytest.mark.dialect("sqlite")
+@pytest.mark.forms("advisory")
+def test_a_row_the_take_passes_over_lets_its_key_go(db, form) -> None:
+    """A candidate whose row the take does not change (here a trigger skips
+    it, as a row settled between the read and the take would be) is not
+    delivered, and its key goes back: once the trigger is gone, the row is
+    delivered, its attempt counted once."""
+    table = make_table(form)
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        ids = broker.publish_many(table, [b"a", b"b", b"c"])
+        skipped = ids[1]
+        db.execute("CREATE TRIGGER skip_one BEFORE UPDATE ON jobs WHEN OLD.id = %d "
+                   "BEGIN SELECT RAISE(IGNORE); END" % skipped)
+        with broker.subscribe(table, workers=3, poll_interval_ms=POLL_MS) as sub:
+            first = [sub.next(5), sub.next(5)]
+            assert sorted(d.payload for d in first) == [b"a", b"c"]
+            assert sub.next(0.3) is None
+            db.execute("DROP TRIGGER skip_one")
+            last = sub.next(5)
+            assert (last.id, last.payload, last.attempt) == (skipped, b"b", 1)
+            for d in first + [last]:
+                d.ack()
+                d.release()
+    assert db.count("jobs") == 0
