@@ -112,19 +112,22 @@ int64_t bench_payload_sent_us(const void *payload, size_t size) {
     return 0;
 }
 
-long bench_rss_kb(void) {
+long bench_status_kb(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1;
     char line[256];
     long kb = -1;
+    size_t n = strlen(field);
     while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0) {
-            kb = strtol(line + 6, NULL, 10);
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kb = strtol(line + n + 1, NULL, 10);
             break;
         }
     fclose(f);
     return kb;
 }
+
+long bench_rss_kb(void) { return bench_status_kb("VmRSS"); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

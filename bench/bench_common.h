@@ -41,6 +41,8 @@ size_t bench_payload(char *out, size_t cap, int64_t job, int64_t sent_us);
 /* The "sent_us" a payload carries, or 0. */
 int64_t bench_payload_sent_us(const void *payload, size_t size);
 
+/* A kB field of /proc/self/status ("VmRSS", "RssAnon"), or -1. */
+long bench_status_kb(const char *field);
 /* The resident set of this process, in kB (VmRSS), or -1. */
 long bench_rss_kb(void);
 

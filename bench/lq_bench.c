@@ -104,7 +104,7 @@ static int cmd_w1(int argc, char **argv) {
 
     /* RSS thresholds, e.g. "100000,1000000". */
     int64_t rss_at[8];
-    long rss_kb[8];
+    long rss_kb[8], anon_kb[8]; /* the resident set, and its anonymous part (the heaps) */
     int rss_count = 0;
     const char *rss_list = bench_arg(argc, argv, "--rss-at", NULL);
     for (const char *p = rss_list; p && *p && rss_count < 8;) {
@@ -157,7 +157,10 @@ static int cmd_w1(int argc, char **argv) {
     double last_progress = t0, t1;
     for (;;) {
         settled = lq_subscription_stat(sub, LQ_STAT_SETTLED);
-        while (next_rss < rss_count && settled >= rss_at[next_rss]) rss_kb[next_rss++] = bench_rss_kb();
+        while (next_rss < rss_count && settled >= rss_at[next_rss]) {
+            anon_kb[next_rss] = bench_status_kb("RssAnon");
+            rss_kb[next_rss++] = bench_rss_kb();
+        }
         t1 = bench_now();
         if (settled >= n) break;
         if (settled != last) {
@@ -198,6 +201,8 @@ static int cmd_w1(int argc, char **argv) {
             char key[64];
             snprintf(key, sizeof key, "rss_at_%lld_kb", (long long)rss_at[i]);
             bj_int(&j, key, i < next_rss ? rss_kb[i] : -1);
+            snprintf(key, sizeof key, "anon_at_%lld_kb", (long long)rss_at[i]);
+            bj_int(&j, key, i < next_rss ? anon_kb[i] : -1);
         }
     }
     bj_str(&j, "note", *note ? note : NULL);

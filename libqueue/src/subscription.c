@@ -133,11 +133,12 @@ static void plan_flow(lq_subscription *s) {
      * other would each find one worker free and spend a commit per row. */
     f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
                    s->form == LQ_FORM_LEASE;
-    f->claim_seen = s->form == LQ_FORM_LEASE;
     /* Rows waiting ahead hold a lease, which the keeper extends, or a key
-     * the process keeps, and no connection: up to 16 per worker (at most
-     * 512) for handlers that run faster than a claim's commit. */
+     * the process keeps, and no connection: a claim asks a row for every
+     * worker seen busy, and more, up to 16 per worker (at most 512), for
+     * handlers that run faster than a claim's commit. */
     bool ahead_holds_nothing = s->form == LQ_FORM_LEASE || (s->form == LQ_FORM_ADVISORY && !f->holds);
+    f->claim_seen = ahead_holds_nothing;
     if (ahead_holds_nothing && !s->batch) f->ahead_max = s->workers < 32 ? 16 * s->workers : 512;
 }
 
