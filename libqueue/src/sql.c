@@ -174,6 +174,21 @@ static void count_attempt(lq_sql *b) {
     lq__sql_add(b, " + 1");
 }
 
+/* " IN (SELECT lq_id[, lq_held] FROM <the rows of LQ_P_HELD_SET> AS lq_s)". */
+static void in_held_set(lq_sql *b, bool with_held) {
+    lq__sql_add(b, " IN (SELECT ");
+    lq__sql_ident(b, "lq_id");
+    if (with_held) {
+        lq__sql_add(b, ", ");
+        lq__sql_ident(b, "lq_held");
+    }
+    lq__sql_add(b, " FROM ");
+    b->dialect->held_set_source(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, ")");
+}
+
 void lq__sql_take(lq_sql *b, bool counts, bool set) {
     if (counts) {
         count_attempt(b);
@@ -187,13 +202,7 @@ void lq__sql_take(lq_sql *b, bool counts, bool set) {
     }
     lq__sql_id(b);
     if (set) {
-        lq__sql_add(b, " IN (SELECT ");
-        lq__sql_ident(b, "lq_id");
-        lq__sql_add(b, " FROM ");
-        b->dialect->held_set_source(b);
-        lq__sql_add(b, " AS ");
-        lq__sql_ident(b, "lq_s");
-        lq__sql_add(b, ")");
+        in_held_set(b, false);
     } else {
         lq__sql_add(b, " = ");
         lq__sql_param(b, LQ_P_ID);
@@ -341,17 +350,7 @@ static int build_ack_set(lq_sql *b) {
         lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
         lq__sql_add(b, ")");
     }
-    lq__sql_add(b, " IN (SELECT ");
-    lq__sql_ident(b, "lq_id");
-    if (lease) {
-        lq__sql_add(b, ", ");
-        lq__sql_ident(b, "lq_held");
-    }
-    lq__sql_add(b, " FROM ");
-    b->dialect->held_set_source(b);
-    lq__sql_add(b, " AS ");
-    lq__sql_ident(b, "lq_s");
-    lq__sql_add(b, ")");
+    in_held_set(b, lease);
     return lq__sql_finish(b);
 }
 

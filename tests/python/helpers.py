@@ -186,6 +186,21 @@ def make_table(form: str, name: str = "jobs", *, payload: str = "payload",
     return libqueue.Table(name, payload=payload, attempt=attempt, **roles)
 
 
+def run_then_stop(broker: libqueue.Broker, table: libqueue.Table, rows: int,
+                  **options: Any) -> int:
+    """Publishes ``rows`` rows, runs a no-op handler on them with four workers
+    until a quarter are delivered, stops and closes the subscription; returns
+    how many it delivered."""
+    broker.publish_many(table, [b"%d" % i for i in range(rows)])
+    sub = broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS, **options)
+    sub.run(lambda d: None)
+    wait_until(lambda: sub.stat("delivered") >= rows // 4, what="a quarter of the rows delivered")
+    sub.stop()
+    delivered = sub.stat("delivered")
+    sub.close()
+    return delivered
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = WAIT_S, what: str = "") -> Any:
     """Poll ``predicate`` until it is truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout

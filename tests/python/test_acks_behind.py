@@ -10,7 +10,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, Recorder, far_future, make_table, wait_until
+from helpers import POLL_MS, Recorder, far_future, make_table, run_then_stop, wait_until
 
 
 @pytest.mark.forms("lease")
@@ -70,13 +70,7 @@ def test_stopping_runs_the_acks_still_behind(db, form) -> None:
     db.create_table(table)
     rows = 200
     with libqueue.Broker(db.url) as broker:
-        broker.publish_many(table, [b"%d" % i for i in range(rows)])
-        sub = broker.subscribe(table, workers=4, coalesce=1, poll_interval_ms=POLL_MS)
-        sub.run(lambda d: None)
-        wait_until(lambda: sub.stat("delivered") >= rows // 2, what="half the rows delivered")
-        sub.stop()
-        delivered = sub.stat("delivered")
-        sub.close()
+        delivered = run_then_stop(broker, table, rows, coalesce=1)
     # The delivered rows are gone; those claimed ahead went back unleased.
     assert db.count("jobs") == rows - delivered
     assert db.count("jobs", "locked_until IS NOT NULL") == 0

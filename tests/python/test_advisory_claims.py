@@ -9,7 +9,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, Recorder, make_table, wait_until
+from helpers import POLL_MS, Recorder, make_table, run_then_stop, wait_until
 
 
 @pytest.mark.forms("advisory")
@@ -42,13 +42,7 @@ def test_stop_returns_the_rows_claimed_ahead(db, form) -> None:
     db.create_table(table)
     rows = 400
     with libqueue.Broker(db.url) as broker:
-        broker.publish_many(table, [b"%d" % i for i in range(rows)])
-        sub = broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS)
-        sub.run(lambda d: None)
-        wait_until(lambda: sub.stat("delivered") >= rows // 4, what="a quarter of the rows delivered")
-        sub.stop()
-        delivered = sub.stat("delivered")
-        sub.close()
+        delivered = run_then_stop(broker, table, rows)
         assert db.count("jobs") == rows - delivered
         assert db.count("jobs", "attempt != 1") == 0
         with broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS) as again:
