@@ -18,21 +18,20 @@
 
 #define RAW_INSERT_ROWS 1000
 
-#define RAW_COLS_REST ", NULL AS \"lq_c3\", NULL AS \"lq_c4\", NULL AS \"lq_c5\", NULL AS \"lq_c6\", NULL AS \"lq_c7\""
 
 /* ---- PostgreSQL ---- */
 #define PG_ROW_LOCK_CLAIM                                                                          \
     "SELECT (\"id\")::bigint AS \"lq_c0\", \"payload\" AS \"lq_c1\", (\"attempt\")::bigint AS "    \
-    "\"lq_c2\"" RAW_COLS_REST " FROM \"lq_bench_jobs\" WHERE 1 = 1 ORDER BY \"id\" LIMIT $1 FOR "   \
+    "\"lq_c2\"" " FROM \"lq_bench_jobs\" WHERE 1 = 1 ORDER BY \"id\" LIMIT $1 FOR "   \
     "UPDATE SKIP LOCKED"
 #define PG_ROW_LOCK_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = $1"
 #define PG_LEASE_CLAIM                                                                             \
     "WITH \"lq_claimed\" AS (SELECT (\"id\")::bigint AS \"lq_c0\", \"payload\" AS \"lq_c1\", "      \
-    "(\"attempt\")::bigint AS \"lq_c2\"" RAW_COLS_REST " FROM \"lq_bench_jobs\" WHERE "             \
+    "(\"attempt\")::bigint AS \"lq_c2\"" " FROM \"lq_bench_jobs\" WHERE "             \
     "(\"locked_until\" IS NULL OR \"locked_until\" <= $1) ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP " \
     "LOCKED), \"lq_stamped\" AS (UPDATE \"lq_bench_jobs\" AS \"lq_row\" SET \"locked_until\" = $3, " \
     "\"attempt\" = \"lq_row\".\"attempt\" + 1 FROM \"lq_claimed\" WHERE \"lq_row\".\"id\" = "       \
-    "\"lq_claimed\".\"lq_c0\") SELECT * FROM \"lq_claimed\" ORDER BY \"lq_c6\", \"lq_c7\", \"lq_c0\""
+    "\"lq_claimed\".\"lq_c0\") SELECT * FROM \"lq_claimed\" ORDER BY \"lq_c0\""
 #define PG_LEASE_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = $1 AND \"locked_until\" = $2"
 #define PG_ADVISORY_CLAIM                                                                          \
     "SELECT \"lq_id\", \"lq_key\" FROM (SELECT \"id\"::bigint AS \"lq_id\", concat('', 'job-', "    \
@@ -42,7 +41,7 @@
 #define PG_ADVISORY_TAKE                                                                           \
     "UPDATE \"lq_bench_jobs\" SET \"attempt\" = \"attempt\" + 1 WHERE \"id\" = $1 AND 1 = 1 "        \
     "RETURNING (\"id\")::bigint AS \"lq_c0\", \"payload\" AS \"lq_c1\", (\"attempt\" - 1)::bigint "  \
-    "AS \"lq_c2\"" RAW_COLS_REST
+    "AS \"lq_c2\""
 #define PG_ADVISORY_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = $1"
 /* Sent as text by the dialect (postgres.c, lock_call), not from the sqlset. */
 #define PG_LOCK_KEY "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
@@ -65,14 +64,14 @@
     "UPDATE \"lq_bench_jobs\" SET \"locked_until\" = ?1, \"attempt\" = \"attempt\" + 1 WHERE "       \
     "\"id\" IN (SELECT \"id\" FROM \"lq_bench_jobs\" WHERE (\"locked_until\" IS NULL OR "            \
     "\"locked_until\" <= ?2) ORDER BY \"id\" LIMIT ?3) RETURNING \"id\" AS \"lq_c0\", \"payload\" "  \
-    "AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\"" RAW_COLS_REST
+    "AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\""
 #define SQ_LEASE_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ?1 AND \"locked_until\" = ?2"
 #define SQ_ADVISORY_CLAIM                                                                          \
     "SELECT \"id\", CAST('job-' || ifnull(\"id\", '') AS TEXT) FROM \"lq_bench_jobs\" WHERE 1 = 1 "  \
     "ORDER BY \"id\" LIMIT ?1"
 #define SQ_ADVISORY_TAKE                                                                           \
     "UPDATE \"lq_bench_jobs\" SET \"attempt\" = \"attempt\" + 1 WHERE \"id\" = ?1 AND 1 = 1 "        \
-    "RETURNING \"id\" AS \"lq_c0\", \"payload\" AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\"" RAW_COLS_REST
+    "RETURNING \"id\" AS \"lq_c0\", \"payload\" AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\""
 #define SQ_ADVISORY_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = ?1"
 #define SQ_INSERT "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES (1, ?1) RETURNING \"id\""
 #define SQ_INSERT_ROWS_HEAD "INSERT INTO \"lq_bench_jobs\" (\"attempt\", \"payload\") VALUES "
@@ -83,13 +82,12 @@
     "\"locked_until\" = ?2"
 
 /* ---- MySQL / MariaDB ---- */
-#define MY_COLS_REST ", NULL AS \"lq_c3\", NULL AS \"lq_c4\", NULL AS \"lq_c5\", NULL AS \"lq_c6\", NULL AS \"lq_c7\""
 #define MY_ROW_LOCK_CLAIM                                                                          \
-    "SELECT `id` AS \"lq_c0\", `payload` AS \"lq_c1\", `attempt` AS \"lq_c2\"" MY_COLS_REST           \
+    "SELECT `id` AS \"lq_c0\", `payload` AS \"lq_c1\", `attempt` AS \"lq_c2\""           \
     " FROM `lq_bench_jobs` WHERE 1 = 1 ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 #define MY_ROW_LOCK_ACK "DELETE FROM `lq_bench_jobs` WHERE `id` = ?"
 #define MY_LEASE_CLAIM                                                                             \
-    "SELECT `id` AS \"lq_c0\", `payload` AS \"lq_c1\", `attempt` AS \"lq_c2\"" MY_COLS_REST           \
+    "SELECT `id` AS \"lq_c0\", `payload` AS \"lq_c1\", `attempt` AS \"lq_c2\""           \
     " FROM `lq_bench_jobs` WHERE (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` "     \
     "LIMIT ? FOR UPDATE SKIP LOCKED"
 #define MY_LEASE_STAMP                                                                             \
@@ -104,7 +102,7 @@
     "IS_USED_LOCK(" MY_KEY_EXPR ") IS NULL ORDER BY `id` LIMIT ?"
 #define MY_ADVISORY_TAKE "UPDATE `lq_bench_jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND 1 = 1"
 #define MY_ADVISORY_TAKE_READ                                                                      \
-    "SELECT `id` AS \"lq_c0\", `payload` AS \"lq_c1\", `attempt` - 1 AS \"lq_c2\"" MY_COLS_REST       \
+    "SELECT `id` AS \"lq_c0\", `payload` AS \"lq_c1\", `attempt` - 1 AS \"lq_c2\""       \
     " FROM `lq_bench_jobs` WHERE `id` = ?"
 #define MY_ADVISORY_ACK "DELETE FROM `lq_bench_jobs` WHERE `id` = ?"
 /* Literal in the dialect (mysql.c, my_try_lock_key and my_unlock_key). */

@@ -78,8 +78,14 @@ void lq__delivery_spares_free(lq_subscription *s) {
     s->spare_count = 0;
 }
 
-int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols, int count) {
-    if (count < LQ_COL_COUNT) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
+int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *got, int count) {
+    /* The row in LQ_COL_* order, NULL where the table lacks the column. */
+    lq_value cols[LQ_COL_COUNT];
+    for (int i = 0; i < LQ_COL_COUNT; i++) {
+        int at = s->row_at[i];
+        if (at >= count) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
+        cols[i] = at >= 0 ? got[at] : (lq_value){.type = LQ_V_NULL};
+    }
     /* The payload lives in the delivery's own block, after it. */
     const lq_value *p = &cols[LQ_COL_PAYLOAD];
     size_t payload_size = p->type == LQ_V_NULL ? 0 : p->n;

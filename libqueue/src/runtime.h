@@ -81,6 +81,7 @@ struct lq_subscription {
     lq_broker *broker;
     lq_table *table;
     lq_sqlset sql;
+    int row_at[LQ_COL_COUNT]; /* where each LQ_COL_* is in its statements' rows (lq__row_layout) */
     int form;
     char *group;
     int workers;
@@ -170,7 +171,7 @@ LQ_HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const 
 LQ_HIDDEN lq_pool *lq__thread_pool(const lq_subscription *s);
 
 /* Deliveries. */
-/* Makes a delivery from a row in LQ_COL_* order. */
+/* Makes a delivery from a row of a claim statement (lq__row_layout). */
 LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols,
                                     int count);
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);

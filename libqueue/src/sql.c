@@ -211,31 +211,37 @@ void lq__sql_take(lq_sql *b, bool counts, bool set) {
     lq__sql_claim_where(b, false);
 }
 
+/* The role of each LQ_COL_* column (the id column has none). */
+static const int row_roles[LQ_COL_COUNT] = {
+    [LQ_COL_ID] = 0,
+    [LQ_COL_PAYLOAD] = LQ_ROLE_PAYLOAD,   [LQ_COL_ATTEMPT] = LQ_ROLE_ATTEMPT,
+    [LQ_COL_GROUP] = LQ_ROLE_GROUP,       [LQ_COL_PKEY] = LQ_ROLE_PARTITION_KEY,
+    [LQ_COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ_COL_PRIORITY] = LQ_ROLE_PRIORITY,
+    [LQ_COL_DUE] = LQ_ROLE_RETRY_AFTER,
+};
+
+void lq__row_layout(const lq_table *t, int at[LQ_COL_COUNT]) {
+    int next = 0;
+    for (int i = 0; i < LQ_COL_COUNT; i++)
+        at[i] = i == LQ_COL_ID || lq__has(t, row_roles[i]) ? next++ : -1;
+}
+
 void lq__sql_row_columns(lq_sql *b, const char *attempt_expr) {
-    static const int roles[LQ_COL_COUNT] = {
-        [LQ_COL_ID] = 0, /* the id column */
-        [LQ_COL_PAYLOAD] = LQ_ROLE_PAYLOAD,   [LQ_COL_ATTEMPT] = LQ_ROLE_ATTEMPT,
-        [LQ_COL_GROUP] = LQ_ROLE_GROUP,       [LQ_COL_PKEY] = LQ_ROLE_PARTITION_KEY,
-        [LQ_COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ_COL_PRIORITY] = LQ_ROLE_PRIORITY,
-        [LQ_COL_DUE] = LQ_ROLE_RETRY_AFTER,
-    };
+    int at[LQ_COL_COUNT];
+    lq__row_layout(b->table, at);
     for (int i = 0; i < LQ_COL_COUNT; i++) {
-        int role = roles[i];
+        if (at[i] < 0) continue; /* a column the table lacks is left out, not a NULL */
         const char *cast = b->dialect->row_casts[i];
         if (i) lq__sql_add(b, ", ");
-        if (i != LQ_COL_ID && !lq__has(b->table, role)) {
-            lq__sql_add(b, "NULL");
-        } else {
-            if (cast) lq__sql_add(b, "(");
-            if (i == LQ_COL_ID) lq__sql_id(b);
-            else lq__sql_col(b, role);
-            if (i == LQ_COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
-            if (cast) {
-                lq__sql_add(b, ")");
-                lq__sql_add(b, cast);
-            }
+        if (cast) lq__sql_add(b, "(");
+        if (i == LQ_COL_ID) lq__sql_id(b);
+        else lq__sql_col(b, row_roles[i]);
+        if (i == LQ_COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
+        if (cast) {
+            lq__sql_add(b, ")");
+            lq__sql_add(b, cast);
         }
-        /* Named by position, so a statement can select them again. */
+        /* Named by their LQ_COL_*, so a statement can select them again. */
         lq__sb_addf(&b->sb, " AS \"lq_c%d\"", i);
     }
 }

@@ -43,8 +43,9 @@ typedef struct lq_stmt {
     unsigned char params[LQ_MAX_PARAMS];
 } lq_stmt;
 
-/* Columns of every statement that returns rows of the queue, in this order;
- * a role the table lacks reads as NULL. */
+/* Columns of every statement that returns rows of the queue, in this order,
+ * those the table has (lq__row_layout: where each is); a role the table lacks
+ * reads as NULL in the delivery. */
 enum { LQ_COL_ID, LQ_COL_PAYLOAD, LQ_COL_ATTEMPT, LQ_COL_GROUP, LQ_COL_PKEY, LQ_COL_HEADERS,
        LQ_COL_PRIORITY, LQ_COL_DUE, LQ_COL_COUNT };
 
@@ -110,9 +111,13 @@ LQ_HIDDEN void lq__sql_locking_read(lq_sql *b, bool lease);
  * attempt column, reads it (SELECT <row columns> FROM t WHERE ..); of the
  * candidate LQ_P_ID, or with `set` of those in LQ_P_HELD_SET. */
 LQ_HIDDEN void lq__sql_take(lq_sql *b, bool counts, bool set);
-/* The LQ_COL_* list, named "lq_c0".."lq_c7"; `attempt_expr` follows the
- * attempt column when set (e.g. " - 1" after a count). */
+/* The LQ_COL_* columns the table has, in LQ_COL_* order, each named
+ * "lq_c<its LQ_COL_*>"; `attempt_expr` follows the attempt column when set
+ * (e.g. " - 1" after a count). */
 LQ_HIDDEN void lq__sql_row_columns(lq_sql *b, const char *attempt_expr);
+/* Where each LQ_COL_* column is in a row lq__sql_row_columns returns: its
+ * position, or -1 where the table lacks it (the row then leaves it out). */
+LQ_HIDDEN void lq__row_layout(const lq_table *t, int at[LQ_COL_COUNT]);
 /* A string literal in single quotes. */
 LQ_HIDDEN void lq__sql_literal(lq_sql *b, const char *text);
 

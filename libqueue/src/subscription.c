@@ -239,6 +239,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         rc = check_declaration(s);
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
+    if (rc == LQ_OK) lq__row_layout(s->table, s->row_at);
     if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
     if (rc == LQ_OK) rc = prepare_all(s);
     s->coalescer.ack = &s->sql.ack;

@@ -249,8 +249,11 @@ static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
     }
     lq__sql_add(&b, " FROM \"lq_claimed\" WHERE \"lq_row\".");
     lq__sql_id(&b);
-    lq__sql_add(&b, " = \"lq_claimed\".\"lq_c0\") SELECT * FROM \"lq_claimed\" ORDER BY "
-                    "\"lq_c6\", \"lq_c7\", \"lq_c0\""); /* priority, due, id */
+    lq__sql_add(&b, " = \"lq_claimed\".\"lq_c0\") SELECT * FROM \"lq_claimed\" ORDER BY ");
+    /* The claim order, of the columns the table has: priority, due, id. */
+    if (lq__has(t, LQ_ROLE_PRIORITY)) lq__sql_add(&b, "\"lq_c6\", ");
+    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) lq__sql_add(&b, "\"lq_c7\", ");
+    lq__sql_add(&b, "\"lq_c0\"");
     return lq__sql_finish(&b);
 }
 
