@@ -149,8 +149,10 @@ static int take_together(lq_claimed *out, lq_subscription *s, lq_conn *conn, can
             lq__claimed_add(out, taken[j]);
             continue;
         }
-        /* A failed statement took nothing (it is one write), so the rows it
-         * read go without the release that would undo their count. */
+        /* After a failure the rows stay in the queue, their keys let go,
+         * without the release that would undo a count: a failed write
+         * counted nothing, and a failure after it (a delivery that could
+         * not be made) leaves at worst one attempt counted too many. */
         if (taken[j]) lq__delivery_unref(taken[j]);
         if (!d->unlock_key(conn, target, cand->key) && rc == LQ_OK)
             rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", cand->key);
