@@ -561,11 +561,21 @@ static int pg_wait_notes(lq_conn *c, int64_t timeout_ms,
     return PQstatus(c->pg) == CONNECTION_OK ? LQ_OK : pg_error(c, NULL, LQ_CONNECT, "LISTEN");
 }
 
+/* The advisory lock calls, prepared on a connection at first use like the
+ * statements of a subscription: negative ids, which no built statement has. */
+static const lq_stmt try_lock_stmt = {.sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", .id = -1};
+static const lq_stmt unlock_stmt = {.sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0))", .id = -2};
+
 /* A 0/1 answer from an advisory lock function. */
-static int lock_call(bool *result, lq_conn *c, const char *sql, const char *key) {
+static int lock_call(bool *result, lq_conn *c, const lq_stmt *st, const char *key) {
     const char *params[1] = {key};
-    int rc = LQ_OK;
-    PGresult *res = finish(c, PQsendQueryParams(c->pg, sql, 1, NULL, params, NULL, NULL, 0), &rc);
+    int rc = c->borrowed ? LQ_OK : ensure_prepared(c, st);
+    if (rc != LQ_OK) return rc;
+    char name[32];
+    statement_name(name, st);
+    int sent = c->borrowed ? PQsendQueryParams(c->pg, st->sql, 1, NULL, params, NULL, NULL, 0)
+                           : PQsendQueryPrepared(c->pg, name, 1, params, NULL, NULL, 0);
+    PGresult *res = finish(c, sent, &rc);
     if (!res) return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
         return pg_error(c, res, LQ_BACKEND, "an advisory lock call failed");
@@ -576,13 +586,13 @@ static int lock_call(bool *result, lq_conn *c, const char *sql, const char *key)
 
 static int pg_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target, const char *key) {
     (void)target;
-    return lock_call(taken, c, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key);
+    return lock_call(taken, c, &try_lock_stmt, key);
 }
 
 static bool pg_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
     (void)target;
     bool released = false;
-    if (!c || lock_call(&released, c, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key) != LQ_OK)
+    if (!c || lock_call(&released, c, &unlock_stmt, key) != LQ_OK)
         return false;
     return released;
 }
