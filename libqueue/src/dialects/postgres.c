@@ -445,23 +445,29 @@ static void pg_args_bind(pg_args *a, int i, const lq_value *v) {
     }
 }
 
-static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
-                   lq_row_fn on_row, void *ctx) {
-    /* A caller's own connection keeps no statements of ours: it runs each
-     * text unnamed, and cannot collide with a name prepared before; so does
-     * a statement that runs once (id 0). */
+/* Runs a statement of ours to its result (NULL, with *status, on failure):
+ * prepared on the connection at first use, or where a caller's own
+ * connection keeps no statements of ours (it could not tell our names from
+ * its own) or the statement runs once (id 0), sent as unnamed text. */
+static PGresult *run_stmt(lq_conn *c, const lq_stmt *st, int count, const char *const *values,
+                          const int *lengths, const int *formats, int result_format, int *status) {
     bool once = c->borrowed || st->id == 0;
-    int rc = once ? LQ_OK : ensure_prepared(c, st);
-    if (rc != LQ_OK) return rc;
-    int count = lq__stmt_values(st);
-    pg_args a;
-    if ((rc = pg_args_make(&a, count)) != LQ_OK) return rc;
-    for (int i = 0; i < count; i++) pg_args_bind(&a, i, lq__stmt_arg(st, args, i));
+    if (!once && (*status = ensure_prepared(c, st)) != LQ_OK) return NULL;
     char name[32];
     statement_name(name, st);
-    int sent = once ? PQsendQueryParams(c->pg, st->sql, count, NULL, a.values, a.lengths, a.formats, 1)
-                    : PQsendQueryPrepared(c->pg, name, count, a.values, a.lengths, a.formats, 1);
-    PGresult *res = finish(c, sent, &rc);
+    int sent = once ? PQsendQueryParams(c->pg, st->sql, count, NULL, values, lengths, formats, result_format)
+                    : PQsendQueryPrepared(c->pg, name, count, values, lengths, formats, result_format);
+    return finish(c, sent, status);
+}
+
+static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
+                   lq_row_fn on_row, void *ctx) {
+    int count = lq__stmt_values(st);
+    pg_args a;
+    int rc = pg_args_make(&a, count);
+    if (rc != LQ_OK) return rc;
+    for (int i = 0; i < count; i++) pg_args_bind(&a, i, lq__stmt_arg(st, args, i));
+    PGresult *res = run_stmt(c, st, count, a.values, a.lengths, a.formats, 1, &rc);
     free(a.block);
     if (!res) return rc;
     ExecStatusType status = PQresultStatus(res);
@@ -569,13 +575,8 @@ static const lq_stmt unlock_stmt = {.sql = "SELECT pg_advisory_unlock(hashtextex
 /* A 0/1 answer from an advisory lock function. */
 static int lock_call(bool *result, lq_conn *c, const lq_stmt *st, const char *key) {
     const char *params[1] = {key};
-    int rc = c->borrowed ? LQ_OK : ensure_prepared(c, st);
-    if (rc != LQ_OK) return rc;
-    char name[32];
-    statement_name(name, st);
-    int sent = c->borrowed ? PQsendQueryParams(c->pg, st->sql, 1, NULL, params, NULL, NULL, 0)
-                           : PQsendQueryPrepared(c->pg, name, 1, params, NULL, NULL, 0);
-    PGresult *res = finish(c, sent, &rc);
+    int rc = LQ_OK;
+    PGresult *res = run_stmt(c, st, 1, params, NULL, NULL, 0, &rc);
     if (!res) return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
         return pg_error(c, res, LQ_BACKEND, "an advisory lock call failed");

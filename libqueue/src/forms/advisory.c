@@ -182,10 +182,9 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held + beside};
     candidates c = {0};
     rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
-    if (rc == LQ_OK && s->sql.take_set.sql && !d->advisory_holds_connection && c.count > 1)
-        rc = take_together(out, s, shared, &c, limit, args);
     bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
     bool together = s->sql.take_set.sql && !holds && c.count > 1;
+    if (rc == LQ_OK && together) rc = take_together(out, s, shared, &c, limit, args);
     for (int i = 0; rc == LQ_OK && !together && i < c.count && out->count < limit; i++) {
         lq_conn *conn;
         if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
