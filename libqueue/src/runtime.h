@@ -105,8 +105,9 @@ struct lq_subscription {
     int *lane_busy; /* per lane: deliveries in work */
 
     pthread_mutex_t mu;
-    pthread_cond_t claim_cv; /* the claimer: a worker came free, a wake-up, stop */
+    pthread_cond_t claim_cv; /* the claimers: a worker came free, a wake-up, stop */
     pthread_cond_t ready_cv; /* workers and next(): a delivery is waiting, stop */
+    bool workers_claim;      /* push workers make their own claims: no claim threads */
     pthread_cond_t keeper_cv;
     lq_mode mode;
     bool started, stopping, stopped, closing, woken;
@@ -121,7 +122,7 @@ struct lq_subscription {
 
     pthread_t *claimers, keeper;
     int claimer_count;
-    int claimers_idle; /* waiting on claim_cv: for room, or resting */
+    int claimers_idle; /* waiting on claim_cv: for room, or resting (or for a row) */
     atomic_bool waits_abandoned; /* stopped: its claims' lock waits end (lq__lock_wait_abandoned) */
     lq_delivery *left_head, *left_tail; /* rows a stop left to go back at close */
     int left_count;

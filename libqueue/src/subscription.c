@@ -408,85 +408,92 @@ static int64_t contention_wait(lq_subscription *s, int streak) {
 /* Wakes the workers a claim's rows need, s->mu held: under lanes every one
  * (only a row's own lane takes it); otherwise one per row, or one per batch
  * for a batch handler, since one worker takes a whole batch and the others
- * woken with it would only find the queue empty. */
-static void wake_takers(lq_subscription *s, int rows) {
+ * woken with it would only find the queue empty. A worker that claimed for
+ * itself (`own`) takes the first itself. */
+static void wake_takers(lq_subscription *s, int rows, bool own) {
     if (s->lanes) {
         pthread_cond_broadcast(&s->ready_cv);
         return;
     }
-    int wakes = s->batch_handler ? (rows + s->batch - 1) / s->batch : rows;
-    for (int i = 0; i < wakes; i++) pthread_cond_signal(&s->ready_cv);
+    int wakes = (s->batch_handler ? (rows + s->batch - 1) / s->batch : rows) - own;
+    pthread_cond_t *takers = s->workers_claim ? &s->claim_cv : &s->ready_cv;
+    for (int i = 0; i < wakes; i++) pthread_cond_signal(takers);
+}
+
+/* One turn of a claimer, s->mu held (let go while it waits or claims): it
+ * rests after a short or failed claim until the wait is over or a wake-up
+ * comes (one claim per wait, whichever thread makes it), waits while no
+ * claim may start, or claims and queues the rows. `own`: a worker claiming
+ * for itself, which takes a row of its claim next. */
+static void claim_turn(lq_subscription *s, bool own) {
+    if (s->woken) s->rest_until = 0;
+    if (s->rest_until > lq__mono_ms()) {
+        struct timespec deadline = lq__deadline_in(s->rest_until - lq__mono_ms());
+        s->claimers_idle++;
+        pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
+        s->claimers_idle--;
+        return;
+    }
+    int limit = may_claim(s);
+    if (!limit) {
+        s->claimers_idle++;
+        pthread_cond_wait(&s->claim_cv, &s->mu);
+        s->claimers_idle--;
+        return;
+    }
+    int extra = rows_hold(s) ? limit - 1 : 0;
+    s->flow.running++;
+    s->flow.asked += limit;
+    s->woken = false;
+    wake_a_claimer(s); /* the next, while room is left */
+    pthread_mutex_unlock(&s->mu);
+
+    lq_claimed got = {0};
+    waiting_for = s;
+    int rc = run_claim(&got, s, limit);
+    waiting_for = NULL;
+    atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
+    if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
+    if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
+    else if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
+
+    pthread_mutex_lock(&s->mu);
+    s->flow.running--;
+    s->flow.asked -= limit;
+    lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
+    lq__flow_look_ahead(&s->flow, rc == LQ_OK && got.count == limit);
+    s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
+    s->claim_extra -= extra; /* now counted in held, as far as rows came */
+    s->held += held_by(s, &got);
+    bool room_freed = account_room(s);
+    for (lq_delivery *d = got.head; d; d = d->queue_next) {
+        lq__book_add(&s->book, &d->entry);
+        d->lane = lane_of(s, d);
+    }
+    if (got.count) {
+        if (s->queue_tail) s->queue_tail->queue_next = got.head;
+        else s->queue_head = got.head;
+        s->queue_tail = got.tail;
+        s->waiting += got.count;
+        wake_takers(s, got.count, own);
+    }
+    int64_t rest = 0;
+    if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
+    else if (rc != LQ_OK) rest = FAILED_CLAIM_WAIT_MS;
+    else if (got.count < limit) rest = s->poll_ms;
+    if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
+    wake_a_claimer(s); /* the flow changed: another may go */
+    if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
+        pthread_mutex_unlock(&s->mu);
+        lq__broker_wake_room(s->broker, s);
+        pthread_mutex_lock(&s->mu);
+    }
 }
 
 static void *claimer_main(void *arg) {
     lq_subscription *s = arg;
     pthread_mutex_lock(&s->mu);
-    while (!s->stopping) {
-        /* Resting after a short or failed claim, until the wait is over or
-         * a wake-up comes: one claim per wait, whichever thread makes it. */
-        if (s->woken) s->rest_until = 0;
-        if (s->rest_until > lq__mono_ms()) {
-            struct timespec deadline = lq__deadline_in(s->rest_until - lq__mono_ms());
-            s->claimers_idle++;
-            pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
-            s->claimers_idle--;
-            continue;
-        }
-        int limit = may_claim(s);
-        if (!limit) {
-            s->claimers_idle++;
-            pthread_cond_wait(&s->claim_cv, &s->mu);
-            s->claimers_idle--;
-            continue;
-        }
-        int extra = rows_hold(s) ? limit - 1 : 0;
-        s->flow.running++;
-        s->flow.asked += limit;
-        s->woken = false;
-        wake_a_claimer(s); /* the next, while room is left */
-        pthread_mutex_unlock(&s->mu);
-
-        lq_claimed got = {0};
-        waiting_for = s;
-        int rc = run_claim(&got, s, limit);
-        waiting_for = NULL;
-        atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
-        if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
-        if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
-        else if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
-
-        pthread_mutex_lock(&s->mu);
-        s->flow.running--;
-        s->flow.asked -= limit;
-        lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
-        lq__flow_look_ahead(&s->flow, rc == LQ_OK && got.count == limit);
-        s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
-        s->claim_extra -= extra; /* now counted in held, as far as rows came */
-        s->held += held_by(s, &got);
-        bool room_freed = account_room(s);
-        for (lq_delivery *d = got.head; d; d = d->queue_next) {
-            lq__book_add(&s->book, &d->entry);
-            d->lane = lane_of(s, d);
-        }
-        if (got.count) {
-            if (s->queue_tail) s->queue_tail->queue_next = got.head;
-            else s->queue_head = got.head;
-            s->queue_tail = got.tail;
-            s->waiting += got.count;
-            wake_takers(s, got.count);
-        }
-        int64_t rest = 0;
-        if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
-        else if (rc != LQ_OK) rest = FAILED_CLAIM_WAIT_MS;
-        else if (got.count < limit) rest = s->poll_ms;
-        if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
-        wake_a_claimer(s); /* the flow changed: another may go */
-        if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
-            pthread_mutex_unlock(&s->mu);
-            lq__broker_wake_room(s->broker, s);
-            pthread_mutex_lock(&s->mu);
-        }
-    }
+    while (!s->stopping) claim_turn(s, false);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -514,9 +521,12 @@ static int start_locked(lq_subscription *s, lq_mode mode) {
         return lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)");
     if (s->started) return LQ_OK;
     s->mode = mode;
-    /* One claim thread for each claim the flow may keep in flight. */
-    int count = s->flow.one_claim ? 1 : s->workers < s->flow.budget ? s->workers : s->flow.budget;
-    if (!(s->claimers = calloc((size_t)count, sizeof *s->claimers)))
+    /* One claim thread for each claim the flow may keep in flight, or none
+     * where the workers claim for themselves. */
+    int count = s->workers_claim   ? 0
+                : s->flow.one_claim ? 1
+                : s->workers < s->flow.budget ? s->workers : s->flow.budget;
+    if (count && !(s->claimers = calloc((size_t)count, sizeof *s->claimers)))
         return lq__error(LQ_NOMEM, "out of memory");
     s->started = true;
     for (; s->claimer_count < count; s->claimer_count++)
@@ -642,7 +652,10 @@ static void *batch_worker_main(void *arg) {
     lq_delivery **batch = malloc((size_t)s->batch * sizeof *batch);
     pthread_mutex_lock(&s->mu);
     while (batch) {
-        while (!s->stopping && !s->queue_head) pthread_cond_wait(&s->ready_cv, &s->mu);
+        while (!s->stopping && !s->queue_head) {
+            if (s->workers_claim) claim_turn(s, true);
+            else pthread_cond_wait(&s->ready_cv, &s->mu);
+        }
         if (s->stopping) break;
         size_t n = take_many(s, batch, (size_t)s->batch);
         pthread_mutex_unlock(&s->mu);
@@ -690,7 +703,8 @@ static void *handler_thread_main(void *arg) {
         lq_delivery **slot;
         while (!s->stopping && !(slot = next_ready(s, lane))) {
             lq__flow_waited(&s->flow);
-            pthread_cond_wait(&s->ready_cv, &s->mu);
+            if (s->workers_claim) claim_turn(s, true);
+            else pthread_cond_wait(&s->ready_cv, &s->mu);
         }
         if (s->stopping) break;
         lq_delivery *d = take_locked(s, slot);
@@ -722,6 +736,11 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
     s->handler = handler;
     s->batch_handler = batch_handler;
     s->userdata = userdata;
+    /* Where each claim serves one free worker (a row, or a batch, that keeps
+     * its connection), the worker makes it and takes what it claimed: no
+     * hand-off between threads per claim. One claim for many workers, lanes
+     * and handler threads with pools of their own keep claim threads. */
+    s->workers_claim = s->flow.holds && !s->flow.one_claim && !s->lanes && !s->on_threads;
     int rc = start_locked(s, LQ_MODE_PUSH);
     if (rc == LQ_OK && !batch_handler && lq__acker_wanted(s)) rc = lq__acker_start(&s->acker);
     if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
