@@ -9,6 +9,10 @@ the raw_* programs, w1.py and w1.lua) into the figures.
                                        (tables, targets), latest.png (gnuplot)
   report.py callgrind OUTFILE N        the cost per job in a callgrind output
                                        file (JSON on stdout)
+  report.py cpu-record DB FORM N LIB RAW [WORKLOAD [LIB_N]]
+                                       the client CPU record of a library and
+                                       a raw callgrind output; LIB_N: the jobs
+                                       the library's count covers, if not N
 
 A figure pairs a library record with the raw record of the same database,
 form and workload from the same run: {"db", "form", "binding", "workload",
@@ -113,13 +117,14 @@ def figures(records):
     return [figure(records, r) for r in records if r.get("kind") in ("lib", "cpu")]
 
 
-def cpu_record(db, form, n, lib_out, raw_out, workload="W1-cpu"):
-    """The W1-cpu record from the callgrind outputs of the library and raw runs."""
+def cpu_record(db, form, n, lib_out, raw_out, workload="W1-cpu", lib_n=None):
+    """The W1-cpu record from the callgrind outputs of the library and raw runs
+    (the library's covering lib_n jobs, when it counted after a warm-up)."""
     rec = {"kind": "cpu", "db": db, "form": form, "binding": "c", "workload": workload, "n": int(n),
            "jobs_per_s": None}
     notes = []
     try:
-        lib = callgrind(lib_out, n)
+        lib = callgrind(lib_out, int(lib_n or n))
         rec.update(instr_per_job=lib["instr_per_job"], allocs_per_job=lib["allocs_per_job"],
                    libqueue_allocs_per_job=lib["libqueue_allocs_per_job"])
         notes.append("library self cost/job by object: " + ", ".join(
@@ -499,7 +504,7 @@ def main(argv):
         final(argv[2], argv[3])
     elif len(argv) == 7 and argv[1] == "perf-record":
         print(json.dumps(perf_record(*argv[2:7])))
-    elif len(argv) in (7, 8) and argv[1] == "cpu-record":
+    elif len(argv) in (7, 8, 9) and argv[1] == "cpu-record":
         print(json.dumps(cpu_record(*argv[2:])))
     elif len(argv) == 4 and argv[1] == "callgrind":
         print(json.dumps(callgrind(argv[2], argv[3])))

@@ -145,10 +145,11 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
     bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */
     if (own_tx) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
-    int64_t changes = 1;
-    if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(&changes, conn, stmt, args, NULL, NULL);
-    else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(&changes, s, conn, args);
-    bool lost = rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE;
+    /* Only a lease can be lost, so only a lease's settlement counts rows. */
+    int64_t changes = 1, *counted = s->form == LQ_FORM_LEASE ? &changes : NULL;
+    if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
+    else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
+    bool lost = rc == LQ_OK && changes == 0;
     if (in_tx || own_tx) {
         /* Nothing written (a release, a retry that counts nothing) or
          * nothing to keep: the rollback returns the row as it was. */

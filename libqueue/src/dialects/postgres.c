@@ -21,6 +21,7 @@ enum { OID_BOOL = 16, OID_BYTEA = 17, OID_INT8 = 20, OID_INT2 = 21, OID_INT4 = 2
 
 typedef struct prepared {
     int id;
+    char name[24]; /* its name on the server: lq_<id> */
 } prepared;
 
 struct lq_conn {
@@ -337,35 +338,53 @@ static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
 }
 
 /* The server-side name of a statement: lq_<its id>. */
-static void statement_name(char name[32], const lq_stmt *st) {
+static void statement_name(char name[24], const lq_stmt *st) {
     memcpy(name, "lq_", 3);
     lq__int_text(name + 3, st->id);
 }
 
-static int ensure_prepared(lq_conn *c, const lq_stmt *st) {
-    for (int i = 0; i < c->count; i++)
-        if (c->names[i].id == st->id) return LQ_OK;
+/* Prepares a statement on the connection at its first use; *name is its
+ * server-side name, valid until the connection prepares another. */
+static int ensure_prepared(const char **name, lq_conn *c, const lq_stmt *st) {
+    for (int i = 0; i < c->count; i++) {
+        if (c->names[i].id == st->id) {
+            *name = c->names[i].name;
+            return LQ_OK;
+        }
+    }
     void *names = c->names;
     int grown = lq__room_for_one(&names, &c->cap, c->count, sizeof *c->names, 16);
     c->names = names;
     if (grown != LQ_OK) return grown;
-    char name[32];
-    statement_name(name, st);
+    prepared *p = &c->names[c->count];
+    p->id = st->id;
+    statement_name(p->name, st);
     int rc = LQ_OK;
-    PGresult *res = finish(c, PQsendPrepare(c->pg, name, st->sql, 0, NULL), &rc);
+    PGresult *res = finish(c, PQsendPrepare(c->pg, p->name, st->sql, 0, NULL), &rc);
     if (!res) return rc;
     if (PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_SCHEMA, "cannot prepare");
     PQclear(res);
-    c->names[c->count++].id = st->id;
+    c->count++;
+    *name = p->name;
     return LQ_OK;
 }
 
-static int pg_prepare(lq_conn *c, const lq_stmt *st) { return ensure_prepared(c, st); }
+static int pg_prepare(lq_conn *c, const lq_stmt *st) {
+    const char *name;
+    return ensure_prepared(&name, c, st);
+}
 
-static uint64_t read_be(const char *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = (v << 8) | (unsigned char)p[i];
-    return v;
+/* A big-endian integer of a binary result; written out byte by byte so the
+ * compiler turns it into one load and swap. */
+static uint64_t read_be64(const char *p) {
+    const unsigned char *u = (const unsigned char *)p;
+    return (uint64_t)u[0] << 56 | (uint64_t)u[1] << 48 | (uint64_t)u[2] << 40 | (uint64_t)u[3] << 32 |
+           (uint64_t)u[4] << 24 | (uint64_t)u[5] << 16 | (uint64_t)u[6] << 8 | u[7];
+}
+
+static uint32_t read_be32(const char *p) {
+    const unsigned char *u = (const unsigned char *)p;
+    return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
 }
 
 /* Reads one binary column into a value the core understands. */
@@ -375,13 +394,13 @@ static void read_column(lq_value *v, const PGresult *res, int row, int col, char
     const char *p = PQgetvalue(res, row, col);
     int n = PQgetlength(res, row, col);
     switch (PQftype(res, col)) {
-    case OID_INT8: v->type = LQ_V_INT; v->i = (int64_t)read_be(p, 8); break;
-    case OID_INT4: v->type = LQ_V_INT; v->i = (int32_t)read_be(p, 4); break;
-    case OID_INT2: v->type = LQ_V_INT; v->i = (int16_t)read_be(p, 2); break;
+    case OID_INT8: v->type = LQ_V_INT; v->i = (int64_t)read_be64(p); break;
+    case OID_INT4: v->type = LQ_V_INT; v->i = (int32_t)read_be32(p); break;
+    case OID_INT2: v->type = LQ_V_INT; v->i = (int16_t)(((unsigned char)p[0] << 8) | (unsigned char)p[1]); break;
     case OID_BOOL: v->type = LQ_V_INT; v->i = p[0] != 0; break;
     case OID_TIMESTAMP:
     case OID_TIMESTAMPTZ: {
-        int64_t ms = (int64_t)read_be(p, 8) / 1000 + PG_EPOCH_OFFSET_MS;
+        int64_t ms = (int64_t)read_be64(p) / 1000 + PG_EPOCH_OFFSET_MS;
         lq__time_text(time_buf, ms);
         v->type = LQ_V_TEXT;
         v->p = time_buf;
@@ -452,9 +471,8 @@ static void pg_args_bind(pg_args *a, int i, const lq_value *v) {
 static PGresult *run_stmt(lq_conn *c, const lq_stmt *st, int count, const char *const *values,
                           const int *lengths, const int *formats, int result_format, int *status) {
     bool once = c->borrowed || st->id == 0;
-    if (!once && (*status = ensure_prepared(c, st)) != LQ_OK) return NULL;
-    char name[32];
-    statement_name(name, st);
+    const char *name = NULL;
+    if (!once && (*status = ensure_prepared(&name, c, st)) != LQ_OK) return NULL;
     int sent = once ? PQsendQueryParams(c->pg, st->sql, count, NULL, values, lengths, formats, result_format)
                     : PQsendQueryPrepared(c->pg, name, count, values, lengths, formats, result_format);
     return finish(c, sent, status);
