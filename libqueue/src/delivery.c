@@ -15,10 +15,17 @@ static char *text_of(const lq_value *v) {
     return s;
 }
 
-/* Up to this many blocks of deliveries let go wait for the next claims of
- * their subscription: a claim's deliveries are made on its claimer thread
- * and freed on the workers', which costs the allocator more than a list. */
-enum { SPARES_MAX = 64 };
+/* Blocks of deliveries let go wait for the next claims of their
+ * subscription, rather than go back to the allocator (a claim's deliveries
+ * may be made on one thread and freed on others): as many as its claims may
+ * have out at once, the rows in work, waiting and looked ahead, at least 64
+ * and at most 4096. */
+enum { SPARES_MIN = 64, SPARES_MAX = 4096 };
+
+void lq__delivery_spares_plan(lq_subscription *s) {
+    int64_t most = (int64_t)s->workers * (s->batch > 0 ? s->batch : 1) + s->flow.ahead_max;
+    s->spares_max = most < SPARES_MIN ? SPARES_MIN : most > SPARES_MAX ? SPARES_MAX : (int)most;
+}
 
 /* A block for a delivery with `payload_size` bytes of payload: a spare one
  * where it is large enough, else a new one. Zeroed, its mutex initialised. */
@@ -46,7 +53,7 @@ static lq_delivery *delivery_block(lq_subscription *s, size_t payload_size) {
 }
 
 /* Frees what a delivery owns, and keeps its block for the next claim
- * while the subscription keeps fewer than SPARES_MAX. */
+ * while the subscription keeps fewer than its spares_max. */
 static void delivery_free(lq_delivery *d) {
     lq_subscription *s = d->sub;
     free(d->group);
@@ -57,7 +64,7 @@ static void delivery_free(lq_delivery *d) {
     pthread_mutex_destroy(&d->mu);
     if (s) {
         pthread_mutex_lock(&s->spares_mu);
-        bool kept = s->spare_count < SPARES_MAX;
+        bool kept = s->spare_count < s->spares_max;
         if (kept) {
             d->queue_next = s->spares;
             s->spares = d;
@@ -80,33 +87,34 @@ void lq__delivery_spares_free(lq_subscription *s) {
 
 int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *got, int count) {
     /* The row in LQ_COL_* order, NULL where the table lacks the column. */
-    lq_value cols[LQ_COL_COUNT];
+    static const lq_value null_value = {.type = LQ_V_NULL};
+    const lq_value *col[LQ_COL_COUNT];
     for (int i = 0; i < LQ_COL_COUNT; i++) {
         int at = s->row_at[i];
         if (at >= count) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
-        cols[i] = at >= 0 ? got[at] : (lq_value){.type = LQ_V_NULL};
+        col[i] = at >= 0 ? &got[at] : &null_value;
     }
     /* The payload lives in the delivery's own block, after it. */
-    const lq_value *p = &cols[LQ_COL_PAYLOAD];
+    const lq_value *p = col[LQ_COL_PAYLOAD];
     size_t payload_size = p->type == LQ_V_NULL ? 0 : p->n;
     lq_delivery *d = delivery_block(s, payload_size);
     if (!d) return lq__error(LQ_NOMEM, "out of memory");
     atomic_init(&d->refs, 1);
-    d->id = cols[LQ_COL_ID].i;
+    d->id = col[LQ_COL_ID]->i;
     d->payload = (unsigned char *)(d + 1);
     d->payload_size = payload_size;
     if (payload_size) memcpy(d->payload, p->p, payload_size);
     d->payload[payload_size] = '\0';
-    d->attempt = cols[LQ_COL_ATTEMPT].type == LQ_V_INT ? (int)cols[LQ_COL_ATTEMPT].i : 0;
-    d->group = text_of(&cols[LQ_COL_GROUP]);
-    d->partition_key = text_of(&cols[LQ_COL_PKEY]);
-    d->priority = cols[LQ_COL_PRIORITY].i;
-    d->due = text_of(&cols[LQ_COL_DUE]);
-    bool missing = (cols[LQ_COL_GROUP].type != LQ_V_NULL && !d->group) ||
-                   (cols[LQ_COL_PKEY].type != LQ_V_NULL && !d->partition_key) ||
-                   (cols[LQ_COL_DUE].type != LQ_V_NULL && !d->due);
+    d->attempt = col[LQ_COL_ATTEMPT]->type == LQ_V_INT ? (int)col[LQ_COL_ATTEMPT]->i : 0;
+    d->group = text_of(col[LQ_COL_GROUP]);
+    d->partition_key = text_of(col[LQ_COL_PKEY]);
+    d->priority = col[LQ_COL_PRIORITY]->i;
+    d->due = text_of(col[LQ_COL_DUE]);
+    bool missing = (col[LQ_COL_GROUP]->type != LQ_V_NULL && !d->group) ||
+                   (col[LQ_COL_PKEY]->type != LQ_V_NULL && !d->partition_key) ||
+                   (col[LQ_COL_DUE]->type != LQ_V_NULL && !d->due);
     int rc = missing ? lq__error(LQ_NOMEM, "out of memory") : LQ_OK;
-    const lq_value *h = &cols[LQ_COL_HEADERS];
+    const lq_value *h = col[LQ_COL_HEADERS];
     if (rc == LQ_OK && h->type != LQ_V_NULL && h->n) {
         rc = lq__headers_from_json(&d->headers, h->p, h->n);
         if (rc != LQ_OK) {

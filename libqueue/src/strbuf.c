@@ -71,16 +71,18 @@ void lq__sb_free(lq_strbuf *sb) {
 }
 
 size_t lq__int_text(char out[LQ_INT_TEXT_SIZE], int64_t v) {
-    char digits[LQ_INT_TEXT_SIZE];
-    size_t n = 0, len = 0;
     /* In unsigned arithmetic, so INT64_MIN negates without overflow. */
     uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    size_t len = v < 0;
+    for (uint64_t rest = u; rest >= 10; rest /= 10) len++;
+    len++;
+    /* The digits from the last, in place. */
+    out[len] = '\0';
+    char *at = out + len;
     do {
-        digits[n++] = (char)('0' + u % 10);
+        *--at = (char)('0' + u % 10);
         u /= 10;
     } while (u);
-    if (v < 0) out[len++] = '-';
-    while (n) out[len++] = digits[--n];
-    out[len] = '\0';
+    if (v < 0) out[0] = '-';
     return len;
 }

@@ -54,11 +54,15 @@ static int pg_error(lq_conn *c, PGresult *res, int status, const char *what) {
     return status;
 }
 
-/* Waits until the socket is ready or the deadline (monotonic ms) passes. */
-static bool wait_socket(lq_conn *c, short events, int64_t deadline) {
+/* Waits until the socket is ready or the deadline (monotonic ms) passes;
+ * a deadline of 0 starts at the first wait, the connection's deadline_ms
+ * from now, so an answer already read costs no clock reading. */
+static bool wait_socket(lq_conn *c, short events, int64_t *deadline) {
     struct pollfd pfd = {.fd = PQsocket(c->pg), .events = events};
     for (;;) {
-        int64_t left = deadline - lq__mono_ms();
+        int64_t now = lq__mono_ms();
+        if (*deadline == 0) *deadline = now + c->deadline_ms;
+        int64_t left = *deadline - now;
         if (left <= 0 || pfd.fd < 0) return false;
         int ready = poll(&pfd, 1, (int)(left > 1000 ? 1000 : left));
         if (ready > 0) return true;
@@ -70,17 +74,17 @@ static bool wait_socket(lq_conn *c, short events, int64_t deadline) {
  * deadline the query is cancelled and the connection is marked broken, so
  * the pool closes it. Returns the first result (the caller clears it). */
 static PGresult *await_result(lq_conn *c, int *status) {
-    int64_t deadline = lq__mono_ms() + c->deadline_ms;
+    int64_t deadline = 0;
     PGresult *first = NULL, *res;
     int flushed;
     while ((flushed = PQflush(c->pg)) == 1) {
-        if (!wait_socket(c, POLLIN | POLLOUT, deadline)) goto timeout;
+        if (!wait_socket(c, POLLIN | POLLOUT, &deadline)) goto timeout;
         if (!PQconsumeInput(c->pg)) goto broken;
     }
     if (flushed < 0) goto broken;
     for (;;) {
         while (PQisBusy(c->pg)) {
-            if (!wait_socket(c, POLLIN, deadline)) goto timeout;
+            if (!wait_socket(c, POLLIN, &deadline)) goto timeout;
             if (!PQconsumeInput(c->pg)) goto broken;
         }
         if (!(res = PQgetResult(c->pg))) break;
