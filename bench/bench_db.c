@@ -257,3 +257,5 @@ int64_t bench_count(const char *url) {
     default: bench_die("unknown URL scheme: %s", url);
     }
 }
+
+long bench_sqlite_memory_kb(void) { return (long)(sqlite3_memory_used() / 1024); }

@@ -19,5 +19,8 @@ lq_table *bench_table(bench_form form);
 void bench_setup(const char *url, bench_form form, int64_t rows);
 /* Rows left in the bench table; exits on failure. */
 int64_t bench_count(const char *url);
+/* The memory SQLite holds in this process (its page caches, statements,
+ * connections), in kB: the part of the heap that is not libqueue's. */
+long bench_sqlite_memory_kb(void);
 
 #endif

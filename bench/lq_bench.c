@@ -111,6 +111,7 @@ static int cmd_w1(int argc, char **argv) {
     /* RSS thresholds, e.g. "100000,1000000". */
     int64_t rss_at[8];
     long rss_kb[8], anon_kb[8]; /* the resident set, and its anonymous part (the heaps) */
+    long sqlite_kb[8];          /* of the heaps, SQLite's own (its page caches) */
     int rss_count = 0;
     const char *rss_list = bench_arg(argc, argv, "--rss-at", NULL);
     for (const char *p = rss_list; p && *p && rss_count < 8;) {
@@ -172,6 +173,7 @@ static int cmd_w1(int argc, char **argv) {
         settled = lq_subscription_stat(sub, LQ_STAT_SETTLED);
         while (next_rss < rss_count && settled >= rss_at[next_rss]) {
             anon_kb[next_rss] = bench_status_kb("RssAnon");
+            sqlite_kb[next_rss] = bench_sqlite_memory_kb();
             rss_kb[next_rss++] = bench_rss_kb();
         }
         t1 = bench_now();
@@ -219,6 +221,9 @@ static int cmd_w1(int argc, char **argv) {
             bj_int(&j, key, i < next_rss ? rss_kb[i] : -1);
             snprintf(key, sizeof key, "anon_at_%lld_kb", (long long)rss_at[i]);
             bj_int(&j, key, i < next_rss ? anon_kb[i] : -1);
+            if (bench_db_of_url(url) != BENCH_SQLITE) continue;
+            snprintf(key, sizeof key, "sqlite_at_%lld_kb", (long long)rss_at[i]);
+            bj_int(&j, key, i < next_rss ? sqlite_kb[i] : -1);
         }
     }
     bj_str(&j, "note", *note ? note : NULL);

@@ -17,15 +17,10 @@ static char *text_of(const lq_value *v) {
 
 /* Blocks of deliveries let go wait for the next claims of their
  * subscription, rather than go back to the allocator (a claim's deliveries
- * may be made on one thread and freed on others): as many as its claims may
- * have out at once, the rows in work, waiting and looked ahead, at least 64
- * and at most 4096. */
-enum { SPARES_MIN = 64, SPARES_MAX = 4096 };
-
-void lq__delivery_spares_plan(lq_subscription *s) {
-    int64_t most = (int64_t)s->workers * (s->batch > 0 ? s->batch : 1) + s->flow.ahead_max;
-    s->spares_max = most < SPARES_MIN ? SPARES_MIN : most > SPARES_MAX ? SPARES_MAX : (int)most;
-}
+ * may be made on one thread and freed on others, and blocks going back and
+ * forth fragment the heap): as many as its deliveries were at their most
+ * at once, up to SPARES_MAX, so the blocks never outnumber that peak. */
+enum { SPARES_MAX = 4096 };
 
 /* A block for a delivery with `payload_size` bytes of payload: a spare one
  * where it is large enough, else a new one. Zeroed, its mutex initialised. */
@@ -36,6 +31,7 @@ static lq_delivery *delivery_block(lq_subscription *s, size_t payload_size) {
         s->spares = d->queue_next;
         s->spare_count--;
     }
+    if (++s->live > s->live_peak) s->live_peak = s->live;
     pthread_mutex_unlock(&s->spares_mu);
     size_t room = d ? d->payload_room : 0;
     if (d && room < payload_size + 1) {
@@ -44,16 +40,22 @@ static lq_delivery *delivery_block(lq_subscription *s, size_t payload_size) {
     }
     if (!d) {
         room = payload_size + 1;
-        if (!(d = malloc(sizeof *d + room))) return NULL;
+        if (!(d = malloc(sizeof *d + room))) {
+            pthread_mutex_lock(&s->spares_mu);
+            s->live--;
+            pthread_mutex_unlock(&s->spares_mu);
+            return NULL;
+        }
     }
     memset(d, 0, sizeof *d);
+    d->sub = s; /* counted in its live deliveries; a reference once made */
     d->payload_room = room;
     pthread_mutex_init(&d->mu, NULL);
     return d;
 }
 
 /* Frees what a delivery owns, and keeps its block for the next claim
- * while the subscription keeps fewer than its spares_max. */
+ * while the subscription keeps fewer than its peak of deliveries. */
 static void delivery_free(lq_delivery *d) {
     lq_subscription *s = d->sub;
     free(d->group);
@@ -64,7 +66,8 @@ static void delivery_free(lq_delivery *d) {
     pthread_mutex_destroy(&d->mu);
     if (s) {
         pthread_mutex_lock(&s->spares_mu);
-        bool kept = s->spare_count < s->spares_max;
+        s->live--;
+        bool kept = s->spare_count < s->live_peak && s->spare_count < SPARES_MAX;
         if (kept) {
             d->queue_next = s->spares;
             s->spares = d;
@@ -129,7 +132,6 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value 
         delivery_free(d);
         return rc;
     }
-    d->sub = s;
     atomic_fetch_add(&s->refs, 1);
     *out = d;
     return LQ_OK;

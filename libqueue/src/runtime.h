@@ -138,7 +138,7 @@ struct lq_subscription {
     pthread_mutex_t spares_mu;
     lq_delivery *spares;
     int spare_count;
-    int spares_max; /* as many as may be claimed at once (lq__delivery_spares_plan) */
+    int live, live_peak; /* deliveries made and not yet freed; their most at once */
 };
 
 /* Broker internals. */
@@ -179,8 +179,6 @@ LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const
 LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Lets go of deliveries of one subscription, as many at once as it can. */
 LQ_HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
-/* Sets how many blocks of deliveries let go a subscription keeps. */
-LQ_HIDDEN void lq__delivery_spares_plan(lq_subscription *s);
 /* Frees the blocks a subscription kept of deliveries let go. */
 LQ_HIDDEN void lq__delivery_spares_free(lq_subscription *s);
 /* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */

@@ -236,7 +236,6 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->form = lq_table_form(s->table);
         plan_flow(s);
-        lq__delivery_spares_plan(s);
         rc = check_declaration(s);
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
