@@ -116,17 +116,6 @@ static const char *id_array(char *buf, size_t cap, const int64_t *ids, int n) {
     return buf;
 }
 
-/* "{id,token,id,token}": a lease batch's rows with their token, epoch ms. */
-static const char *held_pairs(char *buf, size_t cap, const int64_t *ids, int n, int64_t token) {
-    size_t k = 0;
-    buf[k++] = '{';
-    for (int i = 0; i < n && k + 48 < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "%s%lld,%lld", i ? "," : "", (long long)ids[i], (long long)token);
-    buf[k++] = '}';
-    buf[k] = '\0';
-    return buf;
-}
-
 static bool drain_row_lock(raw_worker *w) {
     char limit[24], id[24], arr[24 * 1024];
     int64_t ids[1000];
@@ -164,8 +153,8 @@ static bool drain_lease(raw_worker *w) {
         PQclear(r);
         if (rows == 0) return true;
         if (w->cfg->batch > 1) {
-            const char *ack_args[1] = {held_pairs(arr, sizeof arr, ids, rows, now + BENCH_LEASE_MS)};
-            if (!(r = run(w, "ack", 1, ack_args, 0))) return false;
+            const char *ack_args[2] = {id_array(arr, sizeof arr, ids, rows), lease_text};
+            if (!(r = run(w, "ack", 2, ack_args, 0))) return false;
             if (atoi(PQcmdTuples(r)) != rows) snprintf(w->error, sizeof w->error, "a batch ack lost rows");
             PQclear(r);
         } else {

@@ -54,10 +54,8 @@
     "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT \"lq_id\" FROM (SELECT "                 \
     "unnest($1::bigint[]) AS \"lq_id\") AS \"lq_s\")"
 #define PG_LEASE_BATCH_ACK                                                                         \
-    "DELETE FROM \"lq_bench_jobs\" WHERE (\"id\", \"locked_until\") IN (SELECT \"lq_id\", \"lq_held\" FROM " \
-    "(SELECT \"lq_a\"[2 * \"lq_i\" - 1] AS \"lq_id\", to_timestamp(\"lq_a\"[2 * \"lq_i\"] / 1000.0) AS "       \
-    "\"lq_held\" FROM (SELECT $1::bigint[] AS \"lq_a\") AS \"lq_v\", generate_series(1, "                  \
-    "cardinality(\"lq_a\") / 2) AS \"lq_i\") AS \"lq_s\")"
+    "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT \"lq_id\" FROM (SELECT "                 \
+    "unnest($1::bigint[]) AS \"lq_id\") AS \"lq_s\") AND \"locked_until\" = $2"
 
 /* ---- SQLite ---- */
 #define SQ_LEASE_CLAIM                                                                             \
@@ -78,8 +76,8 @@
 #define SQ_INSERT_ROWS_TUPLE "(1, ?%d)"
 #define SQ_INSERT_ROWS_TAIL " RETURNING \"id\""
 #define SQ_LEASE_BATCH_ACK                                                                         \
-    "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT value FROM json_each(?1)) AND "          \
-    "\"locked_until\" = ?2"
+    "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" IN (SELECT \"lq_id\" FROM (SELECT value AS "       \
+    "\"lq_id\" FROM json_each(?1)) AS \"lq_s\") AND \"locked_until\" = ?2"
 
 /* ---- MySQL / MariaDB ---- */
 #define MY_ROW_LOCK_CLAIM                                                                          \

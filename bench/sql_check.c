@@ -30,7 +30,8 @@ static void print_set(const char *where, const lq_sqlset *set, const lq_stmt *in
         const char *name;
         const lq_stmt *stmt;
     } all[] = {{"claim", &set->claim}, {"take", &set->take}, {"take_read", &set->take_read}, {"take_set", &set->take_set},
-               {"stamp", &set->stamp}, {"ack", &set->ack},   {"ack_set", &set->ack_set}, {"release", &set->release},
+               {"stamp", &set->stamp}, {"ack", &set->ack},   {"ack_set", &set->ack_set},
+               {"ack_set_held", &set->ack_set_held}, {"release", &set->release},
                {"extend", &set->extend}, {"insert", insert}};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].stmt->sql) printf("%s %s: %s\n", where, all[i].name, all[i].stmt->sql);
@@ -49,7 +50,8 @@ int main(int argc, char **argv) {
          PG_LEASE_BATCH_ACK},
         {&lq__postgres_dialect, BENCH_ADVISORY, PG_ADVISORY_CLAIM, PG_ADVISORY_TAKE, NULL, NULL,
          PG_ADVISORY_ACK, PG_INSERT, NULL},
-        {&lq__sqlite_dialect, BENCH_LEASE, SQ_LEASE_CLAIM, NULL, NULL, NULL, SQ_LEASE_ACK, SQ_INSERT, NULL},
+        {&lq__sqlite_dialect, BENCH_LEASE, SQ_LEASE_CLAIM, NULL, NULL, NULL, SQ_LEASE_ACK, SQ_INSERT,
+         SQ_LEASE_BATCH_ACK},
         {&lq__sqlite_dialect, BENCH_ADVISORY, SQ_ADVISORY_CLAIM, SQ_ADVISORY_TAKE, NULL, NULL,
          SQ_ADVISORY_ACK, SQ_INSERT, NULL},
         {&lq__mysql_dialect, BENCH_ROW_LOCK, MY_ROW_LOCK_CLAIM, NULL, NULL, NULL, MY_ROW_LOCK_ACK, MY_INSERT, NULL},
@@ -76,7 +78,11 @@ int main(int argc, char **argv) {
         if (cases[i].take_read) expect(where, "take_read", &set.take_read, cases[i].take_read);
         if (cases[i].stamp) expect(where, "stamp", &set.stamp, cases[i].stamp);
         expect(where, "ack", &set.ack, cases[i].ack);
-        if (cases[i].ack_set) expect(where, "ack_set", &set.ack_set, cases[i].ack_set);
+        /* A batch's ack: in the lease form, of rows that share their claim's token. */
+        bool lease = cases[i].form == BENCH_LEASE;
+        if (cases[i].ack_set)
+            expect(where, lease ? "ack_set_held" : "ack_set", lease ? &set.ack_set_held : &set.ack_set,
+                   cases[i].ack_set);
         expect(where, "insert", &insert, cases[i].insert);
         lq__sqlset_free(&set);
         free(insert.sql);

@@ -156,7 +156,7 @@ int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
 int lq__broker_intern_set(lq_broker *b, lq_sqlset *set) {
     lq_stmt *all[] = {&set->claim,       &set->take,       &set->take_read, &set->take_set, &set->stamp,
                       &set->stamp_set,   &set->guard,
-                      &set->ack,        &set->retry, &set->release,
+                      &set->ack,         &set->ack_set,    &set->ack_set_held, &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy,  &set->dead_clear,
                       &set->dead_delete, &set->extend};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {

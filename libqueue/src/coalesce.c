@@ -66,16 +66,22 @@ static int run_ack_set(bool *whole, lq_coalescer *c, const lq_dialect *d, lq_con
      * runs only what is not in the set). */
     if (n < 2) return first ? d->exec(&first->changes, conn, first->stmt, first->args, NULL, NULL)
                             : LQ_OK;
+    /* Rows of one claim share their lease token: the set then names the
+     * rows alone, and the token is bound once. */
+    bool one_token = c->tokens && c->ack_set_held && c->ack_set_held->sql;
+    for (lq_pending *p = list; one_token && p; p = p->next)
+        if (in_set(c, p)) one_token = p->args[LQ_P_HELD].i == first->args[LQ_P_HELD].i;
+    bool tokens = c->tokens && !one_token;
     lq_strbuf sb = {0};
     for (lq_pending *p = list; p; p = p->next)
-        if (in_set(c, p)) lq__held_set_add(&sb, d, c->tokens, p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i);
+        if (in_set(c, p)) lq__held_set_add(&sb, d, tokens, p->args[LQ_P_ID].i, p->args[LQ_P_HELD].i);
     char *json = lq__held_set_take(&sb, d);
     if (!json) return lq__error(LQ_NOMEM, "out of memory");
     lq_value args[LQ_P_COUNT];
     memcpy(args, first->args, sizeof args);
     args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
     int64_t changes = 0;
-    int rc = d->exec(&changes, conn, c->ack_set, args, NULL, NULL);
+    int rc = d->exec(&changes, conn, one_token ? c->ack_set_held : c->ack_set, args, NULL, NULL);
     free(json);
     if (rc == LQ_OK && changes != (int64_t)n) *whole = false;
     for (lq_pending *p = list; rc == LQ_OK && p; p = p->next)

@@ -39,6 +39,7 @@ typedef struct lq_coalescer {
     int64_t wait_us;
     const lq_stmt *ack, *ack_set; /* acks of one row, and of a set (NULL sql: none) */
     bool tokens;                  /* the set carries each row's lease token */
+    const lq_stmt *ack_set_held;  /* with tokens: of a set whose rows share one (or NULL) */
 } lq_coalescer;
 
 LQ_HIDDEN void lq__coalescer_init(lq_coalescer *c);

@@ -82,9 +82,10 @@ typedef struct lq_dialect {
     const char *row_casts[LQ_COL_COUNT];
     int (*build_claims)(lq_sqlset *set, const lq_table *table);
     /* Settling a set of rows in one statement (sqlset.ack_set): a row source
-     * of columns lq_id and lq_held read from the JSON of LQ_P_HELD_SET, and
-     * the time text its tokens are written in. NULL: no such statement. */
-    void (*held_set_source)(lq_sql *b);
+     * of column lq_id, and with `tokens` lq_held, read from LQ_P_HELD_SET as
+     * lq__held_set_add writes it; and the time text its tokens are written
+     * in. NULL: no such statement. */
+    void (*held_set_source)(lq_sql *b, bool tokens);
     bool held_set_array; /* a set is an array of integers, not JSON (lq__held_set_add) */
     void (*held_time_text)(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms);
     /* The set is joined to the table (DELETE t FROM set JOIN t), where a

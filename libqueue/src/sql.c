@@ -183,7 +183,7 @@ static void in_held_set(lq_sql *b, bool with_held) {
         lq__sql_ident(b, "lq_held");
     }
     lq__sql_add(b, " FROM ");
-    b->dialect->held_set_source(b);
+    b->dialect->held_set_source(b, with_held);
     lq__sql_add(b, " AS ");
     lq__sql_ident(b, "lq_s");
     lq__sql_add(b, ")");
@@ -303,8 +303,8 @@ static int build_ack(lq_sql *b) {
 
 /* "<set> AS lq_s JOIN <table> AS lq_t ON lq_t.id = lq_s.lq_id": the rows of
  * LQ_P_HELD_SET, where the dialect's row source joins. */
-static void join_held_set(lq_sql *b) {
-    b->dialect->held_set_source(b);
+static void join_held_set(lq_sql *b, bool tokens) {
+    b->dialect->held_set_source(b, tokens);
     lq__sql_add(b, " AS ");
     lq__sql_ident(b, "lq_s");
     lq__sql_add(b, " JOIN ");
@@ -318,9 +318,12 @@ static void join_held_set(lq_sql *b) {
 }
 
 /* The ack of a set of rows: the ack's DELETE (or UPDATE of processed_at)
- * for every row of LQ_P_HELD_SET, each with its token in the lease form. */
-static int build_ack_set(lq_sql *b) {
+ * for every row of LQ_P_HELD_SET, in the lease form each with its token, or
+ * with `one_token` all with the one of LQ_P_HELD (the rows of one claim),
+ * which spares the database reading a token per row. */
+static int build_ack_set(lq_sql *b, bool one_token) {
     bool lease = lq_table_form(b->table) == LQ_FORM_LEASE;
+    bool tokens = lease && !one_token;
     bool marks = lq__has(b->table, LQ_ROLE_PROCESSED_AT);
     if (b->dialect->held_set_joins) {
         lq__sql_add(b, marks ? "UPDATE " : "DELETE ");
@@ -328,12 +331,13 @@ static int build_ack_set(lq_sql *b) {
             lq__sql_ident(b, "lq_t");
             lq__sql_add(b, " FROM ");
         }
-        join_held_set(b);
+        join_held_set(b, tokens);
         if (lease) {
             lq__sql_add(b, " AND ");
             lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
             lq__sql_add(b, " = ");
-            lq__sql_qualified(b, "lq_s", "lq_held");
+            if (tokens) lq__sql_qualified(b, "lq_s", "lq_held");
+            else lq__sql_param(b, LQ_P_HELD);
         }
         if (marks) {
             lq__sql_add(b, " SET ");
@@ -349,14 +353,20 @@ static int build_ack_set(lq_sql *b) {
         return lq__sql_finish(b);
     }
     ack_head(b);
-    lq__sql_add(b, lease ? " WHERE (" : " WHERE ");
+    lq__sql_add(b, tokens ? " WHERE (" : " WHERE ");
     lq__sql_id(b);
-    if (lease) {
+    if (tokens) {
         lq__sql_add(b, ", ");
         lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
         lq__sql_add(b, ")");
     }
-    in_held_set(b, lease);
+    in_held_set(b, tokens);
+    if (lease && !tokens) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ_P_HELD);
+    }
     return lq__sql_finish(b);
 }
 
@@ -370,6 +380,11 @@ void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, bool tokens, int64_t i
             lq__sb_addc(sb, ',');
             lq__sb_addn(sb, number, lq__int_text(number, token));
         }
+        return;
+    }
+    if (!tokens) {
+        lq__sb_addc(sb, sb->len ? ',' : '[');
+        lq__sb_addn(sb, number, n);
         return;
     }
     d->held_time_text(text, token);
@@ -633,7 +648,7 @@ static int build_stamp(lq_sql *b) {
  * LQ_P_HELD_SET, where a row source joins (MySQL's JSON_TABLE). */
 static int build_stamp_set(lq_sql *b) {
     lq__sql_add(b, "UPDATE ");
-    join_held_set(b);
+    join_held_set(b, true);
     lq__sql_add(b, " SET ");
     const char *until = b->table->columns[LQ_ROLE_LOCKED_UNTIL];
     lq__sql_qualified(b, "lq_t", until);
@@ -665,7 +680,11 @@ int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     rc = build_ack(&b);
     if (rc == LQ_OK && d->held_set_source) {
         lq__sql_start(&b, &set->ack_set, d, t);
-        rc = build_ack_set(&b);
+        rc = build_ack_set(&b, false);
+    }
+    if (rc == LQ_OK && d->held_set_source && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->ack_set_held, d, t);
+        rc = build_ack_set(&b, true);
     }
     if (rc == LQ_OK) {
         lq__sql_start(&b, &set->retry, d, t);
@@ -778,7 +797,7 @@ int lq__sql_build_take_set_returning(lq_stmt *take, const lq_dialect *d, const l
 void lq__sqlset_free(lq_sqlset *set) {
     lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->take_set, &set->stamp,
                       &set->stamp_set, &set->guard,
-                      &set->ack,         &set->ack_set,    &set->retry, &set->release,
+                      &set->ack,         &set->ack_set,    &set->ack_set_held, &set->retry, &set->release,
                       &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
                       &set->dead_delete, &set->extend};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {

@@ -63,6 +63,7 @@ typedef struct lq_sqlset {
     lq_stmt ack;
     lq_stmt ack_set;     /* acks a set of rows in one statement, or NULL sql where the
                           * database cannot (the acks then run one by one) */
+    lq_stmt ack_set_held; /* lease: acks a set of rows that share one token (LQ_P_HELD) */
     lq_stmt retry;       /* NULL sql in the advisory form: releasing the key is the retry */
     lq_stmt release;     /* gives back a row never settled, undoing the claim's count */
     lq_stmt retry_after;
@@ -133,10 +134,11 @@ LQ_HIDDEN int lq__sql_build_take_returning(lq_stmt *take, const struct lq_dialec
 /* The same for the candidates of LQ_P_HELD_SET, in one statement. */
 LQ_HIDDEN int lq__sql_build_take_set_returning(lq_stmt *take, const struct lq_dialect *d,
                                                const lq_table *t);
-/* A set of rows as one text parameter: JSON [[id, "token"], ..], or where
- * the dialect reads arrays (held_set_array), an array literal of integers:
- * {id, ..}, or with tokens (the lease form) {id, token ms, id, token ms, ..}.
- * Add each row, then take the text (NULL when out of memory). */
+/* A set of rows as one text parameter: JSON [id, ..], or with tokens
+ * [[id, "token"], ..]; where the dialect reads arrays (held_set_array), an
+ * array literal of integers: {id, ..}, or with tokens {id, token ms, id,
+ * token ms, ..}. Add each row, then take the text (NULL when out of
+ * memory). */
 LQ_HIDDEN void lq__held_set_add(lq_strbuf *sb, const struct lq_dialect *d, bool tokens, int64_t id,
                                 int64_t token);
 LQ_HIDDEN char *lq__held_set_take(lq_strbuf *sb, const struct lq_dialect *d);

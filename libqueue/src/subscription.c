@@ -180,6 +180,7 @@ static int prepare_all(lq_subscription *s) {
      * cannot run them (MariaDB before 10.6 has no JSON_TABLE) settles and
      * stamps row by row. */
     if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.ack_set, "acks of a set of rows (acking one by one)");
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.ack_set_held, "acks of a claim's rows (acking one by one)");
     if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.take_set, "takes of a set of rows (taking one by one)");
     if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.stamp_set,
                                    "lease stamps of a set of rows (stamping one by one)");
@@ -245,6 +246,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->coalescer.ack = &s->sql.ack;
     s->coalescer.ack_set = &s->sql.ack_set;
     s->coalescer.tokens = s->form == LQ_FORM_LEASE;
+    s->coalescer.ack_set_held = &s->sql.ack_set_held;
     if (rc == LQ_OK) rc = lq__broker_attach(b, s);
     if (rc != LQ_OK) {
         if (s->table) {

@@ -833,10 +833,11 @@ static size_t utf8_chars(const char *s) {
 /* The rows of a settled set, from their JSON (JSON_TABLE: MySQL 8.0,
  * MariaDB 10.6; where the server lacks it the statement does not prepare and
  * acks run one by one). */
-static void my_held_set_source(lq_sql *b) {
+static void my_held_set_source(lq_sql *b, bool tokens) {
     lq__sql_add(b, "JSON_TABLE(");
     lq__sql_param(b, LQ_P_HELD_SET);
-    lq__sql_add(b, ", '$[*]' COLUMNS (`lq_id` BIGINT PATH '$[0]', `lq_held` DATETIME(6) PATH '$[1]'))");
+    lq__sql_add(b, tokens ? ", '$[*]' COLUMNS (`lq_id` BIGINT PATH '$[0]', `lq_held` DATETIME(6) PATH '$[1]'))"
+                          : ", '$[*]' COLUMNS (`lq_id` BIGINT PATH '$'))");
 }
 
 static int my_build_claims(lq_sqlset *set, const lq_table *t) {

@@ -313,8 +313,8 @@ static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
 /* A set comes as a bigint[], which costs the server less to read than JSON
  * elements and timestamp text: ids, or in the lease form pairs of id and
  * token (epoch milliseconds, exact through to_timestamp's microseconds). */
-static void pg_held_set_source(lq_sql *b) {
-    if (lq_table_form(b->table) != LQ_FORM_LEASE) {
+static void pg_held_set_source(lq_sql *b, bool tokens) {
+    if (!tokens) {
         lq__sql_add(b, "(SELECT unnest(");
         lq__sql_param(b, LQ_P_HELD_SET);
         lq__sql_add(b, "::bigint[]) AS \"lq_id\")");

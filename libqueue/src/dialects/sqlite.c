@@ -242,9 +242,10 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
 
 /* The rows of a settled set, from their JSON; tokens compare as the text
  * the lease column keeps. */
-static void sqlite_held_set_source(lq_sql *b) {
-    lq__sql_add(b, "(SELECT json_extract(value, '$[0]') AS \"lq_id\", json_extract(value, '$[1]') "
-                   "AS \"lq_held\" FROM json_each(");
+static void sqlite_held_set_source(lq_sql *b, bool tokens) {
+    lq__sql_add(b, tokens ? "(SELECT json_extract(value, '$[0]') AS \"lq_id\", json_extract(value, "
+                            "'$[1]') AS \"lq_held\" FROM json_each("
+                          : "(SELECT value AS \"lq_id\" FROM json_each(");
     lq__sql_param(b, LQ_P_HELD_SET);
     lq__sql_add(b, "))");
 }
