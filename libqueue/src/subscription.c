@@ -1,11 +1,13 @@
-/* The subscription runtime. Claim threads keep a claim in flight for each
- * free worker, as the flow (flow.h) allows; claimed rows wait in a queue
- * (and, in the lease form, in the lease book, where the keeper thread
- * extends them) until a push worker or a caller of next() takes them. After
- * a claim that came back short, a claimer waits for the poll interval or a
- * wake-up, and the flow probes with one claim at a time, so an empty table
- * sees one claim per wait. Under workers_by_key(n) each row goes to the lane
- * its partition key hashes to, and a lane runs one row at a time. */
+/* The subscription runtime. Claims go in flight for the free workers, as
+ * the flow (flow.h) allows: made by claim threads, or, where each claim
+ * serves one worker and keeps its connection (workers_claim), by the push
+ * worker that finds no row waiting. Claimed rows wait in a queue (and, in the
+ * lease form, in the lease book, where the keeper thread extends them) until
+ * a push worker or a caller of next() takes them. After a claim that came
+ * back short, the claimers wait for the poll interval or a wake-up, and the
+ * flow probes with one claim at a time, so an empty table sees one claim per
+ * wait. Under workers_by_key(n) each row goes to the lane its partition key
+ * hashes to, and a lane runs one row at a time. */
 #include "clock.h"
 #include "runtime.h"
 
@@ -307,11 +309,12 @@ static bool flow_may_start(const lq_subscription *s) {
                               lq__pool_spare(&s->broker->pool));
 }
 
-/* Wakes one idle claimer when another claim may start: each change of the
- * flow starts at most the one claim it makes room for, and a claimer that
- * starts wakes the next while room is left, rather than every change
- * waking every claimer to contend for the lock. None while the claimers
- * rest (they claim when the rest ends). s->mu held. */
+/* Wakes one idle claimer (a claim thread, or under workers_claim a worker)
+ * when another claim may start: each change of the flow starts at most the
+ * one claim it makes room for, and a claimer that starts wakes the next
+ * while room is left, rather than every change waking every claimer to
+ * contend for the lock. None while the claimers rest (they claim when the
+ * rest ends). s->mu held. */
 static void wake_a_claimer(lq_subscription *s) {
     if (!s->claimers_idle || !flow_may_start(s)) return;
     if (!s->woken && s->rest_until > lq__mono_ms()) return;
@@ -411,7 +414,8 @@ static int64_t contention_wait(lq_subscription *s, int streak) {
  * (only a row's own lane takes it); otherwise one per row, or one per batch
  * for a batch handler, since one worker takes a whole batch and the others
  * woken with it would only find the queue empty. A worker that claimed for
- * itself (`own`) takes the first itself. */
+ * itself (`own`) takes the first itself; under workers_claim a claim serves
+ * that one worker, so none is woken, and idle workers wait on claim_cv. */
 static void wake_takers(lq_subscription *s, int rows, bool own) {
     if (s->lanes) {
         pthread_cond_broadcast(&s->ready_cv);
@@ -426,7 +430,9 @@ static void wake_takers(lq_subscription *s, int rows, bool own) {
  * rests after a short or failed claim until the wait is over or a wake-up
  * comes (one claim per wait, whichever thread makes it), waits while no
  * claim may start, or claims and queues the rows. `own`: a worker claiming
- * for itself, which takes a row of its claim next. */
+ * for itself, which takes a row of its claim next; it calls this only when
+ * it found no row waiting, and only its own claims queue rows, so it never
+ * waits while a row waits. */
 static void claim_turn(lq_subscription *s, bool own) {
     if (s->woken) s->rest_until = 0;
     if (s->rest_until > lq__mono_ms()) {
@@ -728,12 +734,21 @@ static void *handler_thread_main(void *arg) {
     return NULL;
 }
 
+static void stop_threads(lq_subscription *s);
+
 static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handler_fn batch_handler,
                       void *userdata) {
     pthread_mutex_lock(&s->mu);
-    if (s->mode == LQ_MODE_PUSH) {
+    /* Refused before anything changes: a subscription already running (or
+     * pulled from, or stopped) goes on as it was. */
+    int refused = s->stopping ? lq__error(LQ_CLOSED, "the subscription is stopped")
+                  : s->mode == LQ_MODE_PUSH ? lq__error(LQ_MISUSE, "the subscription is already running")
+                  : s->mode != LQ_MODE_NONE
+                      ? lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)")
+                      : LQ_OK;
+    if (refused != LQ_OK) {
         pthread_mutex_unlock(&s->mu);
-        return lq__error(LQ_MISUSE, "the subscription is already running");
+        return refused;
     }
     s->handler = handler;
     s->batch_handler = batch_handler;
@@ -762,7 +777,7 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
         }
     }
     pthread_mutex_unlock(&s->mu);
-    if (rc != LQ_OK) lq_subscription_stop(s);
+    if (rc != LQ_OK) stop_threads(s); /* keeps the error that says why */
     return rc;
 }
 
@@ -831,10 +846,17 @@ int lq_subscription_stop(lq_subscription *s) {
     if (running_handler_of == s)
         return lq__error(LQ_MISUSE, "a subscription cannot be stopped from its own handler, "
                                     "which stop waits for: stop it from another thread");
+    stop_threads(s);
+    return LQ_OK;
+}
+
+/* Stops the subscription's threads and gives back the rows claimed and never
+ * handed out; the thread's error, if any, stays as it was. */
+static void stop_threads(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     if (s->stopped || s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        return LQ_OK;
+        return;
     }
     s->stopping = true;
     atomic_store(&s->waits_abandoned, true);
@@ -870,7 +892,6 @@ int lq_subscription_stop(lq_subscription *s) {
     pthread_mutex_unlock(&s->mu);
     if (was_starved) lq__broker_wake_room(s->broker, s);
     lq__claimed_free(&left);
-    return LQ_OK;
 }
 
 void lq_subscription_close(lq_subscription *s) {

@@ -101,6 +101,26 @@ def test_pushed_delivery_dies_with_its_handler(db, broker, form) -> None:
         d.ack()
 
 
+def test_run_on_a_pulled_subscription_is_refused_and_it_goes_on(db, broker, form) -> None:
+    """A subscription pulled from refuses push mode by name and goes on
+    serving next(): the refusal changes nothing."""
+    table = make_table(form)
+    db.create_table(table)
+    broker.publish(table, b"a")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        with sub.next(5) as d:
+            assert d.payload == b"a"
+            d.ack()
+        with pytest.raises(libqueue.Misuse) as info:
+            sub.run(lambda d: None)
+        assert "one mode" in str(info.value)
+        broker.publish(table, b"b")
+        with sub.next(5) as d:
+            assert d is not None and d.payload == b"b"
+            d.ack()
+    assert db.count("jobs") == 0
+
+
 def test_stop_from_inside_a_handler(db, broker, form) -> None:
     table = make_table(form)
     db.create_table(table)
