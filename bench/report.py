@@ -34,7 +34,7 @@ EXTRAS = ["n", "runs", "raw_runs", "max_ms", "vs_c", "poll_ms", "workers", "batc
           "instr_per_job", "raw_instr_per_job", "instr_ratio", "allocs_per_job", "libqueue_allocs_per_job",
           "raw_allocs_per_job", "cpu_us_per_job", "raw_cpu_us_per_job", "ctx_per_job", "raw_ctx_per_job",
           "futex_per_job", "raw_futex_per_job", "syscalls_per_job", "raw_syscalls_per_job", "rss_100k_kb", "rss_1m_kb", "rss_growth_pct",
-          "anon_100k_kb", "anon_1m_kb", "note"]
+          "anon_100k_kb", "anon_1m_kb", "sqlite_100k_kb", "sqlite_1m_kb", "note"]
 DB_ORDER = {"sqlite": 0, "postgresql": 1, "mariadb": 2}
 
 
@@ -109,6 +109,8 @@ def figure(records, rec):
         out["rss_growth_pct"] = round((b - a) / a * 100, 2) if a and b and a > 0 and b > 0 else None
         out["anon_100k_kb"] = rec.get("anon_at_100000_kb")
         out["anon_1m_kb"] = rec.get("anon_at_1000000_kb")
+        out["sqlite_100k_kb"] = rec.get("sqlite_at_100000_kb")
+        out["sqlite_1m_kb"] = rec.get("sqlite_at_1000000_kb")
         out["raw_jobs_per_s"] = out["ratio"] = None
     return out
 
@@ -362,10 +364,11 @@ def markdown(figs, meta):
     for f in rss:
         lines += ["", "## Memory (W1 on SQLite lease, one process)", "",
                   "RSS after 100k jobs: %s kB; after 1M jobs: %s kB; growth %+.1f%%. Of it anonymous "
-                  "memory (the heaps, RssAnon): %s kB and %s kB; the rest maps files (code, "
-                  "SQLite's WAL index)." % (
+                  "memory (the heaps, RssAnon): %s kB and %s kB, of which SQLite held %s kB and %s kB "
+                  "(sqlite3_memory_used); the rest maps files (code, SQLite's WAL index)." % (
                       fmt(f.get("rss_100k_kb")), fmt(f.get("rss_1m_kb")), f.get("rss_growth_pct") or 0,
-                      fmt(f.get("anon_100k_kb")), fmt(f.get("anon_1m_kb")))]
+                      fmt(f.get("anon_100k_kb")), fmt(f.get("anon_1m_kb")),
+                      fmt(f.get("sqlite_100k_kb")), fmt(f.get("sqlite_1m_kb")))]
     lines += ["", "## Targets", "", "| figure | target | measured | met | margin |", "|---|---|---|---|---|"]
     for row in targets(figs):
         lines.append("| %s | %s | %s | %s | %s |" % row)
