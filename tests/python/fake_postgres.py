@@ -15,10 +15,14 @@ def _message(kind: bytes, body: bytes) -> bytes:
 
 
 class FakePostgres:
-    def __init__(self, version: str, silent: bool = False) -> None:
-        """``silent``: accept connections and never answer (a dead peer)."""
+    def __init__(self, version: str, silent: bool = False, stall_on: Optional[bytes] = None) -> None:
+        """``silent``: accept connections and never answer (a dead peer);
+        ``stall_on``: answer until a message holds these bytes (a statement's
+        text), then read on and never answer again (a server that hangs in
+        the middle of a statement)."""
         self.version = version
         self.silent = silent
+        self.stall_on = stall_on
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -70,13 +74,17 @@ class FakePostgres:
                + _message(b"D", struct.pack("!HI", 1, 1) + b"x")
                + _message(b"C", b"SELECT 1\0") + _message(b"Z", b"I"))
         extended = _message(b"1", b"") + _message(b"2", b"")
+        stalled = False
         try:
             while True:
                 kind = self._read(conn, 1)
                 length = struct.unpack("!I", self._read(conn, 4))[0]
-                self._read(conn, length - 4)
+                body = self._read(conn, length - 4)
                 if kind == b"X":
                     return
+                stalled = stalled or bool(self.stall_on and self.stall_on in body)
+                if stalled:
+                    continue
                 if kind == b"S":
                     conn.sendall(extended + row)
                 elif kind == b"Q":

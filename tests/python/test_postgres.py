@@ -72,6 +72,20 @@ def test_connect_deadline_on_a_silent_server() -> None:
         server.close()
 
 
+def test_client_deadline_on_a_server_that_stops_answering() -> None:
+    """A server that stops answering in the middle of a statement is an
+    error once the client's own deadline passes (the statement timeout and
+    two seconds), not a hang."""
+    server = FakePostgres("15.0", stall_on=b"INSERT")
+    try:
+        with libqueue.Broker(server.url, statement_timeout_ms=300) as broker:
+            with pytest.raises(libqueue.Timeout) as info:
+                broker.publish(make_table("lease"), b"x")
+        assert "no answer within 2300 ms" in str(info.value)
+    finally:
+        server.close()
+
+
 def test_statement_deadline(pg) -> None:
     table = make_table("lease")
     pg.create_table(table)

@@ -54,18 +54,26 @@ static int pg_error(lq_conn *c, PGresult *res, int status, const char *what) {
     return status;
 }
 
-/* Waits until the socket is ready or the deadline (monotonic ms) passes;
- * a deadline of 0 starts at the first wait, the connection's deadline_ms
- * from now, so an answer already read costs no clock reading. */
+/* Waits until the socket is ready or the deadline (monotonic ms) passes.
+ * The first wait of a statement (*deadline 0) polls up to the connection's
+ * deadline_ms (at most a second) before any clock reading, so an answer that
+ * comes within it costs none; a later wait (*deadline -1: polled once) sets
+ * the deadline from the clock less that first poll's bound, so a server that
+ * answers in dribbles still meets one: at most a second early, which the
+ * two seconds deadline_ms keeps over the statement timeout absorb. */
 static bool wait_socket(lq_conn *c, short events, int64_t *deadline) {
     struct pollfd pfd = {.fd = PQsocket(c->pg), .events = events};
+    if (pfd.fd < 0) return false;
+    int64_t first = c->deadline_ms > 1000 ? 1000 : c->deadline_ms;
+    if (*deadline == 0) {
+        *deadline = -1;
+        if (first > 0 && poll(&pfd, 1, (int)first) > 0) return true;
+    }
+    if (*deadline < 0) *deadline = lq__mono_ms() + c->deadline_ms - first;
     for (;;) {
-        int64_t now = lq__mono_ms();
-        if (*deadline == 0) *deadline = now + c->deadline_ms;
-        int64_t left = *deadline - now;
-        if (left <= 0 || pfd.fd < 0) return false;
-        int ready = poll(&pfd, 1, (int)(left > 1000 ? 1000 : left));
-        if (ready > 0) return true;
+        int64_t left = *deadline - lq__mono_ms();
+        if (left <= 0) return false;
+        if (poll(&pfd, 1, (int)(left > 1000 ? 1000 : left)) > 0) return true;
     }
 }
 
