@@ -118,7 +118,7 @@ struct lq_subscription {
     unsigned jitter_seed;
     int contention_streak; /* claims in a row that met a conflict */
     int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
-    lq_lease_book book;
+    lq_lease_book book;    /* lease form: the deliveries whose leases the keeper extends */
 
     pthread_t *claimers, keeper;
     int claimer_count;

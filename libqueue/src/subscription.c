@@ -475,7 +475,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     s->held += held_by(s, &got);
     bool room_freed = account_room(s);
     for (lq_delivery *d = got.head; d; d = d->queue_next) {
-        lq__book_add(&s->book, &d->entry);
+        if (s->form == LQ_FORM_LEASE) lq__book_add(&s->book, &d->entry); /* the keeper extends it */
         d->lane = lane_of(s, d);
     }
     if (got.count) {
