@@ -523,10 +523,18 @@ static void *keeper_main(void *arg) {
 }
 
 /* Starts the claimer (and the keeper, for leases) once; s->mu held. */
-static int start_locked(lq_subscription *s, lq_mode mode) {
+/* Whether the subscription may run in `mode`: not once stopped, nor in
+ * the other mode than the one it runs in. s->mu held. */
+static int mode_allowed(const lq_subscription *s, lq_mode mode) {
     if (s->stopping) return lq__error(LQ_CLOSED, "the subscription is stopped");
     if (s->mode != LQ_MODE_NONE && s->mode != mode)
         return lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)");
+    return LQ_OK;
+}
+
+static int start_locked(lq_subscription *s, lq_mode mode) {
+    int allowed = mode_allowed(s, mode);
+    if (allowed != LQ_OK) return allowed;
     if (s->started) return LQ_OK;
     s->mode = mode;
     /* One claim thread for each claim the flow may keep in flight, or none
@@ -654,16 +662,20 @@ static size_t take_many(lq_subscription *s, lq_delivery **out, size_t capacity) 
     return n;
 }
 
+/* A push worker with no row waiting: claims for itself under workers_claim,
+ * else waits for the claim threads' rows. s->mu held. */
+static void await_rows(lq_subscription *s) {
+    if (s->workers_claim) claim_turn(s, true);
+    else pthread_cond_wait(&s->ready_cv, &s->mu);
+}
+
 static void *batch_worker_main(void *arg) {
     lq_subscription *s = ((worker_arg *)arg)->s;
     free(arg);
     lq_delivery **batch = malloc((size_t)s->batch * sizeof *batch);
     pthread_mutex_lock(&s->mu);
     while (batch) {
-        while (!s->stopping && !s->queue_head) {
-            if (s->workers_claim) claim_turn(s, true);
-            else pthread_cond_wait(&s->ready_cv, &s->mu);
-        }
+        while (!s->stopping && !s->queue_head) await_rows(s);
         if (s->stopping) break;
         size_t n = take_many(s, batch, (size_t)s->batch);
         pthread_mutex_unlock(&s->mu);
@@ -711,8 +723,7 @@ static void *handler_thread_main(void *arg) {
         lq_delivery **slot;
         while (!s->stopping && !(slot = next_ready(s, lane))) {
             lq__flow_waited(&s->flow);
-            if (s->workers_claim) claim_turn(s, true);
-            else pthread_cond_wait(&s->ready_cv, &s->mu);
+            await_rows(s);
         }
         if (s->stopping) break;
         lq_delivery *d = take_locked(s, slot);
@@ -741,11 +752,9 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
     pthread_mutex_lock(&s->mu);
     /* Refused before anything changes: a subscription already running (or
      * pulled from, or stopped) goes on as it was. */
-    int refused = s->stopping ? lq__error(LQ_CLOSED, "the subscription is stopped")
-                  : s->mode == LQ_MODE_PUSH ? lq__error(LQ_MISUSE, "the subscription is already running")
-                  : s->mode != LQ_MODE_NONE
-                      ? lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)")
-                      : LQ_OK;
+    int refused = s->mode == LQ_MODE_PUSH && !s->stopping
+                      ? lq__error(LQ_MISUSE, "the subscription is already running")
+                      : mode_allowed(s, LQ_MODE_PUSH);
     if (refused != LQ_OK) {
         pthread_mutex_unlock(&s->mu);
         return refused;
