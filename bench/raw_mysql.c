@@ -5,7 +5,8 @@
  *
  *   raw_mysql --url mysql://... --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1]
  *       W1 drain of a table `lq_bench setup` preloaded. Per thread:
- *       row lock  START TRANSACTION; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT
+ *       row lock  START TRANSACTION; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT, which
+ *                 at b = 1 is COMMIT AND CHAIN, opening the next claim's transaction
  *       lease     START TRANSACTION; claim (locking read); stamp each row (a batch
  *                 in one UPDATE .. IN (..)); COMMIT;
  *                 then DELETE .. AND locked_until per row (autocommit)
@@ -305,12 +306,12 @@ static bool batch_stamp(raw_worker *w, const rows_out *got, MYSQL_TIME *lease_ti
 
 typedef enum { CLAIM_ROWS, CLAIM_EMPTY, CLAIM_AGAIN, CLAIM_FAILED } claim_step;
 
-/* START TRANSACTION and the claim's locking read: rows in `got` and the
- * transaction open; or nothing left (rolled back); or a conflict to retry;
- * or a failure (w->error says it). */
-static claim_step begin_claim(raw_worker *w, MYSQL_BIND *params, rows_out *got) {
+/* START TRANSACTION (unless `begun`, chained) and the claim's locking read:
+ * rows in `got` and the transaction open; or nothing left (rolled back); or
+ * a conflict to retry; or a failure (w->error says it). */
+static claim_step begin_claim(raw_worker *w, MYSQL_BIND *params, rows_out *got, bool begun) {
     my_worker *c = w->conn;
-    if (!plain(w, c->my, "START TRANSACTION") || !run(w, c->claim, params, got, NULL))
+    if ((!begun && !plain(w, c->my, "START TRANSACTION")) || !run(w, c->claim, params, got, NULL))
         return retry_conflict(w, c->my) ? CLAIM_AGAIN : CLAIM_FAILED;
     if (got->count > 0) return CLAIM_ROWS;
     return plain(w, c->my, "ROLLBACK") ? CLAIM_EMPTY : CLAIM_FAILED;
@@ -321,11 +322,14 @@ static bool drain_row_lock(raw_worker *w) {
     rows_out *got = calloc(1, sizeof *got);
     got->cap = 1000;
     int64_t limit = w->cfg->batch;
-    bool ok = true;
+    /* One row a claim: the dialect's worker chains its next claim's
+     * transaction to the commit, as here. */
+    bool chain = w->cfg->batch == 1, begun = false, ok = true;
     while (ok) {
         MYSQL_BIND p[1];
         bind_int(&p[0], &limit);
-        claim_step step = begin_claim(w, p, got);
+        claim_step step = begin_claim(w, p, got, begun);
+        begun = false;
         if (step == CLAIM_AGAIN) continue;
         if (step != CLAIM_ROWS) {
             ok = step == CLAIM_EMPTY;
@@ -338,7 +342,8 @@ static bool drain_row_lock(raw_worker *w) {
             bind_int(&a[0], &got->ids[0]);
             ok = run(w, c->ack, a, NULL, NULL);
         }
-        ok = ok && plain(w, c->my, "COMMIT");
+        ok = ok && plain(w, c->my, chain ? "COMMIT AND CHAIN" : "COMMIT");
+        begun = ok && chain;
         if (ok) w->jobs += got->count;
         else if (retry_conflict(w, c->my)) ok = true;
     }
@@ -359,7 +364,7 @@ static bool drain_lease(raw_worker *w) {
         MYSQL_BIND p[2];
         bind_time(&p[0], &now_t, now);
         bind_int(&p[1], &limit);
-        claim_step step = begin_claim(w, p, got);
+        claim_step step = begin_claim(w, p, got, false);
         if (step == CLAIM_AGAIN) continue;
         if (step != CLAIM_ROWS) {
             ok = step == CLAIM_EMPTY;

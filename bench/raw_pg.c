@@ -4,7 +4,8 @@
  *
  *   raw_pg --url U --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1]
  *       W1 drain of a table `lq_bench setup` preloaded. Per thread:
- *       row lock  BEGIN; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT
+ *       row lock  BEGIN; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT, which
+ *                 at b = 1 is COMMIT AND CHAIN, opening the next claim's transaction
  *       lease     claim (WITH .. UPDATE, autocommit); DELETE .. AND locked_until (autocommit)
  *       advisory  candidates; pg_try_advisory_lock; take (UPDATE .. RETURNING);
  *                 DELETE; pg_advisory_unlock
@@ -120,9 +121,13 @@ static bool drain_row_lock(raw_worker *w) {
     char limit[24], id[24], arr[24 * 1024];
     int64_t ids[1000];
     unsigned touch = 0;
+    /* One row a claim: the dialect's worker chains its next claim's
+     * transaction to the commit, as here. */
+    bool chain = w->cfg->batch == 1;
     raw_itoa(limit, w->cfg->batch);
+    if (chain && !plain(w, "BEGIN")) return false;
     for (;;) {
-        if (!plain(w, "BEGIN")) return false;
+        if (!chain && !plain(w, "BEGIN")) return false;
         const char *claim_args[1] = {limit};
         PGresult *r = run(w, "claim", 1, claim_args, 1);
         if (!r) return false;
@@ -132,7 +137,7 @@ static bool drain_row_lock(raw_worker *w) {
         const char *ack_args[1] = {w->cfg->batch > 1 ? id_array(arr, sizeof arr, ids, rows) : raw_itoa(id, ids[0])};
         if (!(r = run(w, "ack", 1, ack_args, 0))) return false;
         PQclear(r);
-        if (!plain(w, "COMMIT")) return false;
+        if (!plain(w, chain ? "COMMIT AND CHAIN" : "COMMIT")) return false;
         w->jobs += rows;
     }
 }

@@ -195,6 +195,15 @@ LQ_HIDDEN int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, 
 LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Gives back a connection a delivery (or a batch) held. */
 LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);
+/* Whether a row lock settlement on this thread may commit AND CHAIN: it is
+ * s's push worker's, after the handler, and the worker claims next. */
+LQ_HIDDEN bool lq__subscription_chains(const lq_subscription *s);
+/* The settlement chained: the connection, in its new transaction, waits for
+ * this worker's next claim (or is let go) rather than going back now. */
+LQ_HIDDEN void lq__subscription_keep_chained(lq_subscription *s, lq_conn *conn);
+/* The connection this thread chained for s's claim, in its transaction
+ * (NULL: none); the claim owns it now. */
+LQ_HIDDEN lq_conn *lq__subscription_take_chained(lq_subscription *s);
 /* A delivery took a connection to hold (a transactional delivery's, unless
  * it was reserved at its claim). */
 LQ_HIDDEN void lq__subscription_hold(lq_subscription *s);

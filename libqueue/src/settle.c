@@ -149,12 +149,14 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     int64_t changes = 1, *counted = s->form == LQ_FORM_LEASE ? &changes : NULL;
     if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
     else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
-    bool lost = rc == LQ_OK && changes == 0;
+    bool lost = rc == LQ_OK && changes == 0, chained = false;
     if (in_tx || own_tx) {
         /* Nothing written (a release, a retry that counts nothing) or
-         * nothing to keep: the rollback returns the row as it was. */
+         * nothing to keep: the rollback returns the row as it was. A row
+         * lock worker that claims next chains its claim's transaction. */
         bool keep = rc == LQ_OK && !lost && (!stmt || stmt->sql);
-        int end = keep ? d->commit(conn) : d->rollback(conn);
+        bool chain = keep && conn == dv->conn && d->commit_chain && lq__subscription_chains(s);
+        int end = !keep ? d->rollback(conn) : chain ? d->commit_chain(&chained, conn) : d->commit(conn);
         if (rc == LQ_OK && keep) rc = end;
     }
     dv->tx = false;
@@ -164,7 +166,8 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
         lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
     } else if (s->form != LQ_FORM_ADVISORY) {
         dv->conn = NULL;
-        lq__subscription_release_held(s, conn, rc == LQ_CONNECT);
+        if (chained) lq__subscription_keep_chained(s, conn);
+        else lq__subscription_release_held(s, conn, rc == LQ_CONNECT);
     }
     if (lost) rc = lease_lost(dv, outcome);
     return rc;

@@ -1266,6 +1266,16 @@ static int my_commit(lq_conn *c) {
     return rc == LQ_OK ? run_plain(c, "COMMIT") : rc;
 }
 
+static int my_commit_chain(bool *chained, lq_conn *c) {
+    unsigned int status = 0;
+    *chained = false;
+    int rc = ensure_thread();
+    if (rc == LQ_OK) rc = run_plain(c, "COMMIT AND CHAIN");
+    if (rc == LQ_OK && mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) == 0)
+        *chained = status & SERVER_STATUS_IN_TRANS;
+    return rc;
+}
+
 static int my_rollback(lq_conn *c) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
@@ -1367,6 +1377,7 @@ const lq_dialect lq__mysql_dialect = {
     .release_borrowed = my_disconnect,
     .begin = my_begin,
     .commit = my_commit,
+    .commit_chain = my_commit_chain,
     .rollback = my_rollback,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,

@@ -552,6 +552,15 @@ static int pg_begin(lq_conn *c, int isolation) {
 
 static int pg_commit(lq_conn *c) { return run_plain(c, "COMMIT"); }
 
+/* COMMIT AND CHAIN came with PostgreSQL 12; before it, a plain commit. */
+static int pg_commit_chain(bool *chained, lq_conn *c) {
+    *chained = false;
+    if (PQserverVersion(c->pg) < 120000) return pg_commit(c);
+    int rc = run_plain(c, "COMMIT AND CHAIN");
+    *chained = rc == LQ_OK && PQtransactionStatus(c->pg) == PQTRANS_INTRANS;
+    return rc;
+}
+
 static int pg_rollback(lq_conn *c) {
     if (PQtransactionStatus(c->pg) == PQTRANS_IDLE) return LQ_OK;
     return run_plain(c, "ROLLBACK");
@@ -658,6 +667,7 @@ const lq_dialect lq__postgres_dialect = {
     .release_borrowed = pg_disconnect,
     .begin = pg_begin,
     .commit = pg_commit,
+    .commit_chain = pg_commit_chain,
     .rollback = pg_rollback,
     .notify = pg_notify,
     .notify_call = pg_notify_call,

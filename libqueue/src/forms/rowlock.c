@@ -35,8 +35,10 @@ static int share_transaction(lq_claimed *out, lq_conn *conn) {
  * subscription's batch, sharing one. */
 int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
     const lq_dialect *d = s->broker->dialect;
-    lq_conn *conn;
-    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    /* A worker's settlement may have opened the transaction already. */
+    lq_conn *conn = lq__subscription_take_chained(s);
+    bool begun = conn != NULL;
+    int rc = begun ? LQ_OK : lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
     lq_value args[LQ_P_COUNT] = {0};
     if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
@@ -44,7 +46,7 @@ int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
     args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = s->batch ? limit : 1};
     claim_ctx ctx = {out, s};
     bool guarded = true;
-    rc = d->begin(conn, s->table->isolation);
+    if (!begun) rc = d->begin(conn, s->table->isolation);
     if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
     if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
