@@ -9,7 +9,8 @@
 #define ACKER_QUEUE_MAX 256
 
 bool lq__acker_wanted(const lq_subscription *s) {
-    return s->form == LQ_FORM_LEASE && s->acks_behind && !s->transactional && !s->batch;
+    bool holds_nothing = s->form == LQ_FORM_LEASE || (s->form == LQ_FORM_ADVISORY && !s->flow.holds);
+    return holds_nothing && s->acks_behind && !s->transactional && !s->batch;
 }
 
 void lq__acker_init(lq_acker *a) {

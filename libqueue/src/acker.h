@@ -1,6 +1,7 @@
 /* Acks behind the handlers. In the lease form a delivery whose handler
- * returned holds nothing but its lease, so its worker need not wait for the
- * ack's commit: the ack goes to the subscription's acker thread, and the
+ * returned holds nothing but its lease (in the advisory form, where keys
+ * live in the process, as on SQLite, nothing but its key, let go when the
+ * ack commits), so its worker need not wait for the ack's commit: the ack goes to the subscription's acker thread, and the
  * worker takes its next row at once. The acker runs all the acks gathered
  * while it was busy as one statement and one commit, so the more the
  * handlers outpace the commits, the more rows each commit settles. A
@@ -28,7 +29,7 @@ typedef struct lq_acker {
 } lq_acker;
 
 /* Whether a subscription's acks go behind its handlers: push mode, the lease
- * form, option coalesce not 0, not transactional, not a batch handler (whose
+ * form or advisory keys kept in the process, option coalesce not 0, not transactional, not a batch handler (whose
  * return acks its batch as one set already). */
 LQ_HIDDEN bool lq__acker_wanted(const lq_subscription *s);
 LQ_HIDDEN void lq__acker_init(lq_acker *a);

@@ -5,6 +5,7 @@ moves on; the acker commits every ack gathered meanwhile at once."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 import pytest
 
@@ -74,3 +75,38 @@ def test_stopping_runs_the_acks_still_behind(db, form) -> None:
     # The delivered rows are gone; those claimed ahead went back unleased.
     assert db.count("jobs") == rows - delivered
     assert db.count("jobs", "locked_until IS NOT NULL") == 0
+
+
+@pytest.mark.dialect("sqlite")
+@pytest.mark.forms("advisory")
+def test_advisory_acks_go_behind_where_keys_live_in_the_process(db, form, caplog) -> None:
+    """SQLite keeps advisory keys in the process, so a delivery whose handler
+    returned holds only its key: its ack goes to the acker, like a lease's.
+    Seen where the ack cannot commit (another connection holds the write
+    lock past the statement timeout): the acker says so, and the row, its
+    key let go, comes back and is acked."""
+    caplog.set_level(logging.WARNING, logger="libqueue")
+    table = make_table(form)
+    db.create_table(table)
+    blocker = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    runs = Recorder()
+
+    def handle(d: libqueue.Delivery) -> None:
+        runs.add(d.id)
+        if len(runs.snapshot()) == 1:
+            blocker.execute("BEGIN IMMEDIATE")  # the write lock, until let go below
+
+    try:
+        with libqueue.Broker(db.url, statement_timeout_ms=300) as broker:
+            broker.publish(table, b"x")
+            with broker.subscribe(table, workers=1, coalesce=1, poll_interval_ms=POLL_MS) as sub:
+                sub.run(handle)
+                wait_until(lambda: any("acking after the handler" in r.getMessage()
+                                       for r in caplog.records if r.name == "libqueue"),
+                           what="the acker's failed ack")
+                blocker.execute("ROLLBACK")
+                wait_until(lambda: db.count("jobs") == 0, what="the row acked at its second run")
+    finally:
+        blocker.close()
+    assert len(runs.snapshot()) == 2
+    assert not any("settling after the handler" in r.getMessage() for r in caplog.records)

@@ -5,6 +5,7 @@
 #include "../clock.h"
 #include "../dialect.h"
 #include "../keys.h"
+#include "../write_turns.h"
 
 #include <libgen.h>
 #include <limits.h>
@@ -25,6 +26,8 @@ struct lq_conn {
     int64_t statement_timeout_ms;
     int64_t deadline; /* monotonic ms; the progress handler stops a statement past it */
     int64_t lock_wait_since; /* monotonic ms: the current wait for a lock began */
+    lq_turns *turns;         /* the file's write turns in this process (NULL: borrowed) */
+    uint64_t turns_seen;     /* writes ended when the current wait last looked */
     cached_stmt *cache;
     int cache_count, cache_cap;
 };
@@ -46,25 +49,44 @@ static int on_progress(void *arg) {
     return c->deadline && lq__mono_ms() > c->deadline;
 }
 
-/* Waits for a lock in short sleeps, up to statement_timeout_ms, and gives
- * up at once when the calling thread's wait is abandoned: a stopping
- * subscription's claim may wait for a lock its own rows' transactions hold,
- * and the stop waits for the claim. */
+/* Waits for a lock, up to statement_timeout_ms, and gives up at once when
+ * the calling thread's wait is abandoned: a stopping subscription's claim
+ * may wait for a lock its own rows' transactions hold, and the stop waits
+ * for the claim. A write of this process that ends wakes the wait (a write
+ * lasts tens of microseconds, where a sleep's step would add a millisecond);
+ * the steps, growing to 10 ms, bound the wait for a writer elsewhere. */
 static int on_busy(void *arg, int count) {
+    static const long steps_us[] = {50, 100, 200, 500, 1000, 2000, 5000};
+    enum { STEPS = sizeof steps_us / sizeof steps_us[0] };
     lq_conn *c = arg;
     int64_t now = lq__mono_ms();
-    if (count == 0) c->lock_wait_since = now;
+    if (count == 0) {
+        c->lock_wait_since = now;
+        if (c->turns) c->turns_seen = lq__turns_ended_count(c->turns);
+    }
     if (lq__lock_wait_abandoned() || now - c->lock_wait_since >= c->statement_timeout_ms) return 0;
-    int ms = count < 4 ? 1 << count : 10; /* 1, 2, 4, 8, then 10 ms */
-    struct timespec pause = {0, (long)ms * 1000000L};
-    nanosleep(&pause, NULL);
+    long us = count < STEPS ? steps_us[count] : 10000;
+    if (c->turns) {
+        lq__turns_wait(c->turns, &c->turns_seen, us);
+    } else {
+        struct timespec pause = {0, us * 1000L};
+        nanosleep(&pause, NULL);
+    }
     return 1;
+}
+
+/* After a statement: where the connection is out of any transaction and the
+ * statement may have written (or ended a transaction), the write lock is
+ * free: this process's waits for it retry. */
+static void turn_over(lq_conn *c, bool wrote) {
+    if (c->turns && wrote && sqlite3_get_autocommit(c->db)) lq__turns_ended(c->turns);
 }
 
 static int run_plain(lq_conn *c, const char *sql) {
     c->deadline = lq__mono_ms() + c->statement_timeout_ms;
     int rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
     c->deadline = 0;
+    turn_over(c, true);
     return rc == SQLITE_OK ? LQ_OK : db_error(LQ_BACKEND, c->db, rc, sql);
 }
 
@@ -101,6 +123,7 @@ static void sqlite_disconnect(lq_conn *c) {
     for (int i = 0; i < c->cache_count; i++) sqlite3_finalize(c->cache[i].stmt);
     free(c->cache);
     if (!c->borrowed) sqlite3_close_v2(c->db);
+    lq__turns_close(c->turns);
     free(c);
 }
 
@@ -121,6 +144,10 @@ static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const l
     lq_conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->statement_timeout_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
+    if (!(c->turns = lq__turns_open(target->realpath))) {
+        free(c);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
     int rc = sqlite3_open_v2(target->path, &c->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
@@ -362,6 +389,7 @@ static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq
     }
     c->deadline = 0;
     if (changes) *changes = sqlite3_changes64(c->db);
+    turn_over(c, !sqlite3_stmt_readonly(stmt));
     if (once) {
         sqlite3_finalize(stmt);
         return result;
@@ -382,6 +410,7 @@ static int sqlite_execute(int64_t *changes, lq_conn *c, const char *sql, const c
     c->deadline = lq__mono_ms() + c->statement_timeout_ms;
     while (rc == SQLITE_OK || rc == SQLITE_ROW) rc = sqlite3_step(stmt);
     c->deadline = 0;
+    turn_over(c, true);
     int result = rc == SQLITE_DONE ? LQ_OK : db_error(LQ_BACKEND, c->db, rc, "the statement failed");
     if (changes) *changes = sqlite3_changes64(c->db);
     sqlite3_finalize(stmt);
