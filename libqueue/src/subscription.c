@@ -40,7 +40,9 @@ lq_pool *lq__thread_pool(const lq_subscription *s) {
  * per job). The worker claims on it next, or, when it does not claim at once
  * (it waits, stops, or takes a row already waiting), rolls the empty
  * transaction back and gives the connection back first, so no connection
- * sits idle in a transaction. Counted in the broker's room as given back. */
+ * sits idle in a transaction. Until then it stays counted in s->held, as
+ * while its row held it, so no other claim counts on its room meanwhile;
+ * the claim takes it over from held to running. */
 static _Thread_local struct {
     lq_subscription *settling_for; /* the worker's settlement after its handler */
     lq_subscription *of;           /* whose claim `conn` is for */
@@ -59,12 +61,15 @@ lq_conn *lq__subscription_take_chained(lq_subscription *s) {
     return conn;
 }
 
+static void forget_held(lq_subscription *s);
+
 /* Ends a chained transaction the worker will not claim in; s->mu not held. */
 static void drop_chained(lq_subscription *s) {
     lq_conn *conn = lq__subscription_take_chained(s);
     if (!conn) return;
     int rc = s->broker->dialect->rollback(conn);
     lq__pool_release(&s->broker->pool, conn, rc != LQ_OK);
+    forget_held(s);
 }
 
 static void cond_init(pthread_cond_t *cv) {
@@ -337,9 +342,9 @@ static bool account_room(lq_subscription *s) {
 }
 
 /* Whether the flow lets another claim start now; `kept`: this thread keeps
- * a chained connection for it, as good as a spare one. s->mu held. */
-static bool flow_may_start(const lq_subscription *s, bool kept) {
-    return lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held,
+ * a chained connection for it, which counts as given back. s->mu held. */
+static bool flow_may_start(const lq_subscription *s, int kept) {
+    return lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held - kept,
                               lq__pool_spare(&s->broker->pool) + kept);
 }
 
@@ -350,7 +355,7 @@ static bool flow_may_start(const lq_subscription *s, bool kept) {
  * contend for the lock. None while the claimers rest (they claim when the
  * rest ends). s->mu held. */
 static void wake_a_claimer(lq_subscription *s) {
-    if (!s->claimers_idle || !flow_may_start(s, false)) return;
+    if (!s->claimers_idle || !flow_may_start(s, 0)) return;
     if (!s->woken && s->rest_until > lq__mono_ms()) return;
     pthread_cond_signal(&s->claim_cv);
 }
@@ -359,15 +364,19 @@ static void wake_a_claimer(lq_subscription *s) {
  * broker's room, whose share for the claim is taken at once, so two
  * subscriptions never count on the same room. Returns the rows the claim
  * asks for (0: no claim); where rows hold connections, no more than the
- * room, all of it taken now (the claim's connection and claim_extra).
- * s->mu held. */
+ * room, all of it taken now (the claim's connection and claim_extra). A
+ * chained connection this worker keeps (counted in held) is reckoned as
+ * given back, and the claim takes it over. s->mu held. */
 static int may_claim(lq_subscription *s) {
-    bool wants = flow_may_start(s, chained.of == s);
+    int kept = chained.of == s;
+    bool wants = flow_may_start(s, kept);
     int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
     lq_broker *b = s->broker;
-    int mine = room_of(s);
+    int mine = room_of(s) - kept;
     pthread_mutex_lock(&b->room_mu);
-    int share = wants ? lq__room_share(&b->room, mine, s->room_starved) : 0;
+    lq_room room = b->room;
+    room.taken -= kept;
+    int share = wants ? lq__room_share(&room, mine, s->room_starved) : 0;
     int own = s->flow.budget - mine;
     if (rows_hold(s) && share > own) share = own;
     set_starved(s, wants && share <= 0 && mine == 0);
@@ -380,8 +389,9 @@ static int may_claim(lq_subscription *s) {
         s->claim_extra += take - 1;
     }
     if (limit) {
-        b->room.taken += take;
-        s->room_counted += take;
+        b->room.taken += take - kept;
+        s->room_counted += take - kept;
+        s->held -= kept; /* the claim's connection now: running goes up next */
     }
     pthread_mutex_unlock(&b->room_mu);
     return limit;
@@ -394,9 +404,7 @@ void lq__subscription_hold(lq_subscription *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A held connection is no longer the subscription's: given back to the pool
- * (release_held), or kept, its transaction chained, for the worker's next
- * claim (keep_chained). */
+/* A held connection went back to the pool. */
 static void forget_held(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     s->held--;
@@ -412,9 +420,8 @@ void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broke
 }
 
 void lq__subscription_keep_chained(lq_subscription *s, lq_conn *conn) {
-    chained.conn = conn;
+    chained.conn = conn; /* still counted in s->held */
     chained.of = s;
-    forget_held(s);
 }
 
 /* The connections a claim's deliveries went on holding, and in transactional
