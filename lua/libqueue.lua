@@ -729,7 +729,8 @@ end
 -- (retry_after(retry_delay_ms) when given). Those acks and retries run on
 -- `settlers` threads of the module (default: the subscription's workers, or
 -- its lanes under workers_by_key) while run pulls the next delivery; in the
--- lease form a thread acks what queued meanwhile together
+-- lease form (and the advisory form on SQLite) a thread acks what queued
+-- meanwhile together
 -- (lq_deliveries_ack: one statement and one commit). With settlers = 0 they
 -- run here, one at a time. A
 -- delivery handed over is no longer fn's: keep none past its call. A failed
@@ -757,8 +758,12 @@ function Subscription:run(fn, opts)
   if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
   -- Closed (every handed-over delivery settled) however run is left; nil
   -- (settle here) with no settlers or no thread to be had.
+  -- Acks share a statement where a delivery holds no connection: the lease
+  -- form, and the advisory form on SQLite (its keys live in the process).
+  local form = self.table:form()
+  local together = form == "lease" or (form == "advisory" and self.broker.dialect == "sqlite")
   local settler <close> = settlers > 0
-                          and start_settler(settlers, self.table.name, self.table:form() == "lease")
+                          and start_settler(settlers, self.table.name, together)
                           or nil
   local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
   local handled = 0

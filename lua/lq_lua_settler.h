@@ -28,7 +28,7 @@ typedef enum lq_lua_settled {
 
 /* Starts `threads` settling threads (at least 1). `label` (the table's name)
  * names the rows in the warnings of failed settlements. With `together` (the
- * lease form, whose acks share a statement), a thread acks every ack queued
+ * lease form, and the advisory form on SQLite, whose acks share a statement), a thread acks every ack queued
  * in a row at once; else each on its own, the threads side by side. NULL
  * when memory or a thread could not be had. Freed with lq_lua_settler_free. */
 lq_lua_settler *lq_lua_settler_new(int threads, const char *label, bool together);
