@@ -727,14 +727,13 @@ end
 -- Returning normally acks the delivery unless fn settled it; an error()
 -- (with its traceback) is logged at level "error" and the delivery is retried
 -- (retry_after(retry_delay_ms) when given). Those acks and retries run on
--- `settlers` threads of the module (default: the subscription's workers, or
--- its lanes under workers_by_key) while run pulls the next delivery; in the
+-- `settlers` threads of the module while run pulls the next delivery. In the
 -- lease form (and the advisory form on SQLite) a thread acks what queued
--- meanwhile together
--- (lq_deliveries_ack: one statement and one commit). With settlers = 0 they
--- run here, one at a time. A
--- delivery handed over is no longer fn's: keep none past its call. A failed
--- settlement (say
+-- meanwhile together (lq_deliveries_ack: one statement and one commit), and
+-- the default is one thread; elsewhere each settles on its own, and the
+-- default is the subscription's workers (its lanes under workers_by_key).
+-- With settlers = 0 they run here, one at a time. A delivery handed over is
+-- no longer fn's: keep none past its call. A failed settlement (say
 -- LQ_LEASE_LOST) is logged as a warning. Stops after `max` deliveries, when
 -- none comes within `timeout` seconds (nil: until stopped, e.g. by fn calling
 -- sub:stop()), or when the subscription is stopped, and returns once every
@@ -752,16 +751,19 @@ function Subscription:run(fn, opts)
     retry_delay = type(retry_delay) == "number" and tointeger(retry_delay)
     if not retry_delay then raise("run: retry_delay_ms must be an integer") end
   end
+  -- Acks share a statement where a delivery holds no connection: the lease
+  -- form, and the advisory form on SQLite (its keys live in the process).
+  -- One thread then acks all that queued while it was busy, one commit for
+  -- them (more threads would split them, and on SQLite contend for its one
+  -- writer); else a thread per worker settles side by side.
+  local form = self.table:form()
+  local together = form == "lease" or (form == "advisory" and self.broker.dialect == "sqlite")
   local settlers = opts.settlers
-  if settlers == nil then settlers = self.workers or 1 end
+  if settlers == nil then settlers = together and 1 or self.workers or 1 end
   settlers = type(settlers) == "number" and tointeger(settlers)
   if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
   -- Closed (every handed-over delivery settled) however run is left; nil
   -- (settle here) with no settlers or no thread to be had.
-  -- Acks share a statement where a delivery holds no connection: the lease
-  -- form, and the advisory form on SQLite (its keys live in the process).
-  local form = self.table:form()
-  local together = form == "lease" or (form == "advisory" and self.broker.dialect == "sqlite")
   local settler <close> = settlers > 0
                           and start_settler(settlers, self.table.name, together)
                           or nil

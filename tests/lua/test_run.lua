@@ -135,7 +135,7 @@ H.case("run: workers(4) settles every row before it returns", { forms = H.FORMS 
   local tbl = H.make_table(form)
   db:create(tbl)
   local broker = H.open(db)
-  for _, settlers in ipairs({ false, 0, 1 }) do -- default (the workers), here, one thread
+  for _, settlers in ipairs({ false, 0, 1, 4 }) do -- default, here, one thread, four
     local label = "settlers " .. tostring(settlers)
     local rows = 120
     local list = {}
