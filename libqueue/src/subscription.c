@@ -61,17 +61,6 @@ lq_conn *lq__subscription_take_chained(lq_subscription *s) {
     return conn;
 }
 
-static void forget_held(lq_subscription *s);
-
-/* Ends a chained transaction the worker will not claim in; s->mu not held. */
-static void drop_chained(lq_subscription *s) {
-    lq_conn *conn = lq__subscription_take_chained(s);
-    if (!conn) return;
-    int rc = s->broker->dialect->rollback(conn);
-    lq__pool_release(&s->broker->pool, conn, rc != LQ_OK);
-    forget_held(s);
-}
-
 static void cond_init(pthread_cond_t *cv) {
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -422,6 +411,15 @@ void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broke
 void lq__subscription_keep_chained(lq_subscription *s, lq_conn *conn) {
     chained.conn = conn; /* still counted in s->held */
     chained.of = s;
+}
+
+/* Ends a chained transaction the worker will not claim in; s->mu not held. */
+static void drop_chained(lq_subscription *s) {
+    lq_conn *conn = lq__subscription_take_chained(s);
+    if (!conn) return;
+    int rc = s->broker->dialect->rollback(conn);
+    lq__pool_release(&s->broker->pool, conn, rc != LQ_OK);
+    forget_held(s);
 }
 
 /* The connections a claim's deliveries went on holding, and in transactional

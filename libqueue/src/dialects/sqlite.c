@@ -56,7 +56,8 @@ static int on_progress(void *arg) {
  * may wait for a lock its own rows' transactions hold, and the stop waits
  * for the claim. A write of this process that ends wakes the wait (a write
  * lasts tens of microseconds, where a sleep's step would add a millisecond);
- * the steps, growing to 10 ms, bound the wait for a writer elsewhere. */
+ * the steps, growing to 10 ms, bound the wait for a writer elsewhere. Only
+ * connections of ours have it, so `turns` is set. */
 static int on_busy(void *arg, int count) {
     static const long steps_us[] = {50, 100, 200, 500, 1000, 2000, 5000};
     enum { STEPS = sizeof steps_us / sizeof steps_us[0] };
@@ -64,16 +65,10 @@ static int on_busy(void *arg, int count) {
     int64_t now = lq__mono_ms();
     if (count == 0) {
         c->lock_wait_since = now;
-        if (c->turns) c->turns_seen = lq__turns_ended_count(c->turns);
+        c->turns_seen = lq__turns_ended_count(c->turns);
     }
     if (lq__lock_wait_abandoned() || now - c->lock_wait_since >= c->lock_wait_ms) return 0;
-    long us = count < STEPS ? steps_us[count] : 10000;
-    if (c->turns) {
-        lq__turns_wait(c->turns, &c->turns_seen, us);
-    } else {
-        struct timespec pause = {0, us * 1000L};
-        nanosleep(&pause, NULL);
-    }
+    lq__turns_wait(c->turns, &c->turns_seen, count < STEPS ? steps_us[count] : 10000);
     return 1;
 }
 
