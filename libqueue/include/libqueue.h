@@ -364,6 +364,9 @@ typedef enum lq_stat {
 } lq_stat;
 /* A counter of the subscription's own. Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);
+/* 1 on a thread running one of the subscription's push handlers (from which
+ * stop and close cannot wait for the handlers), else 0. */
+LQ_API int lq_subscription_in_handler(const lq_subscription *subscription);
 
 /* A delivery: one claimed row. Getters return values valid until the delivery
  * is freed (pull) or the handler returns (push). Settle a delivery once: a

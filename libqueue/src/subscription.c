@@ -996,6 +996,10 @@ void lq_subscription_close(lq_subscription *s) {
     lq__subscription_unref(s);
 }
 
+int lq_subscription_in_handler(const lq_subscription *s) {
+    return s && running_handler_of == s;
+}
+
 int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
     if (!s) return 0;
     lq_subscription *m = (lq_subscription *)s;

@@ -11,6 +11,10 @@ __all__ = ["Delivery"]
 
 _UNSET: Any = object()
 
+_payload_of = lib.lq_delivery_payload
+_payload_size = lib.lq_delivery_payload_size
+_buffer = ffi.buffer
+
 
 class Delivery:
     """One claimed row.
@@ -34,20 +38,24 @@ class Delivery:
     def __init__(self, pointer: Any, subscription: Any, owned: bool) -> None:
         if owned:
             pointer = ffi.gc(pointer, lib.lq_delivery_free)
-        self._ptr = pointer
+        self._ptr = pointer  # None once dead
         self._owned = owned
         self._dead: Optional[str] = None
         self._subscription = subscription  # keeps the subscription alive while held
         self._settled = False
-        self._id = self._payload = self._attempt = _UNSET
-        self._group = self._partition_key = self._headers = _UNSET
+        self._id = self._payload = self._attempt = self._group = self._partition_key = \
+            self._headers = _UNSET
 
     # -- life -------------------------------------------------------------
 
     def _live(self) -> Any:
-        if self._dead is not None:
-            raise make_error(lib.LQ_MISUSE, "delivery used after %s" % self._dead)
-        return self._ptr
+        pointer = self._ptr
+        if pointer is None:
+            raise self._used_dead()
+        return pointer
+
+    def _used_dead(self) -> Exception:
+        return make_error(lib.LQ_MISUSE, "delivery used after %s" % self._dead)
 
     def _kill(self, why: str) -> None:
         """Mark dead: later use raises instead of touching freed memory."""
@@ -92,54 +100,56 @@ class Delivery:
     @property
     def id(self) -> int:
         """The row's id."""
+        pointer = self._live()
         if self._id is _UNSET:
-            self._id = int(lib.lq_delivery_id(self._live()))
-        self._live()
+            self._id = int(lib.lq_delivery_id(pointer))
         return self._id
 
     @property
     def payload(self) -> bytes:
         """The payload (``b""`` when the table has no payload column)."""
-        if self._payload is _UNSET:
-            p = self._live()
-            size = lib.lq_delivery_payload_size(p)
-            data = lib.lq_delivery_payload(p)
-            self._payload = b"" if size == 0 or data == ffi.NULL else bytes(ffi.buffer(data, size))
-        self._live()
-        return self._payload
+        # The one getter nearly every handler calls: kept to the fewest steps.
+        pointer = self._ptr
+        if pointer is None:
+            raise self._used_dead()
+        payload = self._payload
+        if payload is _UNSET:
+            size = _payload_size(pointer)
+            payload = self._payload = bytes(_buffer(_payload_of(pointer), size)) if size else b""
+        return payload
 
     @property
     def attempt(self) -> int:
         """The attempt counted before this claim (first delivery: 1; 0 without
         an attempt column)."""
+        pointer = self._live()
         if self._attempt is _UNSET:
-            self._attempt = int(lib.lq_delivery_attempt(self._live()))
-        self._live()
+            self._attempt = int(lib.lq_delivery_attempt(pointer))
         return self._attempt
 
     @property
     def group(self) -> Optional[str]:
         """The row's group, or None."""
+        pointer = self._live()
         if self._group is _UNSET:
-            g = lib.lq_delivery_group(self._live())
+            g = lib.lq_delivery_group(pointer)
             self._group = None if g == ffi.NULL else text(g)
-        self._live()
         return self._group
 
     @property
     def partition_key(self) -> Optional[str]:
         """The row's partition key, or None."""
+        pointer = self._live()
         if self._partition_key is _UNSET:
-            k = lib.lq_delivery_partition_key(self._live())
+            k = lib.lq_delivery_partition_key(pointer)
             self._partition_key = None if k == ffi.NULL else text(k)
-        self._live()
         return self._partition_key
 
     @property
     def headers(self) -> Dict[str, str]:
         """The row's headers (a new dict each time)."""
+        p = self._live()
         if self._headers is _UNSET:
-            p = self._live()
             name = ffi.new("const char **")
             value = ffi.new("const char **")
             headers: Dict[str, str] = {}
@@ -147,7 +157,6 @@ class Delivery:
                 check(lib.lq_delivery_header_at(name, value, p, i), "header %d" % i)
                 headers[text(name[0])] = text(value[0])
             self._headers = headers
-        self._live()
         return dict(self._headers)
 
     @property

@@ -33,8 +33,7 @@ _running: Set["Subscription"] = set()
 #: Every open subscription, for the exit hook.
 _open: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
 _registry_lock = threading.Lock()
-#: The subscription whose handler runs on this thread, if any.
-_tls = threading.local()
+_from_handle = ffi.from_handle
 
 
 def _handler_error(exc_type: Any, exc_value: Any, tb: Any) -> None:
@@ -49,24 +48,22 @@ def _handler_error(exc_type: Any, exc_value: Any, tb: Any) -> None:
 
 @ffi.def_extern(error=1, onerror=_handler_error)
 def _lq_py_handler(pointer: Any, userdata: Any) -> int:
-    """Called by the core's worker threads for each pushed delivery."""
-    subscription: Subscription = ffi.from_handle(userdata)
-    delivery = Delivery(pointer, subscription, owned=False)
-    previous = getattr(_tls, "subscription", None)
-    _tls.subscription = subscription
+    """Called by the core's worker threads for each pushed delivery. On every
+    job's path: kept to the fewest steps."""
+    subscription: Subscription = _from_handle(userdata)
+    handler = subscription._handler
+    if handler is None:  # raced with stop: leave the row to the queue
+        return 1
+    delivery = Delivery(pointer, subscription, False)
     try:
-        handler = subscription._handler
-        if handler is None:  # raced with stop: leave the row to the queue
-            return 1
         handler(delivery)
         return 0
     except Exception:
-        handler_name = getattr(subscription._handler, "__qualname__", repr(subscription._handler))
         logger.exception("handler %s raised on row %d of %r; the row will be retried",
-                         handler_name, delivery.id, subscription.table.name)
+                         getattr(handler, "__qualname__", repr(handler)), delivery.id,
+                         subscription.table.name)
         return 1
     finally:
-        _tls.subscription = previous
         delivery._kill("its handler returned")
 
 
@@ -74,14 +71,12 @@ def _lq_py_handler(pointer: Any, userdata: Any) -> int:
 def _lq_py_batch_handler(pointers: Any, count: int, userdata: Any) -> int:
     """Called by the core's worker threads with each batch of a batch
     subscription."""
-    subscription: Subscription = ffi.from_handle(userdata)
-    batch = [Delivery(pointers[i], subscription, owned=False) for i in range(count)]
-    previous = getattr(_tls, "subscription", None)
-    _tls.subscription = subscription
+    subscription: Subscription = _from_handle(userdata)
+    handler = subscription._handler
+    if handler is None:
+        return 1
+    batch = [Delivery(pointers[i], subscription, False) for i in range(count)]
     try:
-        handler = subscription._handler
-        if handler is None:
-            return 1
         handler(batch)
         return 0
     except Exception:
@@ -89,7 +84,6 @@ def _lq_py_batch_handler(pointers: Any, count: int, userdata: Any) -> int:
                          "be retried", [d.id for d in batch], subscription.table.name)
         return 1
     finally:
-        _tls.subscription = previous
         for delivery in batch:
             delivery._kill("its handler returned")
 
@@ -290,7 +284,8 @@ class Subscription:
     # -- ending -----------------------------------------------------------
 
     def _in_own_handler(self) -> bool:
-        return getattr(_tls, "subscription", None) is self
+        with self._idle:  # close() lets the pointer go only under this lock
+            return self._ptr is not None and bool(lib.lq_subscription_in_handler(self._ptr))
 
     def stop(self) -> None:
         """Stop claiming, return claimed rows not handed out, and wait for

@@ -40,11 +40,12 @@ static long long count_rows(const char *text) {
     return n;
 }
 
-static atomic_int handled;
+static atomic_int handled, handled_inside;
 
+/* userdata: the subscription, or NULL. */
 static int handler(lq_delivery *d, void *userdata) {
-    (void)userdata;
     atomic_fetch_add(&handled, 1);
+    if (userdata && lq_subscription_in_handler(userdata)) atomic_fetch_add(&handled_inside, 1);
     return lq_delivery_attempt(d) >= 1 ? LQ_OK : LQ_ERROR;
 }
 
@@ -130,11 +131,16 @@ int main(int argc, char **argv) {
     CHECK(lq_subscription_open(&s, b, t, o) == LQ_OK);
     lq_subscription *twice;
     CHECK(lq_subscription_open(&twice, b, t, o) == LQ_ALREADY_SUBSCRIBED);
-    CHECK(lq_subscription_run(s, handler, NULL) == LQ_OK);
+    atomic_store(&handled, 0);
+    CHECK(lq_subscription_run(s, handler, s) == LQ_OK);
     for (int i = 0; i < 500 && count_rows("SELECT count(*) FROM jobs") > 0; i++)
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
     CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == 50);
+    /* Every handler ran knowing it was inside; this thread is not. */
+    CHECK(atomic_load(&handled) == 50 && atomic_load(&handled_inside) == 50);
+    CHECK(lq_subscription_in_handler(s) == 0);
+    CHECK(lq_subscription_in_handler(NULL) == 0);
     lq_subscription_close(s);
 
     /* A batch handler: batches of a hundred, every row acked and let go
