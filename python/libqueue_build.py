@@ -136,12 +136,24 @@ def native_flags(sources: List[str]) -> Tuple[List[str], List[str], List[str], L
 SOURCES = core_sources()
 _libs, _incs, _cflags, _ldflags = native_flags(SOURCES)
 
-#: C of the binding's own, beside the header's ABI: the log sink the binding
-#: installs at interpreter exit, so that a core thread that logs after it
-#: never calls into Python (and never sees a NULL sink while it is swapped).
+#: C of the binding's own, beside the header's ABI:
+#:
+#: * the push handler the core calls, which calls the Python one with the
+#:   delivery's payload: every C call from Python lets the GIL go, which the
+#:   other workers' handlers wait for, so the payload is better read here;
+#: * the log sink the binding installs at interpreter exit, so that a core
+#:   thread that logs after it never calls into Python (and never sees a
+#:   NULL sink while it is swapped).
 BINDING_C = r"""
 #include <stdio.h>
 #include "libqueue.h"
+
+static int _lq_py_handler(lq_delivery *, const char *, size_t, void *);
+
+static int lq_py_push(lq_delivery *delivery, void *userdata) {
+    return _lq_py_handler(delivery, lq_delivery_payload(delivery),
+                          lq_delivery_payload_size(delivery), userdata);
+}
 
 static void lq_py_stderr_log(int level, const char *message, void *userdata) {
     (void)userdata;
@@ -150,7 +162,7 @@ static void lq_py_stderr_log(int level, const char *message, void *userdata) {
                 message ? message : "");
 }
 """
-BINDING_CDEF = "void lq_py_stderr_log(int, const char *, void *);\n"
+BINDING_CDEF = "int lq_py_push(lq_delivery *, void *);\nvoid lq_py_stderr_log(int, const char *, void *);\n"
 
 ffibuilder = FFI()
 ffibuilder.cdef(gen_cdef.cdef_from_header(HEADER) + BINDING_CDEF)

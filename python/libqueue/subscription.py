@@ -34,6 +34,7 @@ _running: Set["Subscription"] = set()
 _open: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
 _registry_lock = threading.Lock()
 _from_handle = ffi.from_handle
+_unpack = ffi.unpack
 
 
 def _handler_error(exc_type: Any, exc_value: Any, tb: Any) -> None:
@@ -47,14 +48,16 @@ def _handler_error(exc_type: Any, exc_value: Any, tb: Any) -> None:
 
 
 @ffi.def_extern(error=1, onerror=_handler_error)
-def _lq_py_handler(pointer: Any, userdata: Any) -> int:
-    """Called by the core's worker threads for each pushed delivery. On every
-    job's path: kept to the fewest steps."""
+def _lq_py_handler(pointer: Any, payload: Any, size: int, userdata: Any) -> int:
+    """Called by the core's worker threads (through ``lq_py_push``) for each
+    pushed delivery, with its payload. On every job's path: kept to the
+    fewest steps."""
     subscription: Subscription = _from_handle(userdata)
     handler = subscription._handler
     if handler is None:  # raced with stop: leave the row to the queue
         return 1
     delivery = Delivery(pointer, subscription, False)
+    delivery._payload = _unpack(payload, size) if size else b""
     try:
         handler(delivery)
         return 0
@@ -178,7 +181,7 @@ class Subscription:
             @subscription.run
             def handle(delivery): ...
         """
-        return self._start(handler, lib._lq_py_handler, lib.lq_subscription_run)
+        return self._start(handler, ffi.addressof(lib, "lq_py_push"), lib.lq_subscription_run)
 
     def run_batch(self, handler: Callable[[list], Any]) -> Callable[[list], Any]:
         """Push mode of a batch subscription (``batch=n``): the core's workers

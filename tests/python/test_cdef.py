@@ -60,7 +60,7 @@ def test_cdef_declares_every_function_of_the_header(cdef: str) -> None:
 
 
 def test_cdef_has_the_python_callbacks(cdef: str) -> None:
-    assert 'extern "Python" int _lq_py_handler(lq_delivery *, void *);' in cdef
+    assert 'extern "Python" int _lq_py_handler(lq_delivery *, const char *, size_t, void *);' in cdef
     assert 'extern "Python" void _lq_py_log(int, const char *, void *);' in cdef
 
 

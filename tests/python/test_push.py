@@ -21,12 +21,13 @@ from helpers import POLL_MS, Recorder, make_table, wait_until
 def test_returning_acks(db, broker, form) -> None:
     table = make_table(form)
     db.create_table(table)
-    ids = broker.publish_many(table, [b"a", b"b", b"c"])
+    payloads = [b"a", b"", b"\x00b\xffc\x00" * 100]  # the handler gets them whole
+    ids = broker.publish_many(table, payloads)
     seen = Recorder()
     with broker.subscribe(table, poll_interval_ms=POLL_MS, workers=2) as sub:
         sub.run(lambda d: seen.add((d.id, d.payload)))
         wait_until(lambda: db.count("jobs") == 0, what="all rows acked")
-    assert sorted(seen.snapshot()) == sorted(zip(ids, [b"a", b"b", b"c"]))
+    assert sorted(seen.snapshot()) == sorted(zip(ids, payloads))
 
 
 def test_run_as_decorator(db, broker, form) -> None:
