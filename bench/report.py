@@ -9,6 +9,10 @@ the raw_* programs, w1.py and w1.lua) into the figures.
                                        (tables, targets), latest.png (gnuplot)
   report.py callgrind OUTFILE N        the cost per job in a callgrind output
                                        file (JSON on stdout)
+  report.py median RECORDS [WORKLOAD]  the median of repeated runs (one record)
+  report.py median RECORDS --against C_RECORDS
+                                       the same, with the C driver's runs made
+                                       in turn with them (as "c_runs")
   report.py cpu-record DB FORM N LIB RAW [WORKLOAD [LIB_N]]
                                        the client CPU record of a library and
                                        a raw callgrind output; LIB_N: the jobs
@@ -17,9 +21,10 @@ the raw_* programs, w1.py and w1.lua) into the figures.
 A figure pairs a library record with the raw record of the same database,
 form and workload from the same run: {"db", "form", "binding", "workload",
 "jobs_per_s", "p50_ms", "p99_ms", "raw_jobs_per_s", "ratio"} (null where not
-applicable), followed by extras: n, max_ms (W3), vs_c (Python, Lua: their
-rate over the C handler's, same database and form), note, and the client
-CPU and memory fields.
+applicable), followed by extras: n, max_ms (W3), vs_c (Python, Lua: the
+median of their runs' rates over those of the C driver's runs made in turn
+with them, same database and form), note, and the client CPU and memory
+fields.
 """
 
 import json
@@ -30,7 +35,7 @@ import sys
 from collections import defaultdict
 
 KEYS = ["db", "form", "binding", "workload", "jobs_per_s", "p50_ms", "p99_ms", "raw_jobs_per_s", "ratio"]
-EXTRAS = ["n", "runs", "raw_runs", "max_ms", "vs_c", "poll_ms", "workers", "batch", "coalesce", "claims", "empty_claims", "max_lease_ahead_s",
+EXTRAS = ["n", "runs", "raw_runs", "c_runs", "max_ms", "vs_c", "poll_ms", "workers", "batch", "coalesce", "claims", "empty_claims", "max_lease_ahead_s",
           "instr_per_job", "raw_instr_per_job", "instr_ratio", "allocs_per_job", "libqueue_allocs_per_job",
           "raw_allocs_per_job", "cpu_us_per_job", "raw_cpu_us_per_job", "ctx_per_job", "raw_ctx_per_job",
           "futex_per_job", "raw_futex_per_job", "syscalls_per_job", "raw_syscalls_per_job", "rss_100k_kb", "rss_1m_kb", "rss_growth_pct",
@@ -100,6 +105,12 @@ def figure(records, rec):
             c = c_rate(records, rec)
             if c and rec.get("jobs_per_s"):
                 out["vs_c"] = round(rec["jobs_per_s"] / c, 3)
+            # Run in turn with the C driver: the median of each run's ratio
+            # to the C run just before it.
+            runs, c_runs = rec.get("runs"), rec.get("c_runs")
+            if runs and c_runs and len(runs) == len(c_runs) and all(runs) and all(c_runs):
+                ratios = sorted(a / b for a, b in zip(runs, c_runs))
+                out["vs_c"] = round(ratios[(len(ratios) - 1) // 2], 3)
     for k in EXTRAS:
         if k in rec and k not in out:
             out[k] = rec[k]
@@ -480,10 +491,11 @@ def perf_record(db, form, n, lib_path, raw_path):
     return rec
 
 
-def median(path, workload=None):
+def median(path, workload=None, against=None):
     """Of the records in a file (the repeats of one measurement), the one with
     the median rate, with every rate in "runs". A failed repeat (no rate) is
-    kept when every repeat failed."""
+    kept when every repeat failed. With `against`, the file of the C driver's
+    runs made in turn with these: their rates go in "c_runs"."""
     records = [r for r in load(path) if workload is None or r.get("workload") == workload]
     if not records:
         return
@@ -492,8 +504,11 @@ def median(path, workload=None):
         print(json.dumps(records[-1]))
         return
     rec = dict(good[(len(good) - 1) // 2])
-    if len(records) > 1:
-        rec["runs"] = [r.get("jobs_per_s") for r in records]
+    rec["runs"] = [r.get("jobs_per_s") for r in records]
+    if against:
+        rec["c_runs"] = [r.get("jobs_per_s") for r in load(against)]
+    elif len(records) == 1:
+        del rec["runs"]
     print(json.dumps(rec))
 
 
@@ -501,6 +516,8 @@ def main(argv):
     if len(argv) >= 3 and argv[1] == "emit":
         skip = int(argv[argv.index("--skip") + 1]) if "--skip" in argv else 0
         emit(argv[2], skip)
+    elif len(argv) == 5 and argv[1] == "median" and argv[3] == "--against":
+        median(argv[2], against=argv[4])
     elif len(argv) in (3, 4) and argv[1] == "median":
         median(argv[2], argv[3] if len(argv) == 4 else None)
     elif len(argv) == 4 and argv[1] == "final":
