@@ -32,7 +32,8 @@ from typing import List
 #: Callbacks the Python binding implements with ``@ffi.def_extern``.
 PYTHON_CALLBACKS = (
     'extern "Python" int _lq_py_handler(lq_delivery *, const char *, size_t, void *);\n'
-    'extern "Python" int _lq_py_batch_handler(lq_delivery *const *, size_t, void *);\n'
+    'extern "Python" int _lq_py_batch_handler(lq_delivery *const *, const char *const *,\n'
+    '                                           const size_t *, size_t, void *);\n'
     'extern "Python" void _lq_py_log(int, const char *, void *);\n'
 )
 

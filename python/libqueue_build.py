@@ -138,9 +138,10 @@ _libs, _incs, _cflags, _ldflags = native_flags(SOURCES)
 
 #: C of the binding's own, beside the header's ABI:
 #:
-#: * the push handler the core calls, which calls the Python one with the
-#:   delivery's payload: every C call from Python lets the GIL go, which the
-#:   other workers' handlers wait for, so the payload is better read here;
+#: * the push handlers the core calls, which call the Python ones with the
+#:   deliveries' payloads: every C call from Python lets the GIL go, which
+#:   the other workers' handlers wait for, so the payloads are better read
+#:   here;
 #: * the log sink the binding installs at interpreter exit, so that a core
 #:   thread that logs after it never calls into Python (and never sees a
 #:   NULL sink while it is swapped).
@@ -148,11 +149,34 @@ BINDING_C = r"""
 #include <stdio.h>
 #include "libqueue.h"
 
+#include <stdlib.h>
+
 static int _lq_py_handler(lq_delivery *, const char *, size_t, void *);
+static int _lq_py_batch_handler(lq_delivery *const *, const char *const *, const size_t *,
+                                size_t, void *);
 
 static int lq_py_push(lq_delivery *delivery, void *userdata) {
     return _lq_py_handler(delivery, lq_delivery_payload(delivery),
                           lq_delivery_payload_size(delivery), userdata);
+}
+
+/* Without memory for the lists the Python handler reads each payload itself. */
+static int lq_py_push_batch(lq_delivery *const *deliveries, size_t count, void *userdata) {
+    const char **payloads = malloc(count * sizeof *payloads);
+    size_t *sizes = malloc(count * sizeof *sizes);
+    if (!payloads || !sizes) {
+        free(payloads);
+        free(sizes);
+        return _lq_py_batch_handler(deliveries, NULL, NULL, count, userdata);
+    }
+    for (size_t i = 0; i < count; i++) {
+        payloads[i] = lq_delivery_payload(deliveries[i]);
+        sizes[i] = lq_delivery_payload_size(deliveries[i]);
+    }
+    int rc = _lq_py_batch_handler(deliveries, payloads, sizes, count, userdata);
+    free(payloads);
+    free(sizes);
+    return rc;
 }
 
 static void lq_py_stderr_log(int level, const char *message, void *userdata) {
@@ -162,7 +186,11 @@ static void lq_py_stderr_log(int level, const char *message, void *userdata) {
                 message ? message : "");
 }
 """
-BINDING_CDEF = "int lq_py_push(lq_delivery *, void *);\nvoid lq_py_stderr_log(int, const char *, void *);\n"
+BINDING_CDEF = """
+int lq_py_push(lq_delivery *, void *);
+int lq_py_push_batch(lq_delivery *const *, size_t, void *);
+void lq_py_stderr_log(int, const char *, void *);
+"""
 
 ffibuilder = FFI()
 ffibuilder.cdef(gen_cdef.cdef_from_header(HEADER) + BINDING_CDEF)

@@ -71,14 +71,20 @@ def _lq_py_handler(pointer: Any, payload: Any, size: int, userdata: Any) -> int:
 
 
 @ffi.def_extern(error=1, onerror=_handler_error)
-def _lq_py_batch_handler(pointers: Any, count: int, userdata: Any) -> int:
-    """Called by the core's worker threads with each batch of a batch
-    subscription."""
+def _lq_py_batch_handler(pointers: Any, payloads: Any, sizes: Any, count: int,
+                         userdata: Any) -> int:
+    """Called by the core's worker threads (through ``lq_py_push_batch``)
+    with each batch of a batch subscription, and its payloads (NULL lists
+    when C had no memory for them: then each is read when asked for)."""
     subscription: Subscription = _from_handle(userdata)
     handler = subscription._handler
     if handler is None:
         return 1
     batch = [Delivery(pointers[i], subscription, False) for i in range(count)]
+    if payloads != ffi.NULL:
+        for i, delivery in enumerate(batch):
+            size = sizes[i]
+            delivery._payload = _unpack(payloads[i], size) if size else b""
     try:
         handler(batch)
         return 0
@@ -188,7 +194,8 @@ class Subscription:
         call ``handler(deliveries)`` with up to n at a time. Deliveries the
         handler leaves unsettled are acked when it returns and retried when it
         raises. In the row lock form a batch shares one transaction."""
-        return self._start(handler, lib._lq_py_batch_handler, lib.lq_subscription_run_batch)
+        return self._start(handler, ffi.addressof(lib, "lq_py_push_batch"),
+                           lib.lq_subscription_run_batch)
 
     def _start(self, handler: Any, trampoline: Any, start: Any) -> Any:
         if not callable(handler):

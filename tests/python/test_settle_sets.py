@@ -16,15 +16,16 @@ def test_a_batch_acked_by_its_return(db, form) -> None:
     table = make_table(form)
     db.create_table(table)
     rows = 57
+    payloads = [b"%d\x00\xff" % i for i in range(rows - 1)] + [b""]  # each whole, with its row
     with libqueue.Broker(db.url) as broker:
-        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        ids = broker.publish_many(table, payloads)
         seen = Recorder()
         with broker.subscribe(table, batch=20, workers=2, poll_interval_ms=POLL_MS) as sub:
-            sub.run_batch(lambda batch: [seen.add(d.payload) for d in batch] and None)
+            sub.run_batch(lambda batch: [seen.add((d.id, d.payload)) for d in batch] and None)
             wait_until(lambda: db.count("jobs") == 0, what="every row")
             # The count follows the statement: wait for it too.
             wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
-    assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
+    assert sorted(seen.snapshot()) == sorted(zip(ids, payloads))
 
 
 def test_a_batch_acked_into_processed_at(db, form) -> None:
