@@ -159,9 +159,11 @@ static void plan_flow(lq_subscription *s) {
      * or where one claim serves every free worker: a lease claim asks a row
      * for every worker seen, one commit for all of them, and the rows past
      * the free workers wait in the lease book. Lease claims beside each
-     * other would each find one worker free and spend a commit per row. */
+     * other would each find one worker free and spend a commit per row.
+     * A batch claim serves one worker whatever the form: batches go beside
+     * each other. */
     f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
-                   s->form == LQ_FORM_LEASE;
+                   (s->form == LQ_FORM_LEASE && !s->batch);
     /* Rows waiting ahead hold a lease, which the keeper extends, or a key
      * the process keeps, and no connection: a claim asks a row for every
      * worker seen busy, and more, up to 16 per worker (at most 512), for
