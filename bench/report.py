@@ -77,6 +77,16 @@ def c_rate(records, rec):
     return None
 
 
+def paired_median(runs, base_runs):
+    """Of runs made in turn with base runs (each just after its base), the
+    median of their ratios, which cancels the machine's drift better than a
+    ratio of medians; None unless both are whole and of one length."""
+    if not runs or not base_runs or len(runs) != len(base_runs) or not all(runs) or not all(base_runs):
+        return None
+    ratios = sorted(a / b for a, b in zip(runs, base_runs))
+    return round(ratios[(len(ratios) - 1) // 2], 3)
+
+
 def rnd(v, digits=1):
     return None if v is None else round(v, digits)
 
@@ -92,25 +102,17 @@ def figure(records, rec):
             out["raw_jobs_per_s"] = raw.get("jobs_per_s")
             if out["jobs_per_s"] and out["raw_jobs_per_s"]:
                 out["ratio"] = round(out["jobs_per_s"] / out["raw_jobs_per_s"], 3)
-            # Repeated in turn: the ratio is the median of each repeat's own
-            # ratio (library run / the raw run just before it), which cancels
-            # the machine's drift better than a ratio of medians.
-            lib_runs, raw_runs = rec.get("runs"), raw.get("runs")
-            if lib_runs and raw_runs and len(lib_runs) == len(raw_runs) and all(lib_runs) and all(raw_runs) \
-                    and rec.get("binding") == "c":
-                ratios = sorted(a / b for a, b in zip(lib_runs, raw_runs))
-                out["ratio"] = round(ratios[(len(ratios) - 1) // 2], 3)
-                out["raw_runs"] = raw_runs
+            # Repeated in turn: each library run over the raw run just before it.
+            paired = paired_median(rec.get("runs"), raw.get("runs")) if rec.get("binding") == "c" else None
+            if paired is not None:
+                out["ratio"] = paired
+                out["raw_runs"] = raw.get("runs")
         if rec.get("binding") in ("python", "lua"):
+            # Run in turn with the C driver's own runs; else over its median.
+            out["vs_c"] = paired_median(rec.get("runs"), rec.get("c_runs"))
             c = c_rate(records, rec)
-            if c and rec.get("jobs_per_s"):
+            if out["vs_c"] is None and c and rec.get("jobs_per_s"):
                 out["vs_c"] = round(rec["jobs_per_s"] / c, 3)
-            # Run in turn with the C driver: the median of each run's ratio
-            # to the C run just before it.
-            runs, c_runs = rec.get("runs"), rec.get("c_runs")
-            if runs and c_runs and len(runs) == len(c_runs) and all(runs) and all(c_runs):
-                ratios = sorted(a / b for a, b in zip(runs, c_runs))
-                out["vs_c"] = round(ratios[(len(ratios) - 1) // 2], 3)
     for k in EXTRAS:
         if k in rec and k not in out:
             out[k] = rec[k]

@@ -35,7 +35,9 @@ class Delivery:
                  "_id", "_payload", "_attempt", "_group", "_partition_key", "_headers",
                  "__weakref__")
 
-    def __init__(self, pointer: Any, subscription: Any, owned: bool) -> None:
+    def __init__(self, pointer: Any, subscription: Any, owned: bool, payload: Any = _UNSET) -> None:
+        """`payload`: the payload's bytes where the caller has them already
+        (else read when asked for)."""
         if owned:
             pointer = ffi.gc(pointer, lib.lq_delivery_free)
         self._ptr = pointer  # None once dead
@@ -43,8 +45,8 @@ class Delivery:
         self._dead: Optional[str] = None
         self._subscription = subscription  # keeps the subscription alive while held
         self._settled = False
-        self._id = self._payload = self._attempt = self._group = self._partition_key = \
-            self._headers = _UNSET
+        self._payload = payload
+        self._id = self._attempt = self._group = self._partition_key = self._headers = _UNSET
 
     # -- life -------------------------------------------------------------
 

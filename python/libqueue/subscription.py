@@ -37,6 +37,11 @@ _from_handle = ffi.from_handle
 _unpack = ffi.unpack
 
 
+def _bytes(data: Any, size: int) -> bytes:
+    """A payload the extension's C handler read (``const char *``, size)."""
+    return _unpack(data, size) if size else b""
+
+
 def _handler_error(exc_type: Any, exc_value: Any, tb: Any) -> None:
     # Last resort of the trampoline (e.g. the wrapper itself failed): log; the
     # C side then gets the error value 1, a retry.
@@ -56,8 +61,7 @@ def _lq_py_handler(pointer: Any, payload: Any, size: int, userdata: Any) -> int:
     handler = subscription._handler
     if handler is None:  # raced with stop: leave the row to the queue
         return 1
-    delivery = Delivery(pointer, subscription, False)
-    delivery._payload = _unpack(payload, size) if size else b""
+    delivery = Delivery(pointer, subscription, False, _bytes(payload, size))
     try:
         handler(delivery)
         return 0
@@ -80,11 +84,11 @@ def _lq_py_batch_handler(pointers: Any, payloads: Any, sizes: Any, count: int,
     handler = subscription._handler
     if handler is None:
         return 1
-    batch = [Delivery(pointers[i], subscription, False) for i in range(count)]
-    if payloads != ffi.NULL:
-        for i, delivery in enumerate(batch):
-            size = sizes[i]
-            delivery._payload = _unpack(payloads[i], size) if size else b""
+    if payloads == ffi.NULL:
+        batch = [Delivery(pointers[i], subscription, False) for i in range(count)]
+    else:
+        batch = [Delivery(pointers[i], subscription, False, _bytes(payloads[i], sizes[i]))
+                 for i in range(count)]
     try:
         handler(batch)
         return 0
