@@ -26,14 +26,13 @@ def main() -> int:
     path = args.db or os.path.join(tempfile.mkdtemp(prefix="libqueue-demo-"), "demo.db")
     jobs = libqueue.Table("jobs", payload="payload", attempt="attempt",
                           locked_until="locked_until", processed_at="processed_at")
-    with sqlite3.connect(path) as db:
-        db.executescript(jobs.create_sql("sqlite"))
 
     def processed() -> int:
         with sqlite3.connect(path) as db:
             return db.execute("SELECT count(*) FROM jobs WHERE processed_at IS NOT NULL").fetchone()[0]
 
     with libqueue.Broker("sqlite:" + path) as broker:
+        broker.create_table(jobs)  # creates it if missing, else checks it
         payloads = [json.dumps({"job": i, "task": "resize", "size": [640, 480]}).encode()
                     for i in range(args.jobs)]
         for start in range(0, len(payloads), 1000):

@@ -2,7 +2,6 @@
 /* Opens a SQLite queue, publishes a few jobs, works them with four workers,
  * and closes everything. Usage: quickstart [path.db] [jobs] */
 #include <libqueue.h>
-#include <sqlite3.h>
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,16 +41,8 @@ int main(int argc, char **argv) {
     lq_table_set_column(table, LQ_ROLE_ATTEMPT, "attempt");
     lq_table_set_column(table, LQ_ROLE_LOCKED_UNTIL, "locked_until");
 
-    /* The recommended schema; a real service keeps it in its migrations. */
-    char *sql;
-    sqlite3 *db;
-    if (lq_table_create_sql(&sql, table, "sqlite")) return fail("create_sql");
-    if (sqlite3_open(path, &db) != SQLITE_OK || sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-        fprintf(stderr, "create table: %s\n", sqlite3_errmsg(db));
-        return 1;
-    }
-    sqlite3_close(db);
-    lq_free(sql);
+    /* Creates the table if missing; one that exists is checked instead. */
+    if (lq_table_create(broker, table, 0)) return fail("create table");
 
     lq_message_new(&message);
     for (int i = 0; i < jobs; i++) {

@@ -10,8 +10,6 @@
 --     LUA_CPATH="build/lua/lua/?.so;;" LUA_PATH="build/lua/lua/?.lua;;" lua5.4 examples/worker.lua
 --
 -- (the lines marked "source checkout" below also look there on their own).
--- The table is created with the sqlite3 command-line tool, from the
--- statements libqueue recommends; a real service keeps them in its migrations.
 
 -- Source checkout only: find the module in a build tree next to this file.
 if not pcall(require, "libqueue") then
@@ -36,8 +34,6 @@ end)
 local path = arg[1] or "worker.db"
 local jobs = math.tointeger(tonumber(arg[2] or "20")) or 20
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
 -- The queue table: a lease (locked_until), attempts, and delayed retries.
 local tbl = assert(libqueue.table{
   name = "jobs",
@@ -47,13 +43,10 @@ local tbl = assert(libqueue.table{
   retry_after = "retry_after",
 })
 
--- Create it if missing (CREATE TABLE IF NOT EXISTS).
-local sql = assert(tbl:create_sql("sqlite"))
-local sqlite3 = assert(io.popen("sqlite3 -batch -bail " .. quote(path), "w"))
-sqlite3:write(sql, ";\n")
-assert(sqlite3:close(), "sqlite3 could not create the table")
-
 local broker = assert(libqueue.open("sqlite:" .. path, { pool_size = 4 }))
+
+-- Create it if missing; a table that exists is checked against the description.
+assert(broker:create_table(tbl))
 
 -- Publish the jobs in one transaction.
 local batch = {}

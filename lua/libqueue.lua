@@ -436,6 +436,27 @@ function Broker:__tostring()
   return format("libqueue.broker(%s%s)", self.url, self._ptr and "" or ", closed")
 end
 
+--- Makes the database ready for a table: creates it, its claim-order index
+-- and its dead-letter table when missing, then checks that every column the
+-- description names exists with a fitting type. Safe at every start, from
+-- several processes at once. opts: verify_only (create nothing; a missing
+-- table fails too). Returns true, or nil, message, code ("LQ_SCHEMA" names
+-- each column missing or of the wrong type; nothing is changed).
+function Broker:create_table(tbl, opts)
+  local tptr = table_ptr(tbl, 1, "create_table")
+  local flags = 0
+  if opts ~= nil then
+    check_type(opts, "table", 2, "create_table")
+    for k in pairs(opts) do
+      if k ~= "verify_only" then return misuse(format("create_table: unknown option '%s'", tostring(k))) end
+    end
+    if opts.verify_only then flags = core.LQ_CREATE_VERIFY_ONLY end
+  end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, core.lq_table_create(ptr, tptr, flags))
+end
+
 local MESSAGE_FIELDS = { payload = true, id = true, group = true, partition_key = true,
                          priority = true, delay_ms = true, headers = true }
 

@@ -225,9 +225,10 @@ LQ_API int lq_table_set_isolation(lq_table *table, int isolation);
 LQ_API int lq_table_set_dead_letter(lq_table *table, const char *destination);
 /* The form the description selects (an lq_form). */
 LQ_API int lq_table_form(const lq_table *table);
-/* The recommended CREATE TABLE and CREATE INDEX statements for this
- * description on a dialect ("sqlite", "postgresql", "mysql"), separated by
- * ";\n". Ownership: the caller frees *sql_out with lq_free. */
+/* The CREATE TABLE and CREATE INDEX statements lq_table_create runs for
+ * this description on a dialect ("sqlite", "postgresql", "mysql"), separated
+ * by ";\n", for a service that keeps its schema in migrations of its own.
+ * Ownership: the caller frees *sql_out with lq_free. */
 LQ_API int lq_table_create_sql(char **sql_out, const lq_table *table, const char *dialect);
 
 /* ------------------------------------------------------------------------ */
@@ -251,6 +252,27 @@ LQ_API int lq_broker_open(lq_broker **out, const char *url, const lq_options *op
 LQ_API void lq_broker_close(lq_broker *broker);
 /* The dialect's name: "sqlite", "postgresql" or "mysql". Static string. */
 LQ_API const char *lq_broker_dialect(const lq_broker *broker);
+
+/* Flags of lq_table_create. */
+typedef enum lq_create_flag {
+    LQ_CREATE_VERIFY_ONLY = 1 /* check the tables that exist; create nothing */
+} lq_create_flag;
+
+/* Makes the database ready for `table`: creates the table, its claim-order
+ * index and, when the dead-letter destination is a table, that table, each
+ * when missing (the statements of lq_table_create_sql), then checks every
+ * table it looked at: each column the description names exists, with a type
+ * that holds its role's values. A table that does not fit fails with
+ * LQ_SCHEMA, naming every column missing or of the wrong type, and nothing is
+ * changed; a schema that does not exist fails with LQ_SCHEMA (schemas are not
+ * created). With LQ_CREATE_VERIFY_ONLY nothing is created: a missing table is
+ * LQ_SCHEMA too. On PostgreSQL and SQLite everything runs in one transaction,
+ * all or nothing, and concurrent callers (other processes included) take
+ * turns. On MySQL and MariaDB each CREATE TABLE commits by itself and is
+ * atomic (the index is part of it): a failure after the queue's table was
+ * created leaves that table, and a second call creates the rest. Safe to call
+ * at every start. Thread-safe. */
+LQ_API int lq_table_create(lq_broker *broker, const lq_table *table, int flags);
 
 /* ------------------------------------------------------------------------ */
 /* Publishing. A message is built with setters, then written by lq_publish,

@@ -28,6 +28,14 @@ const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
     return NULL;
 }
 
+const lq_dialect *lq__dialect_named(const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (n && strncmp(schemes[i].scheme, name, n) == 0 && schemes[i].scheme[n] == ':')
+            return schemes[i].dialect;
+    return NULL;
+}
+
 static void target_free(lq_broker_target *t) {
     free(t->path);
     free(t->realpath);

@@ -27,6 +27,24 @@ typedef struct lq_value {
  * returned by exec. */
 typedef int (*lq_row_fn)(void *ctx, const lq_value *columns, int count);
 
+/* The kinds of value a column's declared type holds (lq__dialect.type_kinds),
+ * checked against what each role needs when a table is verified. */
+enum {
+    LQ__KIND_INTEGER = 1,
+    LQ__KIND_TEXT = 2,
+    LQ__KIND_BYTES = 4,
+    LQ__KIND_TIME = 8,
+    LQ__KIND_JSON = 16
+};
+
+/* The column types of the recommended CREATE TABLE. */
+typedef struct lq_ddl_types {
+    const char *id_generated, *id_plain, *bytes, *integer, *time, *time_due, *text, *json;
+    bool partial_index;  /* CREATE INDEX .. WHERE */
+    bool index_in_table; /* the claim-order index is declared inside CREATE TABLE,
+                            where the database has no CREATE INDEX IF NOT EXISTS */
+} lq_ddl_types;
+
 /* What the broker parsed from its URL. */
 struct lq_broker_target {
     char *path;     /* SQLite: the database file as given */
@@ -132,6 +150,23 @@ typedef struct lq_dialect {
                       void (*on_note)(void *ctx, const char *channel, const char *payload),
                       void *ctx);
 
+    /* Creating and verifying tables (schema.c). */
+    const lq_ddl_types *ddl;
+    /* A statement returning a row when schema LQ_P_SCHEMA exists. */
+    void (*schema_query)(lq_sql *b);
+    /* A statement returning (name, declared type) for each column of table
+     * LQ_P_NAME in schema LQ_P_SCHEMA, or where an unqualified name resolves
+     * when that is NULL; no row when there is no such table. */
+    void (*columns_query)(lq_sql *b);
+    /* Column names match whatever their case (SQLite, MySQL). */
+    bool columns_fold_case;
+    /* The LQ__KIND_* bits of the values a declared type holds. */
+    unsigned (*type_kinds)(const char *type);
+    /* Run first in the creating transaction, with LQ_P_NAME naming the table:
+     * concurrent creators of one table take turns (NULL where the transaction
+     * or the DDL itself keeps them apart). */
+    void (*ddl_lock_query)(lq_sql *b);
+
     /* Advisory keys: take without waiting (*taken false when held
      * elsewhere), and give back (false when the database did not confirm). */
     int (*try_lock_key)(bool *taken, lq_conn *conn, const lq_broker_target *target, const char *key);
@@ -155,6 +190,9 @@ LQ_HIDDEN extern const lq_dialect lq__sqlite_dialect;
 LQ_HIDDEN extern const lq_dialect lq__postgres_dialect;
 LQ_HIDDEN extern const lq_dialect lq__mysql_dialect;
 LQ_HIDDEN const lq_dialect *lq__dialect_for_url(const char *url, const char **rest);
+/* The dialect of a name ("sqlite", "postgresql", "postgres", "mysql",
+ * "mariadb"), or NULL. */
+LQ_HIDDEN const lq_dialect *lq__dialect_named(const char *name);
 
 /* Whether the calling thread is to give up waiting for a lock: it claims
  * for a subscription that is stopping, whose own rows' transactions may hold

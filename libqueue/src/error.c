@@ -6,15 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LQ_ERRMSG_SIZE 512
-
 /* A fixed buffer per thread, so even an out-of-memory failure is reported. */
-static _Thread_local struct {
-    int status;
-    int native;
-    char sqlstate[6];
-    char message[LQ_ERRMSG_SIZE];
-} last_error;
+static _Thread_local lq_error_copy last_error;
+
+void lq__error_save(lq_error_copy *out) { *out = last_error; }
+void lq__error_restore(const lq_error_copy *saved) { last_error = *saved; }
 
 static const struct {
     const char *name;

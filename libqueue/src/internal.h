@@ -23,6 +23,18 @@ LQ_HIDDEN int lq__error_db(int status, const char *sqlstate, int native, const c
 /* Prefixes the current message with context ("subscription jobs: ..."). */
 LQ_HIDDEN void lq__error_prefix(const char *fmt, ...) LQ_PRINTF(1, 2);
 
+/* The thread's last error as a value: a cleanup that may fail itself (a
+ * rollback after a failure) keeps the failure that matters. */
+#define LQ_ERRMSG_SIZE 512
+typedef struct lq_error_copy {
+    int status;
+    int native;
+    char sqlstate[6];
+    char message[LQ_ERRMSG_SIZE];
+} lq_error_copy;
+LQ_HIDDEN void lq__error_save(lq_error_copy *out);
+LQ_HIDDEN void lq__error_restore(const lq_error_copy *saved);
+
 LQ_HIDDEN void lq__log(int level, const char *fmt, ...) LQ_PRINTF(2, 3);
 /* Logs the calling thread's last error at `level`, prefixed by `what`. */
 LQ_HIDDEN void lq__log_error(int level, const char *what);

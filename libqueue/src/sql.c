@@ -459,7 +459,7 @@ static int build_release(lq_sql *b) {
 }
 
 /* Splits "schema.table" or "table"; more parts are refused. */
-static int split_destination(char **schema, char **name, const char *dest) {
+int lq__split_destination(char **schema, char **name, const char *dest) {
     const char *dot = strchr(dest, '.');
     *schema = *name = NULL;
     if (dot && strchr(dot + 1, '.'))
@@ -486,7 +486,7 @@ static int split_destination(char **schema, char **name, const char *dest) {
  * its lease in the copy, delete it here; the three run in one transaction. */
 static int build_dead_table(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     char *schema, *name;
-    int rc = split_destination(&schema, &name, t->dead_letter);
+    int rc = lq__split_destination(&schema, &name, t->dead_letter);
     if (rc != LQ_OK) return rc;
     lq_sql b;
     lq__sql_start(&b, &set->dead_copy, d, t);

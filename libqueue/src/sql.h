@@ -27,6 +27,8 @@ typedef enum lq_param {
     LQ_P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
     LQ_P_HELD_SET,    /* rows settled together, as lq__held_set_add writes them */
     LQ_P_CHANNEL,     /* the table's notification channel */
+    LQ_P_SCHEMA,      /* a schema's name, looked up in the catalog */
+    LQ_P_NAME,        /* a table's name, looked up in the catalog */
     LQ_P_COUNT
 } lq_param;
 
@@ -119,6 +121,9 @@ LQ_HIDDEN void lq__sql_row_columns(lq_sql *b, const char *attempt_expr);
 /* Where each LQ_COL_* column is in a row lq__sql_row_columns returns: its
  * position, or -1 where the table lacks it (the row then leaves it out). */
 LQ_HIDDEN void lq__row_layout(const lq_table *t, int at[LQ_COL_COUNT]);
+/* Splits a destination "schema.table" or "table" (*schema NULL) into copies
+ * the caller frees. */
+LQ_HIDDEN int lq__split_destination(char **schema, char **name, const char *dest);
 /* A string literal in single quotes. */
 LQ_HIDDEN void lq__sql_literal(lq_sql *b, const char *text);
 

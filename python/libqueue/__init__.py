@@ -6,7 +6,8 @@ Quick start::
 
     jobs = libqueue.Table("jobs", payload="payload", attempt="attempt",
                           locked_until="locked_until")
-    with libqueue.Broker("sqlite:///var/lib/app/app.db") as broker:
+    with libqueue.Broker("sqlite:app.db") as broker:
+        broker.create_table(jobs)  # creates it if missing, else checks it
         broker.publish(jobs, b"hello")
         with broker.subscribe(jobs) as sub:
             with sub.next(timeout=5) as delivery:

@@ -112,6 +112,22 @@ class Broker:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # -- tables -----------------------------------------------------------
+
+    def create_table(self, table: Table, *, verify_only: bool = False) -> None:
+        """Make the database ready for ``table``: create it, its claim-order
+        index and its dead-letter table when missing, then check that every
+        column the description names exists with a fitting type.
+
+        Safe at every start, from several processes at once. A table that does
+        not fit raises ``SchemaError`` naming each column missing or of the
+        wrong type, and changes nothing. ``verify_only=True`` creates nothing:
+        a missing table raises ``SchemaError`` too."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        flags = lib.LQ_CREATE_VERIFY_ONLY if verify_only else 0
+        check(lib.lq_table_create(self._live(), table._ptr, flags), "create_table(%r)" % table.name)
+
     # -- publishing -------------------------------------------------------
 
     def publish(self, table: Table, payload: Optional[Payload] = b"", *,

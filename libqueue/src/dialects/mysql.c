@@ -1344,6 +1344,58 @@ static bool my_unlock_key(lq_conn *c, const lq_broker_target *target, const char
     return rc == LQ_OK && answer == 1;
 }
 
+/* ---- tables ---- */
+
+/* No CREATE INDEX IF NOT EXISTS in MySQL: the index is part of the table's
+ * CREATE TABLE IF NOT EXISTS, which is also atomic. */
+static const lq_ddl_types my_ddl = {
+    .id_generated = "BIGINT AUTO_INCREMENT PRIMARY KEY",
+    .id_plain = "BIGINT PRIMARY KEY",
+    .bytes = "LONGBLOB NOT NULL",
+    .integer = "INT NOT NULL DEFAULT",
+    .time = "DATETIME(3)",
+    .time_due = "DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)",
+    .text = "VARCHAR(255)",
+    .json = "JSON",
+    .index_in_table = true,
+};
+
+static void my_schema_query(lq_sql *b) {
+    lq__sql_add(b, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ");
+    lq__sql_param(b, LQ_P_SCHEMA);
+}
+
+static void my_columns_query(lq_sql *b) {
+    lq__sql_add(b, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+                   "WHERE TABLE_SCHEMA = COALESCE(");
+    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_add(b, ", DATABASE()) AND TABLE_NAME = ");
+    lq__sql_param(b, LQ_P_NAME);
+    lq__sql_add(b, " ORDER BY ORDINAL_POSITION");
+}
+
+static bool type_in(const char *type, const char *const *names) {
+    for (; *names; names++)
+        if (strcasecmp(type, *names) == 0) return true;
+    return false;
+}
+
+/* MariaDB's JSON is LONGTEXT with a check: text types hold JSON there. */
+static unsigned my_type_kinds(const char *type) {
+    static const char *const integers[] = {"tinyint", "smallint", "mediumint", "int", "bigint", NULL};
+    static const char *const bytes[] = {"tinyblob", "blob", "mediumblob", "longblob", "binary",
+                                        "varbinary", NULL};
+    static const char *const texts[] = {"char", "varchar", "tinytext", "text", "mediumtext",
+                                        "longtext", NULL};
+    static const char *const times[] = {"datetime", "timestamp", NULL};
+    if (type_in(type, integers)) return LQ__KIND_INTEGER;
+    if (type_in(type, bytes)) return LQ__KIND_BYTES;
+    if (type_in(type, texts)) return LQ__KIND_TEXT | LQ__KIND_JSON;
+    if (type_in(type, times)) return LQ__KIND_TIME;
+    if (strcasecmp(type, "json") == 0) return LQ__KIND_JSON;
+    return 0;
+}
+
 /* MariaDB has INSERT .. RETURNING (10.5; its floor here is 10.6); MySQL has
  * none, and its LAST_INSERT_ID names only a multi-row insert's first row. */
 static bool my_insert_rows_returning(lq_conn *c) { return server_is_mariadb(c->my); }
@@ -1379,6 +1431,11 @@ const lq_dialect lq__mysql_dialect = {
     .commit = my_commit,
     .commit_chain = my_commit_chain,
     .rollback = my_rollback,
+    .ddl = &my_ddl,
+    .schema_query = my_schema_query,
+    .columns_query = my_columns_query,
+    .columns_fold_case = true,
+    .type_kinds = my_type_kinds,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,
 };

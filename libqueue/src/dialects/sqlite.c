@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define SQLITE_FLOOR 3035000 /* UPDATE .. RETURNING */
 
@@ -461,6 +462,56 @@ static bool sqlite_unlock_key(lq_conn *c, const lq_broker_target *target, const 
     return lq__keys_unlock(target->realpath, key);
 }
 
+/* ---- tables ---- */
+
+static const lq_ddl_types sqlite_ddl = {
+    .id_generated = "INTEGER PRIMARY KEY",
+    .id_plain = "INTEGER PRIMARY KEY",
+    .bytes = "BLOB NOT NULL DEFAULT x''",
+    .integer = "INTEGER NOT NULL DEFAULT",
+    .time = "TEXT",
+    .time_due = "TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00','now'))",
+    .text = "TEXT",
+    .json = "TEXT",
+    .partial_index = true,
+};
+
+static void sqlite_schema_query(lq_sql *b) {
+    lq__sql_add(b, "SELECT 1 FROM pragma_database_list WHERE name = ");
+    lq__sql_param(b, LQ_P_SCHEMA);
+}
+
+static void sqlite_columns_query(lq_sql *b) {
+    lq__sql_add(b, "SELECT name, type FROM pragma_table_info(");
+    lq__sql_param(b, LQ_P_NAME);
+    lq__sql_add(b, ", ");
+    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_add(b, ")");
+}
+
+static bool type_has(const char *type, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = type; *p; p++)
+        if (strncasecmp(p, word, n) == 0) return true;
+    return false;
+}
+
+/* SQLite's type affinity (its manual, "Determination Of Column Affinity"):
+ * times and JSON are kept as text, so a text column holds them, and so does
+ * a NUMERIC one (DATETIME, JSON), which keeps text that is not a number as
+ * text. A column without a type holds anything. */
+static unsigned sqlite_type_kinds(const char *type) {
+    const unsigned text = LQ__KIND_TEXT | LQ__KIND_BYTES | LQ__KIND_TIME | LQ__KIND_JSON;
+    if (!*type) return text | LQ__KIND_INTEGER;
+    if (type_has(type, "INT")) return LQ__KIND_INTEGER;
+    if (type_has(type, "CHAR") || type_has(type, "CLOB") || type_has(type, "TEXT")) return text;
+    if (type_has(type, "BLOB")) return LQ__KIND_BYTES;
+    if (type_has(type, "REAL") || type_has(type, "FLOA") || type_has(type, "DOUB")) return 0;
+    if (type_has(type, "DATE") || type_has(type, "TIME")) return LQ__KIND_TIME;
+    if (type_has(type, "JSON")) return LQ__KIND_JSON;
+    return 0;
+}
+
 const lq_dialect lq__sqlite_dialect = {
     .name = "sqlite",
     .forms = (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -487,6 +538,11 @@ const lq_dialect lq__sqlite_dialect = {
     .begin = sqlite_begin,
     .commit = sqlite_commit,
     .rollback = sqlite_rollback,
+    .ddl = &sqlite_ddl,
+    .schema_query = sqlite_schema_query,
+    .columns_query = sqlite_columns_query,
+    .columns_fold_case = true,
+    .type_kinds = sqlite_type_kinds,
     .try_lock_key = sqlite_try_lock_key,
     .unlock_key = sqlite_unlock_key,
 };
