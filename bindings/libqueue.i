@@ -294,6 +294,15 @@ LQ_OUT_HANDLE(lq_delivery)
         SWIG_arg++;
     }
 }
+/* lq_subscription_health: how long claims have failed, after the status's
+ * values, also on failure (nil, message, code, sqlstate, native, ms). */
+%typemap(in, numinputs=0) int64_t *failing_ms_out (int64_t lq_failing = 0)
+%{  $1 = &lq_failing; %}
+%typemap(argout) int64_t *failing_ms_out {
+    if (result == LQ_OK) LQ_DROP_TRUE
+    lua_pushinteger(L, (lua_Integer)lq_failing$argnum);
+    SWIG_arg++;
+}
 
 /* ---------------------------------------------------------------------- */
 /* Left out (see the top of this file). */

@@ -657,22 +657,48 @@ function Subscription:next(timeout)
   local left_ms = -1
   if timeout ~= nil then
     if type(timeout) ~= "number" then argerror(1, "next", "number", timeout) end
-    left_ms = timeout > 0 and math.ceil(timeout * 1000) or 0
+    if not (timeout >= 0) then -- also NaN
+      return misuse(format("next: timeout must be >= 0 seconds, or nil for no limit; got %s",
+                           tostring(timeout)))
+    end
+    left_ms = math.ceil(timeout * 1000)
   end
+  local wait_ms = left_ms
   while true do
     local slice = WAIT_SLICE_MS
     if left_ms >= 0 and left_ms < slice then slice = left_ms end
     local d, m, c, s, n = core.lq_subscription_next(ptr, slice)
     drain_log()
     if d then return new_delivery(d, self) end
-    if c ~= "LQ_TIMEOUT" then return nil, m, c, s, n end
+    -- A slice may end in the claims' failure: it counts once they have
+    -- failed for the whole wait, as in C.
+    local outage = c ~= "LQ_TIMEOUT" and c ~= "LQ_CLOSED" and c ~= "LQ_MISUSE"
+    if not outage and c ~= "LQ_TIMEOUT" then return nil, m, c, s, n end
     if left_ms >= 0 then
       left_ms = left_ms - slice
       if left_ms <= 0 then
-        return nil, format("no delivery within %gs", timeout), c
+        local _, hm, hc, hs, hn, failing_ms = self:health()
+        if hc and failing_ms >= wait_ms then
+          return nil, format("no delivery within %gs: claims have failed for %d ms: %s",
+                             timeout, failing_ms, hm), hc, hs, hn
+        end
+        return nil, format("no delivery within %gs", timeout), "LQ_TIMEOUT"
       end
     end
   end
+end
+
+--- Whether the subscription's claims reach the database: true while they
+-- work, else nil, message, code, sqlstate, native, and how long (ms) claims
+-- have failed in a row. A pull that times out during an outage returns the
+-- failure instead of "LQ_TIMEOUT".
+function Subscription:health()
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  local ok, m, c, s, n, failing_ms = core.lq_subscription_health(ptr)
+  drain_log()
+  if ok then return true end
+  return nil, m, c, s, n, failing_ms
 end
 
 --- for delivery in sub:deliveries(timeout) do ... end

@@ -291,7 +291,10 @@ LQ_API int lq_message_set_id(lq_message *message, int64_t id);
 LQ_API int lq_message_set_group(lq_message *message, const char *group);
 LQ_API int lq_message_set_partition_key(lq_message *message, const char *key);
 LQ_API int lq_message_set_priority(lq_message *message, int64_t priority);
-/* Due this many milliseconds from now (needs a retry_after column). */
+/* Due this many milliseconds from now (needs a retry_after column). A delay
+ * that is negative, or puts the due time past 9999-12-31T23:59:59.999Z (the
+ * latest time every database holds), fails with LQ_MISUSE, naming the longest
+ * delay that fits. */
 LQ_API int lq_message_set_delay_ms(lq_message *message, int64_t delay_ms);
 /* Adds or replaces one header (needs a headers column). */
 LQ_API int lq_message_set_header(lq_message *message, const char *name, const char *value);
@@ -356,10 +359,14 @@ LQ_API int lq_subscription_run_batch(lq_subscription *subscription, lq_batch_han
  * lq_subscription_next. */
 LQ_API int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
                                       lq_subscription *subscription, int64_t timeout_ms);
-/* Pull mode: waits up to timeout_ms (-1: no limit) for the next claimed
- * delivery. Returns LQ_TIMEOUT when none came, LQ_CLOSED once stopped. While
- * the caller holds the delivery the core keeps its lease alive. Ownership:
- * the caller frees *out with lq_delivery_free. */
+/* Pull mode: waits up to timeout_ms (-1: no limit; 0: takes only what is
+ * ready now; below -1: LQ_MISUSE) for the next claimed delivery. Returns
+ * LQ_TIMEOUT when none came, LQ_CLOSED once stopped; when none came because
+ * the claims have failed for the whole wait (the database is unreachable,
+ * say), the last claim's failure instead (LQ_CONNECT, ...), so an outage does
+ * not pass for an empty queue. While the caller holds the delivery the core
+ * keeps its lease alive. Ownership: the caller frees *out with
+ * lq_delivery_free. */
 LQ_API int lq_subscription_next(lq_delivery **out, lq_subscription *subscription,
                                 int64_t timeout_ms);
 /* Stops claiming, returns rows claimed but not handed out at once, and waits
@@ -386,6 +393,12 @@ typedef enum lq_stat {
 } lq_stat;
 /* A counter of the subscription's own. Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);
+/* Whether the subscription's claims reach the database: LQ_OK while they
+ * work (and before the first), else the status of the last claim's failure,
+ * which lq_errmsg() then describes; *failing_ms_out (may be NULL) receives
+ * how long claims have failed in a row (0 while they work). Claims that fail
+ * are retried every second, and each failure is logged. Thread-safe. */
+LQ_API int lq_subscription_health(const lq_subscription *subscription, int64_t *failing_ms_out);
 /* 1 on a thread running one of the subscription's push handlers (from which
  * stop and close cannot wait for the handlers), else 0. */
 LQ_API int lq_subscription_in_handler(const lq_subscription *subscription);
@@ -415,7 +428,8 @@ LQ_API int64_t lq_delivery_lease_expiry_ms(const lq_delivery *delivery);
 
 /* Outcomes. Ack finishes the row (deletes it, or sets processed_at). Retry
  * returns it to the queue now; retry_after hides it for delay_ms (needs a
- * retry_after column; without one it is a plain retry and a logged warning).
+ * retry_after column; without one it is a plain retry and a logged warning;
+ * delay_ms as in lq_message_set_delay_ms, LQ_MISUSE past what fits).
  * Dead letter moves it to the table's dead-letter destination. A failure
  * outcome of a delivery whose attempt has reached max_attempts dead-letters
  * it instead. LQ_LEASE_LOST: the lease ran out and another claim holds the

@@ -63,6 +63,7 @@ static void broker_free(lq_broker *b) {
 int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) {
     lq__error_clear();
     LQ_CHECK_ARG(out, "out is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
     LQ_CHECK_ARG(url && *url, "the URL is empty");
     const char *rest;
     const lq_dialect *d = lq__dialect_for_url(url, &rest);

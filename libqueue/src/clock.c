@@ -64,6 +64,20 @@ static char *put_digits(char *p, unsigned v, int width) {
 
 /* Written by hand, not with gmtime_r and snprintf: every claimed row and
  * every settled lease passes through here, and gmtime_r takes a lock. */
+int64_t lq__time_after(int64_t now, int64_t delay_ms) {
+    return delay_ms > LQ__TIME_MAX_MS - now ? LQ__TIME_MAX_MS : now + delay_ms;
+}
+
+int lq__check_delay(int64_t delay_ms, const char *what) {
+    int64_t longest = LQ__TIME_MAX_MS - lq__now_ms();
+    if (delay_ms < 0) return lq__error(LQ_MISUSE, "%s: the delay is negative", what);
+    if (delay_ms <= longest) return LQ_OK;
+    return lq__error(LQ_MISUSE,
+                     "%s: a delay of %lld ms passes 9999-12-31T23:59:59.999Z, the latest time "
+                     "every database holds; the longest delay now is %lld ms",
+                     what, (long long)delay_ms, (long long)longest);
+}
+
 void lq__time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms) {
     int64_t day = epoch_ms / 86400000, in_day = epoch_ms % 86400000;
     if (in_day < 0) {

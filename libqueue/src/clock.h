@@ -17,6 +17,16 @@ LQ_HIDDEN int64_t lq__mono_ms(void);
 LQ_HIDDEN struct timespec lq__deadline_in(int64_t ms);
 LQ_HIDDEN struct timespec lq__deadline_in_us(int64_t us);
 
+/* The latest time the library writes, 9999-12-31T23:59:59.999Z: MySQL's
+ * DATETIME and SQLite's four-digit text end there. A delay that would pass it
+ * is refused, so no due time wraps into the past. */
+#define LQ__TIME_MAX_MS INT64_C(253402300799999)
+/* `now` plus `delay_ms` (>= 0), never past LQ__TIME_MAX_MS. */
+LQ_HIDDEN int64_t lq__time_after(int64_t now, int64_t delay_ms);
+/* LQ_MISUSE, naming the longest delay that fits now, for a delay that puts a
+ * due time past LQ__TIME_MAX_MS; `what` names the call. */
+LQ_HIDDEN int lq__check_delay(int64_t delay_ms, const char *what);
+
 /* "YYYY-MM-DDTHH:MM:SS.fff+00:00": 29 characters and a NUL. Text in this form
  * sorts as the times do. */
 #define LQ_TIME_TEXT_SIZE 30

@@ -175,7 +175,7 @@ void lq__delivery_unref(lq_delivery *d) {
 void lq_delivery_free(lq_delivery *d) {
     lq__error_clear();
     if (!d) return;
-    if (!d->settled && lq__settle(d, LQ_RELEASE, 0) != LQ_OK)
+    if (!d->settled && !d->in_set && lq__settle(d, LQ_RELEASE, 0) != LQ_OK)
         lq__log_error(LQ_LOG_WARNING, "releasing an unsettled delivery");
     lq__delivery_unref(d);
 }
@@ -227,7 +227,8 @@ int lq_delivery_retry(lq_delivery *d) {
 int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
     lq__error_clear();
     LQ_CHECK_ARG(d, "delivery is NULL");
-    LQ_CHECK_ARG(delay_ms >= 0, "the delay is negative");
+    int rc = lq__check_delay(delay_ms, __func__);
+    if (rc != LQ_OK) return rc;
     return lq__settle(d, LQ_RETRY_AFTER, delay_ms);
 }
 
@@ -243,7 +244,7 @@ int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {
         if (dvs[i]->sub != dvs[0]->sub)
             return lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
         pthread_mutex_lock(&dvs[i]->mu);
-        bool settled = dvs[i]->settled;
+        bool settled = dvs[i]->settled || dvs[i]->in_set;
         pthread_mutex_unlock(&dvs[i]->mu);
         if (settled)
             return lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
@@ -285,7 +286,7 @@ int lq_delivery_exec(int64_t *changes_out, lq_delivery *d, const char *sql,
     const lq_dialect *dialect = d->sub->broker->dialect;
     pthread_mutex_lock(&d->mu);
     int rc = LQ_OK;
-    if (d->settled) {
+    if (d->settled || d->in_set) {
         rc = lq__error(LQ_MISUSE, "row %lld is already settled", (long long)d->id);
     } else if (d->tx) {
         rc = dialect->execute(changes_out, d->conn, sql, params, (int)count);

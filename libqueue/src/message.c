@@ -1,4 +1,5 @@
 /* Messages: what a publish writes, built with setters and reusable. */
+#include "clock.h"
 #include "message.h"
 
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 int lq_message_new(lq_message **out) {
     lq__error_clear();
     LQ_CHECK_ARG(out, "out is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
     *out = calloc(1, sizeof **out);
     return *out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
 }
@@ -76,7 +78,8 @@ int lq_message_set_priority(lq_message *m, int64_t priority) {
 int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
     lq__error_clear();
     LQ_CHECK_ARG(m, "message is NULL");
-    LQ_CHECK_ARG(delay_ms >= 0, "the delay is negative");
+    int rc = lq__check_delay(delay_ms, __func__);
+    if (rc != LQ_OK) return rc;
     m->delay_ms = delay_ms;
     return LQ_OK;
 }
@@ -84,5 +87,6 @@ int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
 int lq_message_set_header(lq_message *m, const char *name, const char *value) {
     lq__error_clear();
     LQ_CHECK_ARG(m && name && value, "an argument is NULL");
+    LQ_CHECK_ARG(*name, "a header needs a name");
     return lq__headers_set(&m->headers, name, value);
 }

@@ -50,6 +50,7 @@ static int spec_index(int option) {
 int lq_options_new(lq_options **out) {
     lq__error_clear();
     LQ_CHECK_ARG(out, "out is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
     *out = calloc(1, sizeof **out);
     return *out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
 }

@@ -41,7 +41,7 @@ static int row_args(lq_value *args, lq_strbuf *json, const lq_message *m, int64_
     if (m->partition_key)
         args[LQ_P_PKEY] = (lq_value){.type = LQ_V_TEXT, .p = m->partition_key, .n = strlen(m->partition_key)};
     args[LQ_P_PRIORITY] = (lq_value){.type = LQ_V_INT, .i = m->priority};
-    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = now + m->delay_ms};
+    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = lq__time_after(now, m->delay_ms)};
     if (m->headers.count) {
         lq__headers_to_json(json, &m->headers);
         if (json->failed) return lq__error(LQ_NOMEM, "out of memory");

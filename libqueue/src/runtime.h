@@ -68,6 +68,10 @@ struct lq_delivery {
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
     bool settled;
+    /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
+     * other settlement and no lease extension touches it meanwhile, and the
+     * set holds no delivery's mutex while its statement runs. */
+    bool in_set;
     bool handed; /* counted in the subscription's in_work */
     bool settling; /* counted in its settling */
     int lane;    /* workers_by_key: the lane its partition key hashes to */
@@ -118,6 +122,12 @@ struct lq_subscription {
     unsigned jitter_seed;
     int contention_streak; /* claims in a row that met a conflict */
     int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
+    /* Claims failing in a row (contention aside): since when (monotonic ms;
+     * 0 while they work), and the last failure. A pull that would time out
+     * reports it instead (an outage is not an empty queue), and
+     * lq_subscription_health tells it. */
+    int64_t failing_since;
+    lq_error_copy last_failure;
     lq_lease_book book;    /* lease form: the deliveries whose leases the keeper extends */
 
     pthread_t *claimers, keeper;

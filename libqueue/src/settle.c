@@ -107,7 +107,7 @@ static void settle_args(lq_value *args, const lq_delivery *dv, int64_t delay_ms)
     args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = dv->id};
     args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = dv->token};
     args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
-    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = now + delay_ms};
+    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = lq__time_after(now, delay_ms)};
     if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
 }
 
@@ -176,9 +176,10 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
 int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     lq_subscription *s = dv->sub;
     pthread_mutex_lock(&dv->mu);
-    if (dv->settled) {
+    if (dv->settled || dv->in_set) {
         pthread_mutex_unlock(&dv->mu);
-        return lq__error(LQ_MISUSE, "row %lld is already settled", (long long)dv->id);
+        return lq__error(LQ_MISUSE, "row %lld is already %s", (long long)dv->id,
+                         dv->settled ? "settled" : "being acked");
     }
     bool fails = outcome == LQ_RETRY || outcome == LQ_RETRY_AFTER;
     if (fails && s->max_attempts > 0 && dv->attempt >= s->max_attempts) outcome = LQ_DEAD_LETTER;
@@ -207,20 +208,28 @@ int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
  * connection (coalesced or not), or in its batch's shared transaction. */
 static bool joins_set(const lq_delivery *dv) {
     const lq_subscription *s = dv->sub;
-    if (dv->settled || dv->tx || !s->sql.ack_set.sql) return false;
+    if (dv->settled || dv->in_set || dv->tx || !s->sql.ack_set.sql) return false;
     if (dv->shared) return true;
     return s->form != LQ_FORM_ROW_LOCK && !dv->conn;
+}
+
+/* Takes the deliveries of a set out of it, settled or not. */
+static void leave_set(lq_delivery **dvs, size_t n, bool settled) {
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&dvs[i]->mu);
+        dvs[i]->in_set = false;
+        dvs[i]->settled = settled;
+        pthread_mutex_unlock(&dvs[i]->mu);
+    }
 }
 
 /* Marks a set of deliveries settled, as lq__settle does after its
  * statements. */
 static void finish_settled(lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
-    for (size_t i = 0; i < n; i++) {
-        dvs[i]->settled = true;
-        pthread_mutex_unlock(&dvs[i]->mu);
+    leave_set(dvs, n, true);
+    for (size_t i = 0; i < n; i++)
         if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dvs[i]);
-    }
     lq__subscription_settled(s, dvs, n);
 }
 
@@ -230,7 +239,7 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
     lq_subscription *s = dvs[0]->sub;
     lq_pending *items = calloc(n, sizeof *items);
     if (!items) { /* each is then acked on its own */
-        for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
+        leave_set(dvs, n, false);
         return lq__error(LQ_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < n; i++) {
@@ -261,7 +270,7 @@ static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, false, dvs[i]->id, 0);
     char *json = lq__held_set_take(&sb, s->broker->dialect);
     if (!json) {
-        for (size_t i = 0; i < n; i++) pthread_mutex_unlock(&dvs[i]->mu);
+        leave_set(dvs, n, false);
         return lq__error(LQ_NOMEM, "out of memory");
     }
     lq_value args[LQ_P_COUNT];
@@ -278,9 +287,9 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
     if (n == 0) return LQ_OK;
     int first = LQ_OK;
     size_t k = 0;
-    /* The rows that join the set (at[j]: where set[j] is in dvs), their
-     * mutexes held until they settle: rows of one subscription, and of one
-     * shared transaction if any. */
+    /* The rows that join the set (at[j]: where set[j] is in dvs), marked
+     * in_set until they settle: rows of one subscription, and of one shared
+     * transaction if any. */
     lq_delivery **set = malloc(n * sizeof *set);
     size_t *at = malloc(n * sizeof *at);
     int *rcs = malloc(n * sizeof *rcs);
@@ -288,14 +297,14 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
     for (size_t i = 0; first == LQ_OK && i < n; i++) {
         pthread_mutex_lock(&dvs[i]->mu);
         if (joins_set(dvs[i]) && (k == 0 || dvs[i]->shared == set[0]->shared)) {
+            dvs[i]->in_set = true;
             at[k] = i;
             set[k++] = dvs[i];
-        } else {
-            pthread_mutex_unlock(&dvs[i]->mu);
         }
+        pthread_mutex_unlock(&dvs[i]->mu);
     }
     if (k == 1) { /* nothing to gain: the usual path */
-        pthread_mutex_unlock(&set[0]->mu);
+        leave_set(set, 1, false);
         k = 0;
     }
     if (k) lq__subscription_settling(set[0]->sub, set, k);

@@ -223,6 +223,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
                          const lq_options *o) {
     lq__error_clear();
     LQ_CHECK_ARG(out && b && table, "an argument is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
     lq_subscription *s = calloc(1, sizeof *s);
     if (!s) return lq__error(LQ_NOMEM, "out of memory");
     atomic_init(&s->refs, 1);
@@ -523,10 +524,19 @@ static void claim_turn(lq_subscription *s, bool own) {
     waiting_for = NULL;
     atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
     if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
+    lq_error_copy failure;
+    bool failed = rc != LQ_OK && rc != LQ_CONTENTION;
+    if (failed) lq__error_save(&failure);
     if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
-    else if (rc != LQ_OK) lq__log_error(LQ_LOG_ERROR, "claim");
+    else if (failed) lq__log_error(LQ_LOG_ERROR, "claim");
 
     pthread_mutex_lock(&s->mu);
+    if (failed) {
+        if (!s->failing_since) s->failing_since = lq__mono_ms();
+        s->last_failure = failure;
+    } else if (rc == LQ_OK) {
+        s->failing_since = 0;
+    }
     s->flow.running--;
     s->flow.asked -= limit;
     lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
@@ -874,10 +884,39 @@ int lq_subscription_run_batch(lq_subscription *s, lq_batch_handler_fn handler, v
     return start_push(s, NULL, handler, userdata);
 }
 
+/* A pull that timed out while claims kept failing for at least its whole
+ * wait reports the last failure instead; s->mu held. */
+static int timed_out(lq_subscription *s, int64_t timeout_ms) {
+    int64_t failing_ms = s->failing_since ? lq__mono_ms() - s->failing_since : -1;
+    if (failing_ms < timeout_ms)
+        return lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
+    lq__error_restore(&s->last_failure);
+    lq__error_prefix("no delivery within %lld ms: claims have failed for %lld ms",
+                     (long long)timeout_ms, (long long)failing_ms);
+    return s->last_failure.status;
+}
+
+int lq_subscription_health(const lq_subscription *s, int64_t *failing_ms_out) {
+    lq__error_clear();
+    if (failing_ms_out) *failing_ms_out = 0;
+    LQ_CHECK_ARG(s, "subscription is NULL");
+    lq_subscription *m = (lq_subscription *)s;
+    pthread_mutex_lock(&m->mu);
+    int rc = LQ_OK;
+    if (m->failing_since) {
+        if (failing_ms_out) *failing_ms_out = lq__mono_ms() - m->failing_since;
+        lq__error_restore(&m->last_failure);
+        rc = m->last_failure.status;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
 int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
                                lq_subscription *s, int64_t timeout_ms) {
     lq__error_clear();
     LQ_CHECK_ARG(out && count_out && s && capacity > 0, "an argument is NULL or zero");
+    LQ_CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
     *count_out = 0;
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ_MODE_PULL);
@@ -885,7 +924,7 @@ int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count
     while (rc == LQ_OK && !s->stopping && !next_ready(s, -1)) {
         if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
         else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
-            rc = lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
+            rc = timed_out(s, timeout_ms);
     }
     if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
     if (rc == LQ_OK) *count_out = take_many(s, out, capacity);
@@ -897,6 +936,7 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
     lq__error_clear();
     LQ_CHECK_ARG(out && s, "an argument is NULL");
     *out = NULL;
+    LQ_CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ_MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
@@ -905,7 +945,7 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
         lq__flow_waited(&s->flow);
         if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
         else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
-            rc = lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
+            rc = timed_out(s, timeout_ms);
     }
     if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
     if (rc == LQ_OK) *out = take_locked(s, slot);

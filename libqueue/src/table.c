@@ -18,6 +18,7 @@ static int replace(char **slot, const char *value) {
 int lq_table_new(lq_table **out, const char *name) {
     lq__error_clear();
     LQ_CHECK_ARG(out, "out is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
     LQ_CHECK_ARG(name && *name, "the table needs a name");
     lq_table *t = calloc(1, sizeof *t);
     if (!t || !(t->name = lq__strdup(name)) || !(t->id = lq__strdup("id"))) {

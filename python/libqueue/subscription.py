@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Set, TypeVa
 from libqueue._ffi import ffi, lib
 from libqueue.delivery import Delivery
 from libqueue.enums import Stat
-from libqueue.errors import check, last_error, make_error
+from libqueue.errors import Error, check, last_error, make_error
 from libqueue.logs import logger
 
 if TYPE_CHECKING:
@@ -234,6 +234,20 @@ class Subscription:
 
     # -- pull mode --------------------------------------------------------
 
+    @staticmethod
+    def _deadline(timeout: Optional[float]) -> Optional[float]:
+        """The monotonic deadline of a timeout in seconds (None: no limit);
+        0 takes only what is ready now."""
+        if timeout is None:
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError("timeout must be a number of seconds or None, got %s"
+                            % type(timeout).__name__)
+        if not timeout >= 0:  # also NaN
+            raise ValueError("timeout must be >= 0 seconds, or None for no limit; got %r"
+                             % timeout)
+        return time.monotonic() + timeout
+
     def next(self, timeout: Optional[float] = None) -> Optional[Delivery]:
         """The next claimed delivery, waiting up to ``timeout`` seconds (None:
         no limit). Returns None when none came in time; raises ``Closed`` once
@@ -241,7 +255,7 @@ class Subscription:
         and release it (``with`` block, ``release()``, or the garbage
         collector)."""
         out = ffi.new("lq_delivery **")
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        deadline = self._deadline(timeout)
         while True:
             if deadline is None:
                 wait_s = _WAIT_SLICE_S
@@ -251,9 +265,10 @@ class Subscription:
                 status = lib.lq_subscription_next(out, pointer, int(wait_s * 1000))
                 if status == lib.LQ_OK:
                     return Delivery(out[0], self, owned=True)
-                if status != lib.LQ_TIMEOUT:
+                if not _waits_on(status):
                     check(status, "next")
             if deadline is not None and time.monotonic() >= deadline:
+                self._raise_outage(timeout)
                 return None
 
     def next_batch(self, timeout: Optional[float] = None, capacity: int = 100) -> list:
@@ -261,7 +276,7 @@ class Subscription:
         seconds for the first; an empty list when none came in time."""
         out = ffi.new("lq_delivery *[]", capacity)
         count = ffi.new("size_t *")
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        deadline = self._deadline(timeout)
         while True:
             if deadline is None:
                 wait_s = _WAIT_SLICE_S
@@ -272,14 +287,39 @@ class Subscription:
                                                         int(wait_s * 1000))
                 if status == lib.LQ_OK:
                     return [Delivery(out[i], self, owned=True) for i in range(count[0])]
-                if status != lib.LQ_TIMEOUT:
+                if not _waits_on(status):
                     check(status, "next_batch")
             if deadline is not None and time.monotonic() >= deadline:
+                self._raise_outage(timeout)
                 return []
+
+    def health(self) -> Optional[Error]:
+        """None while the subscription's claims reach the database; else the
+        last claim's failure as an exception (not raised), whose
+        ``failing_for`` says how many seconds claims have failed in a row.
+        Failing claims are retried every second and logged."""
+        failing = ffi.new("int64_t *")
+        with self._using() as pointer:
+            status = lib.lq_subscription_health(pointer, failing)
+            if status == lib.LQ_OK:
+                return None
+            error = last_error(status, "claims")
+        error.failing_for = failing[0] / 1000.0
+        return error
+
+    def _raise_outage(self, timeout: Optional[float]) -> None:
+        """At a pull's deadline: raise the claims' failure if they failed for
+        the whole wait, since then no delivery came because of it."""
+        error = self.health()
+        if error is not None and timeout is not None and error.failing_for >= timeout:
+            error.message = "no delivery within %gs: claims have failed for %.1fs: %s" % (
+                timeout, error.failing_for, error.message)
+            raise error
 
     def deliveries(self, timeout: Optional[float] = None) -> Iterator[Delivery]:
         """Pulled deliveries until one does not come within ``timeout``
         seconds (None: until stopped)."""
+        self._deadline(timeout)  # a bad timeout raises here, not at the first next()
         while True:
             try:
                 delivery = self.next(timeout)
@@ -360,6 +400,12 @@ class Subscription:
     def __repr__(self) -> str:
         state = "closed" if self._ptr is None else ("running" if self.running else "open")
         return "<Subscription %r %s>" % (self.table.name, state)
+
+
+def _waits_on(status: int) -> bool:
+    """Whether a pull's slice ended without a verdict: a timeout, or the
+    claims' failure, which counts only at the pull's own deadline."""
+    return status not in (lib.LQ_OK, lib.LQ_CLOSED, lib.LQ_MISUSE, lib.LQ_NOMEM)
 
 
 def stop_all() -> None:

@@ -73,14 +73,23 @@ int main(int argc, char **argv) {
     lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
     lq_table_set_column(t, LQ_ROLE_ATTEMPT, "attempt");
     lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
-    char *create;
-    CHECK(lq_table_create_sql(&create, t, "sqlite") == LQ_OK);
-    sql(create);
-    lq_free(create);
-
-    lq_broker *b;
+    lq_broker *b = (lq_broker *)&t; /* a failed open leaves NULL, not what was there */
+    CHECK(lq_broker_open(&b, "oracle://nowhere", NULL) == LQ_DIALECT && b == NULL);
     CHECK(lq_broker_open(&b, url, NULL) == LQ_OK);
     CHECK_STR(lq_broker_dialect(b), "sqlite");
+
+    /* The library creates the table; after that, it checks it. */
+    CHECK(lq_table_create(b, t, LQ_CREATE_VERIFY_ONLY) == LQ_SCHEMA);
+    CHECK(lq_table_create(b, t, 0) == LQ_OK);
+    CHECK(lq_table_create(b, t, LQ_CREATE_VERIFY_ONLY) == LQ_OK);
+    lq_table *wider;
+    lq_table_new(&wider, "jobs");
+    lq_table_set_column(wider, LQ_ROLE_PRIORITY, "priority");
+    CHECK(lq_table_create(b, wider, 0) == LQ_SCHEMA);
+    CHECK(strstr(lq_errmsg(), "column \"priority\" (priority) is missing") != NULL);
+    CHECK(lq_table_create(b, wider, 4) == LQ_MISUSE);
+    CHECK(lq_table_create(NULL, wider, 0) == LQ_MISUSE);
+    lq_table_free(wider);
 
     lq_message *m;
     lq_message_new(&m);
@@ -116,6 +125,7 @@ int main(int argc, char **argv) {
     lq_delivery_free(d);
     lq_delivery_free(again);
     CHECK(lq_subscription_next(&d, s, 50) == LQ_TIMEOUT);
+    CHECK(lq_subscription_next(&d, s, -2) == LQ_MISUSE && d == NULL);
     CHECK(lq_subscription_run(s, handler, NULL) == LQ_MISUSE);
     lq_subscription_close(s);
 
@@ -262,6 +272,7 @@ int main(int argc, char **argv) {
     lq_table_new(&keyed, "keyed");
     lq_table_set_column(keyed, LQ_ROLE_PAYLOAD, "payload");
     lq_table_set_advisory_lock(keyed, "job-{id}");
+    char *create;
     CHECK(lq_table_create_sql(&create, keyed, "sqlite") == LQ_OK);
     sql(create);
     lq_free(create);

@@ -195,7 +195,7 @@ int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
 static int extend_one(lq_subscription *s, lq_conn *conn, lq_delivery *d) {
     int rc = LQ_OK;
     pthread_mutex_lock(&d->mu);
-    if (!d->settled) {
+    if (!d->settled && !d->in_set) { /* a set's ack binds the token it holds */
         int64_t until = row_expiry(s, lq__now_ms(), d->id);
         lq_value args[LQ_P_COUNT] = {0};
         args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
