@@ -60,12 +60,25 @@ import gen_cdef  # noqa: E402
 sys.path.remove(BINDINGS)
 
 
+#: Dialects a build may leave out, by the environment variable that mirrors
+#: the CMake option (LQ_WITH_MYSQL=OFF): their sources are then not compiled,
+#: their client libraries not linked, and their URL schemes refused at open.
+OPTIONAL_DIALECTS = {"LQ_WITH_POSTGRESQL": "postgres.c", "LQ_WITH_MYSQL": "mysql.c"}
+
+
+def dialect_enabled(option: str) -> bool:
+    return os.environ.get(option, "ON").strip().upper() not in ("0", "OFF", "NO", "FALSE")
+
+
 def core_sources() -> List[str]:
-    """Every C source of the core, sorted, as absolute paths."""
+    """Every C source of the core that this build compiles, sorted, as
+    absolute paths."""
+    left_out = {os.path.join(SRC, "dialects", source)
+                for option, source in OPTIONAL_DIALECTS.items() if not dialect_enabled(option)}
     found: List[str] = []
     for sub in ("", "forms", "dialects"):
         found += sorted(glob.glob(os.path.join(SRC, sub, "*.c")))
-    return found
+    return [path for path in found if path not in left_out]
 
 
 def _split_words(value: str) -> List[str]:
@@ -200,6 +213,7 @@ ffibuilder.set_source(
     sources=SOURCES,
     include_dirs=[INCLUDE, SRC, BINDINGS] + _incs,
     libraries=BASE_LIBS + _libs,
+    define_macros=[(option, "1") for option in OPTIONAL_DIALECTS if dialect_enabled(option)],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + _cflags,
     extra_link_args=_ldflags,
 )

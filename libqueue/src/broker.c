@@ -7,20 +7,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A dialect left out of the build (LQ_WITH_POSTGRESQL, LQ_WITH_MYSQL) keeps
+ * its schemes, so that their URLs are refused with the reason. */
+#ifdef LQ_WITH_POSTGRESQL
+#define LQ_POSTGRES (&lq__postgres_dialect)
+#else
+#define LQ_POSTGRES NULL
+#endif
+#ifdef LQ_WITH_MYSQL
+#define LQ_MYSQL (&lq__mysql_dialect)
+#else
+#define LQ_MYSQL NULL
+#endif
+
 static const struct {
     const char *scheme;
     const lq_dialect *dialect;
+    const char *option; /* the build option that brings it, when left out */
 } schemes[] = {
-    {"sqlite:", &lq__sqlite_dialect},
-    {"postgresql://", &lq__postgres_dialect},
-    {"postgres://", &lq__postgres_dialect},
-    {"mysql://", &lq__mysql_dialect}, {"mariadb://", &lq__mysql_dialect},
+    {"sqlite:", &lq__sqlite_dialect, NULL},
+    {"postgresql://", LQ_POSTGRES, "LQ_WITH_POSTGRESQL"},
+    {"postgres://", LQ_POSTGRES, "LQ_WITH_POSTGRESQL"},
+    {"mysql://", LQ_MYSQL, "LQ_WITH_MYSQL"},
+    {"mariadb://", LQ_MYSQL, "LQ_WITH_MYSQL"},
 };
+
+/* The build option a URL's scheme needs, when its dialect was left out. */
+static const char *left_out_by(const char *url) {
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (!schemes[i].dialect && strncmp(url, schemes[i].scheme, strlen(schemes[i].scheme)) == 0)
+            return schemes[i].option;
+    return NULL;
+}
 
 const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         size_t n = strlen(schemes[i].scheme);
-        if (strncmp(url, schemes[i].scheme, n) == 0) {
+        if (schemes[i].dialect && strncmp(url, schemes[i].scheme, n) == 0) {
             *rest = url + n;
             return schemes[i].dialect;
         }
@@ -31,7 +54,8 @@ const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
 const lq_dialect *lq__dialect_named(const char *name) {
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
-        if (n && strncmp(schemes[i].scheme, name, n) == 0 && schemes[i].scheme[n] == ':')
+        if (schemes[i].dialect && n && strncmp(schemes[i].scheme, name, n) == 0 &&
+            schemes[i].scheme[n] == ':')
             return schemes[i].dialect;
     return NULL;
 }
@@ -67,10 +91,15 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     LQ_CHECK_ARG(url && *url, "the URL is empty");
     const char *rest;
     const lq_dialect *d = lq__dialect_for_url(url, &rest);
+    const char *option = d ? NULL : left_out_by(url);
+    if (option)
+        return lq__error(LQ_DIALECT, "\"%.*s\": this libqueue was built without that database "
+                                     "(build it with %s=ON)",
+                         (int)(strcspn(url, ":") + 1), url, option);
     if (!d)
-        return lq__error(LQ_DIALECT, "\"%s\": unknown scheme; libqueue takes sqlite:, "
+        return lq__error(LQ_DIALECT, "\"%.*s\": unknown scheme; libqueue takes sqlite:, "
                                      "postgresql://, postgres://, mysql:// and mariadb:// URLs",
-                         url);
+                         (int)(strcspn(url, ":") + 1), url); /* the rest may hold a password */
     int64_t pool_size = lq__opt_int(options, LQ_OPT_POOL_SIZE);
     int64_t limit = lq__opt_int(options, LQ_OPT_CONNECTION_LIMIT);
     if (limit > 0 && pool_size > limit)

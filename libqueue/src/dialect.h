@@ -171,6 +171,9 @@ typedef struct lq_dialect {
      * elsewhere), and give back (false when the database did not confirm). */
     int (*try_lock_key)(bool *taken, lq_conn *conn, const lq_broker_target *target, const char *key);
     bool (*unlock_key)(lq_conn *conn, const lq_broker_target *target, const char *key);
+    /* How many keys the process holds, where keys live in the process (NULL
+     * where sessions hold them and the claim's query filters them out). */
+    size_t (*keys_held)(const lq_broker_target *target);
 } lq_dialect;
 
 /* The values a statement binds: its parameters, in each of its rows. */

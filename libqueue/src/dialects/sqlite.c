@@ -462,6 +462,10 @@ static bool sqlite_unlock_key(lq_conn *c, const lq_broker_target *target, const 
     return lq__keys_unlock(target->realpath, key);
 }
 
+static size_t sqlite_keys_held(const lq_broker_target *target) {
+    return lq__keys_held(target->realpath);
+}
+
 /* ---- tables ---- */
 
 static const lq_ddl_types sqlite_ddl = {
@@ -545,4 +549,5 @@ const lq_dialect lq__sqlite_dialect = {
     .type_kinds = sqlite_type_kinds,
     .try_lock_key = sqlite_try_lock_key,
     .unlock_key = sqlite_unlock_key,
+    .keys_held = sqlite_keys_held,
 };

@@ -3,7 +3,6 @@
  * still claimable, which counts its attempt. The key stays held until the
  * delivery settles. */
 #include "../clock.h"
-#include "../keys.h"
 #include "../runtime.h"
 
 #include <stdlib.h>
@@ -174,7 +173,7 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
     /* Read past the rows whose keys this process holds, so later rows of
      * other keys are found without waiting for a poll. (Keys held by other
      * sessions are filtered by the query where the database knows them.) */
-    int64_t held = d->advisory_holds_connection ? 0 : (int64_t)lq__keys_held(s->broker->target.realpath);
+    int64_t held = d->keys_held ? (int64_t)d->keys_held(&s->broker->target) : 0;
     /* And past the rows the other claims in flight may take first (each
      * reads the same first rows): their keys are then held, and the claim
      * goes on to the next row rather than coming back empty. */
