@@ -172,17 +172,18 @@ LQ_OUT_HANDLE(lq_delivery)
     }
 }
 
-/* lq_table_create_sql: the SQL as a Lua string; the C copy is freed here. */
-%typemap(in, numinputs=0) char **sql_out (char *lq_sql = NULL)
+/* lq_table_create_sql, lq_redact_url: the text as a Lua string; the C copy
+ * is freed here. */
+%typemap(in, numinputs=0) char **sql_out (char *lq_sql = NULL), char **url_out (char *lq_sql = NULL)
 %{  $1 = &lq_sql; %}
-%typemap(argout) char **sql_out {
+%typemap(argout) char **sql_out, char **url_out {
     if (result == LQ_OK) {
         LQ_DROP_TRUE
         lua_pushstring(L, lq_sql$argnum);
         SWIG_arg++;
     }
 }
-%typemap(freearg) char **sql_out
+%typemap(freearg) char **sql_out, char **url_out
 %{  lq_free(lq_sql$argnum); %}
 
 /* ---------------------------------------------------------------------- */

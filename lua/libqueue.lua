@@ -405,6 +405,13 @@ local Broker = {}
 Broker.__index = Broker
 Broker.__name = "libqueue.broker"
 
+--- The URL as it may be shown: the password of its user info and of its
+-- password, sslpassword and tls_passphrase parameters as "***".
+function M.redact_url(url)
+  check_type(url, "string", 1, "redact_url")
+  return assert(core.lq_redact_url(url))
+end
+
 --- Opens a broker on a URL ("sqlite:///abs/path.db", "sqlite:relative.db").
 -- Options by name: pool_size, connect_timeout_ms, statement_timeout_ms,
 -- acquire_timeout_ms, connection_limit, listen_notify (see libqueue.h).
@@ -417,7 +424,9 @@ function M.open(url, opts)
   if options then options:free() end
   drain_log()
   if not ptr then return nil, msg, code2, sqlstate, native end
-  return setmetatable({ _ptr = ptr, url = url, dialect = core.lq_broker_dialect(ptr) }, Broker)
+  -- Only the URL as it may be shown is kept: its password is "***".
+  return setmetatable({ _ptr = ptr, url = M.redact_url(url), dialect = core.lq_broker_dialect(ptr) },
+                      Broker)
 end
 
 --- Closes the broker (idempotent): no new publishes or subscriptions; open

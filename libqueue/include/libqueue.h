@@ -250,6 +250,11 @@ LQ_API int lq_broker_open(lq_broker **out, const char *url, const lq_options *op
 /* Closes the broker. Subscriptions still open keep it alive until they are
  * closed; after this call it takes no new publishes or subscriptions. */
 LQ_API void lq_broker_close(lq_broker *broker);
+/* A copy of `url` as it may be shown: the password of its user info and the
+ * values of its password, sslpassword and tls_passphrase parameters as
+ * "***". The library's own messages show URLs this way; bindings use it for
+ * theirs. Ownership: the caller frees *url_out with lq_free. Thread-safe. */
+LQ_API int lq_redact_url(char **url_out, const char *url);
 /* The dialect's name: "sqlite", "postgresql" or "mysql". Static string. */
 LQ_API const char *lq_broker_dialect(const lq_broker *broker);
 

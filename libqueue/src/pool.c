@@ -1,6 +1,7 @@
 #include "pool.h"
 
 #include "clock.h"
+#include "redact.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms) {
             pthread_mutex_unlock(&pool->mu);
             int rc = pool->dialect->connect(out, pool->target, pool->options);
             if (rc != LQ_OK) {
+                lq__error_redact(pool->target->password);
                 pthread_mutex_lock(&pool->mu);
                 pool->open--;
                 atomic_fetch_sub(&pool->lent, 1);

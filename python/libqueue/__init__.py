@@ -23,7 +23,7 @@ import atexit as _atexit
 
 from libqueue._ffi import lib as _lib, text as _text
 from libqueue import logs as _logs
-from libqueue.broker import Broker, Message, Payload
+from libqueue.broker import Broker, Message, Payload, redact_url
 from libqueue.delivery import Delivery
 from libqueue.enums import Form, Isolation, LogLevel, Option, Role, Stat, Status
 from libqueue.errors import (  # Error and one class per lq_status, made from the enum
@@ -84,6 +84,7 @@ __all__ = [
     "Table",
     "Message",
     "Payload",
+    "redact_url",
     "Form",
     "Isolation",
     "LogLevel",

@@ -10,7 +10,7 @@ from libqueue.options import build_options
 from libqueue.subscription import Subscription
 from libqueue.table import Table
 
-__all__ = ["Broker", "Message", "Payload"]
+__all__ = ["Broker", "Message", "Payload", "redact_url"]
 
 Payload = Union[bytes, bytearray, memoryview, str]
 #: A message for ``publish_many``: a payload alone, or a dict of the keyword
@@ -18,6 +18,17 @@ Payload = Union[bytes, bytearray, memoryview, str]
 Message = Union[Payload, Mapping[str, Any]]
 
 _MESSAGE_FIELDS = ("payload", "group", "partition_key", "priority", "delay_ms", "headers", "id")
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown: the password of its user info and of its
+    ``password``, ``sslpassword`` and ``tls_passphrase`` parameters as "***"."""
+    out = ffi.new("char **")
+    check(lib.lq_redact_url(out, ctext(url)), "redact_url")
+    try:
+        return text(out[0])
+    finally:
+        lib.lq_free(out[0])
 
 
 def _payload_buffer(payload: Payload) -> Any:
@@ -78,10 +89,11 @@ class Broker:
     """
 
     def __init__(self, url: str, **options: Any) -> None:
-        self.url = url
+        #: The URL as it may be shown: its password is "***" (``redact_url``).
+        self.url = redact_url(url)
         opts = build_options(options)
         out = ffi.new("lq_broker **")
-        check(lib.lq_broker_open(out, ctext(url), opts), "open %s" % url)
+        check(lib.lq_broker_open(out, ctext(url), opts), "open %s" % self.url)
         self._ptr: Any = ffi.gc(out[0], lib.lq_broker_close)
 
     def _live(self) -> Any:

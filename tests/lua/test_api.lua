@@ -43,6 +43,12 @@ H.case("table descriptions", function()
   H.raises("closed", lease.create_sql, lease, "sqlite")
 end)
 
+H.case("URLs are shown without their passwords", function()
+  eq(libqueue.redact_url("postgresql://app:s3cret@db/jobs?sslpassword=k"),
+     "postgresql://app:***@db/jobs?sslpassword=***", "redact_url")
+  H.raises("string", libqueue.redact_url, 42)
+end)
+
 H.case("open: errors are nil, message, code", function(db)
   fails("LQ_DIALECT", libqueue.open("oracle://nowhere"))
   fails("LQ_MISUSE", libqueue.open(db.url, { pool_sise = 4 }))

@@ -16,6 +16,7 @@
  * than GET_LOCK's 64 characters. */
 #include "../clock.h"
 #include "../dialect.h"
+#include "../redact.h"
 
 #include <mysql.h>
 #include <pthread.h>
@@ -92,6 +93,7 @@ struct lq_conn {
     MYSQL *my;
     bool borrowed; /* the caller's MYSQL *: never closed here */
     bool lost;     /* a call found the connection gone: never reused */
+    unsigned long max_packet; /* the session's max_allowed_packet; 0: unknown (borrowed) */
     cached_stmt *cache;
     int cache_count, cache_cap;
 };
@@ -108,6 +110,42 @@ static bool is_connection_error(unsigned err) {
     case 4031: /* ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+) */
         return true;
     default: return false;
+    }
+}
+
+/* Errors after which the server has closed the connection, or will: the
+ * connection is never lent again, whatever status the error maps to (1153,
+ * a packet over max_allowed_packet, stays LQ_BACKEND). */
+static bool drops_connection(unsigned err) {
+    if (is_connection_error(err)) return true;
+    if (err >= 1153 && err <= 1161) return true; /* ER_NET_*: packet too large, read, write */
+    switch (err) {
+    case 1184: /* ER_NEW_ABORTING_CONNECTION */
+    case 5013: /* CR_ERR_NET_READ (Connector/C) */
+    case 5014: /* CR_ERR_NET_WRITE */
+    case 5015: /* CR_ERR_NET_UNCOMPRESS */
+        return true;
+    default: break;
+    }
+    if (err < 2000 || err > 2999) return false;
+    /* Client errors: all but those of the statement API and its results,
+     * which leave the link as it was. A link in doubt is closed. */
+    switch (err) {
+    case 2030: /* CR_NO_PREPARE_STMT */
+    case 2031: /* CR_PARAMS_NOT_BOUND */
+    case 2032: /* CR_DATA_TRUNCATED */
+    case 2033: /* CR_NO_PARAMETERS_EXISTS */
+    case 2034: /* CR_INVALID_PARAMETER_NO */
+    case 2035: /* CR_INVALID_BUFFER_USE */
+    case 2036: /* CR_UNSUPPORTED_PARAM_TYPE */
+    case 2050: /* CR_FETCH_CANCELED */
+    case 2051: /* CR_NO_DATA */
+    case 2052: /* CR_NO_STMT_METADATA */
+    case 2053: /* CR_NO_RESULT_SET */
+    case 2054: /* CR_NOT_IMPLEMENTED */
+    case 2057: /* CR_NEW_STMT_METADATA */
+        return false;
+    default: return true;
     }
 }
 
@@ -135,15 +173,50 @@ static int error_of(int status, unsigned err, const char *state, const char *msg
 }
 
 static int conn_error(lq_conn *c, int status, const char *what) {
-    status = error_of(status, mysql_errno(c->my), mysql_sqlstate(c->my), mysql_error(c->my), what);
-    if (status == LQ_CONNECT) c->lost = true;
+    unsigned err = mysql_errno(c->my);
+    status = error_of(status, err, mysql_sqlstate(c->my), mysql_error(c->my), what);
+    if (status == LQ_CONNECT || drops_connection(err)) c->lost = true;
     return status;
 }
 
-/* Notes a lost connection after a statement's failure. */
+/* Notes a lost connection after a statement's failure: the failure just set
+ * this thread's error, whose native code is the connector's. */
 static int noted(lq_conn *c, int rc) {
-    if (rc == LQ_CONNECT) c->lost = true;
+    if (rc == LQ_CONNECT || (rc != LQ_OK && drops_connection((unsigned)lq_errcode_native())))
+        c->lost = true;
     return rc;
+}
+
+/* What a statement sends in one packet, near enough and never less: its
+ * text (which the prepare sends), each value's bytes, and room for each
+ * value's type and length. */
+static size_t packet_need(const char *sql, const lq_value *values, int count, size_t *largest) {
+    size_t need = strlen(sql) + 64;
+    *largest = 0;
+    for (int i = 0; i < count; i++) {
+        size_t n = values[i].type == LQ_V_TEXT || values[i].type == LQ_V_BLOB ? values[i].n : 0;
+        if (n > *largest) *largest = n;
+        need += n + 16;
+    }
+    return need;
+}
+
+/* A statement over the session's max_allowed_packet is refused before it is
+ * sent: the server would refuse it and close the connection. */
+static int fits_packet(const lq_conn *c, const char *sql, const lq_value *values, int count) {
+    size_t largest;
+    size_t need = packet_need(sql, values, count, &largest);
+    if (!c->max_packet || need <= c->max_packet) return LQ_OK;
+    if (largest * 2 > need)
+        return lq__error(LQ_MISUSE,
+                         "mysql: a value of %zu bytes (%zu with the rest of the statement) passes "
+                         "the server's max_allowed_packet (%lu bytes): raise max_allowed_packet "
+                         "or send less",
+                         largest, need, c->max_packet);
+    return lq__error(LQ_MISUSE,
+                     "mysql: a statement of %zu bytes with its values passes the server's "
+                     "max_allowed_packet (%lu bytes): raise max_allowed_packet or send less",
+                     need, c->max_packet);
 }
 
 static int stmt_error(MYSQL_STMT *st, int status, const char *what) {
@@ -197,17 +270,11 @@ static int query_row(lq_conn *c, const char *sql, char **out, unsigned n) {
  * (mariadb:// alike). User, password, database and values are
  * percent-decoded; host may be [ipv6]. */
 
-/* The URL as messages show it: the password, if any, as "***". */
+/* The URL as messages show it (lq__redact_url), cut to 511 bytes. */
 static const char *shown(char out[512], const char *url) {
-    const char *rest = strstr(url, "://");
-    rest = rest ? rest + 3 : url;
-    size_t head = strcspn(rest, "?");
-    const char *at = NULL;
-    for (const char *q = rest; q < rest + head; q++)
-        if (*q == '@') at = q;
-    const char *colon = at ? memchr(rest, ':', (size_t)(at - rest)) : NULL;
-    if (!colon) snprintf(out, 512, "%s", url);
-    else snprintf(out, 512, "%.*s***%s", (int)(colon + 1 - url), url, at);
+    char *redacted = lq__redact_url(url);
+    snprintf(out, 512, "%s", redacted ? redacted : "(a URL)");
+    free(redacted);
     return out;
 }
 
@@ -518,7 +585,21 @@ static int setup_session(lq_conn *c, const lq_options *o) {
     else
         snprintf(sql + n, sizeof sql - (size_t)n, ", max_execution_time = %lld",
                  (long long)statement_ms);
-    return run_plain(c, sql);
+    if ((rc = run_plain(c, sql)) != LQ_OK) return rc;
+    /* Read-only in a session: what it is now holds for the connection's
+     * life. A server or proxy that does not know it leaves it unknown, and
+     * statements go unchecked. */
+    char *packet[1];
+    rc = query_row(c, "SELECT @@SESSION.max_allowed_packet", packet, 1);
+    if (rc != LQ_OK) {
+        unsigned err = mysql_errno(c->my);
+        if (err != 1193 && err != 1064) return rc; /* not an unknown variable */
+        lq__error_clear();
+        return LQ_OK;
+    }
+    c->max_packet = packet[0] ? strtoul(packet[0], NULL, 10) : 0;
+    free(packet[0]);
+    return LQ_OK;
 }
 
 static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options *o) {
@@ -1166,10 +1247,6 @@ static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq_value *values, in
 static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
                    lq_row_fn on_row, void *ctx) {
     int rc = ensure_thread();
-    MYSQL_STMT *stmt;
-    /* A statement that runs once (id 0) is prepared for this call only. */
-    bool once = st->id == 0;
-    if (rc == LQ_OK) rc = noted(c, once ? prepare_stmt(&stmt, c, st->sql) : cached(&stmt, c, st->id, st->sql));
     if (rc != LQ_OK) return rc;
     int count = lq__stmt_values(st);
     lq_value in_place[LQ_MAX_PARAMS];
@@ -1180,6 +1257,12 @@ static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
         values[i] = *lq__stmt_arg(st, args, i);
         if (st->params[i % st->nparams] == LQ_P_ID) given_id = true;
     }
+    /* Checked before the prepare too, so a refused statement sends nothing. */
+    if (rc == LQ_OK) rc = fits_packet(c, st->sql, values, count);
+    MYSQL_STMT *stmt = NULL;
+    /* A statement that runs once (id 0) is prepared for this call only. */
+    bool once = st->id == 0;
+    if (rc == LQ_OK) rc = noted(c, once ? prepare_stmt(&stmt, c, st->sql) : cached(&stmt, c, st->id, st->sql));
     bool insert = strncmp(st->sql, "INSERT ", 7) == 0;
     int64_t id = 0;
     if (rc == LQ_OK) rc = noted(c, run_stmt(changes, stmt, values, count, on_row, ctx, &id));
@@ -1190,7 +1273,7 @@ static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
         rc = on_row(ctx, &v, 1);
     }
     if (values != in_place) free(values);
-    if (once) mysql_stmt_close(stmt);
+    if (once && stmt) mysql_stmt_close(stmt);
     return rc;
 }
 
@@ -1199,6 +1282,14 @@ static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     if (changes) *changes = 0;
+    if (count > LQ_MAX_PARAMS)
+        return lq__error(LQ_MISUSE, "a statement takes at most %d parameters here", LQ_MAX_PARAMS);
+    lq_value values[LQ_MAX_PARAMS];
+    for (int i = 0; i < count; i++)
+        values[i] = params[i]
+                        ? (lq_value){.type = LQ_V_TEXT, .p = params[i], .n = strlen(params[i])}
+                        : (lq_value){.type = LQ_V_NULL};
+    if ((rc = fits_packet(c, sql, values, count)) != LQ_OK) return rc;
     if (count == 0) {
         /* Text protocol: any statement (SAVEPOINT too), one result or more. */
         if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
@@ -1216,8 +1307,6 @@ static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
         } while (mysql_next_result(c->my) == 0);
         return mysql_errno(c->my) ? conn_error(c, LQ_BACKEND, "the statement failed") : LQ_OK;
     }
-    if (count > LQ_MAX_PARAMS)
-        return lq__error(LQ_MISUSE, "a statement takes at most %d parameters here", LQ_MAX_PARAMS);
     MYSQL_STMT *st = mysql_stmt_init(c->my);
     if (!st) return conn_error(c, LQ_NOMEM, "cannot make a statement");
     if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
@@ -1231,11 +1320,6 @@ static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
         mysql_stmt_close(st);
         return rc;
     }
-    lq_value values[LQ_MAX_PARAMS];
-    for (int i = 0; i < count; i++)
-        values[i] = params[i]
-                        ? (lq_value){.type = LQ_V_TEXT, .p = params[i], .n = strlen(params[i])}
-                        : (lq_value){.type = LQ_V_NULL};
     rc = noted(c, run_stmt(changes, st, values, count, NULL, NULL, NULL));
     mysql_stmt_close(st);
     return rc;

@@ -134,9 +134,15 @@ static int pg_check_version(lq_conn *c, const lq_table *table);
 
 static int pg_parse_url(lq_broker_target *t, const char *url, const char *rest) {
     (void)rest;
-    /* libpq parses the URL itself, with its parameters and environment. */
+    /* libpq parses the URL itself, with its parameters and environment; the
+     * password is kept only to scrub it from messages. */
     t->url = t->url ? t->url : lq__strdup(url);
-    return t->url ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    if (!t->url) return lq__error(LQ_NOMEM, "out of memory");
+    PQconninfoOption *options = PQconninfoParse(url, NULL);
+    for (PQconninfoOption *o = options; o && o->keyword; o++)
+        if (strcmp(o->keyword, "password") == 0 && o->val && *o->val) t->password = lq__strdup(o->val);
+    PQconninfoFree(options);
+    return LQ_OK;
 }
 
 static void pg_disconnect(lq_conn *c) {

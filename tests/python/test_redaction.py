@@ -1,0 +1,76 @@
+"""Credentials are never shown: a marker password goes through every path
+that prints a URL or a failure (repr, failed connects, a wrong database, a
+bad option, the core's log at debug level), and nothing captured holds it."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, List
+from urllib.parse import urlsplit
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, make_table, wait_until
+from relay import Relay
+
+MARK = "Sekr3tMarker"
+
+
+def with_password(url: str, password: str = MARK) -> str:
+    """``url`` with its user's password replaced by (or set to) ``password``."""
+    return re.sub(r"^(\w+://[^:@/]+)(:[^@/]*)?@", r"\1:%s@" % password, url, count=1)
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://app:s3cret@db/jobs", "postgresql://app:***@db/jobs"),
+    ("mysql://u:p%40ss@h:3306/db?ssl_mode=REQUIRED&tls_passphrase=x1",
+     "mysql://u:***@h:3306/db?ssl_mode=REQUIRED&tls_passphrase=***"),
+    ("postgresql://h/db?sslmode=require&password=pw&sslpassword=key",
+     "postgresql://h/db?sslmode=require&password=***&sslpassword=***"),
+    ("mysql://a:b@c@h/db", "mysql://a:***@h/db"),
+    ("postgresql://user@h/db", "postgresql://user@h/db"),
+    ("sqlite:jobs.db", "sqlite:jobs.db"),
+])
+def test_redact_url(url: str, shown: str) -> None:
+    assert libqueue.redact_url(url) == shown
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+def test_no_path_shows_the_password(db, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="libqueue")
+    seen: List[str] = []
+
+    def failure(url: str, **options: Any) -> None:
+        with pytest.raises(libqueue.Error) as err:
+            libqueue.Broker(url, connect_timeout_ms=2000, **options)
+        seen.extend([str(err.value), repr(err.value), err.value.message])
+
+    parts = urlsplit(db.url)
+    unreachable = with_password(db.url).replace(":%d/" % parts.port, ":1/")
+    failure(unreachable)                                                  # a failed connect
+    failure(re.sub(r"/[^/?]+(\?|$)", r"/lq_no_such_db\1", with_password(db.url), count=1))
+    failure(with_password(db.url), pool_sise=2)                           # a bad option
+    failure(unreachable.split("?")[0] + "?password=%s" % MARK)            # a query parameter
+    if db.dialect == "mysql":
+        failure(with_password(db.url))                                    # a wrong password
+    # A broker that opens (PostgreSQL's test server trusts loopback), and the
+    # core's log at debug level while its claims fail.
+    relay = Relay(parts.hostname, parts.port)
+    try:
+        url = with_password(relay.url(db.url), "lq" if db.dialect == "mysql" else MARK)
+        table = make_table("lease")
+        db.create_table(table)
+        with libqueue.Broker(url, connect_timeout_ms=2000, statement_timeout_ms=2000) as broker:
+            seen += [repr(broker), str(broker), broker.url]
+            with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+                sub.next(timeout=0.1)  # claims run from the first pull
+                relay.cut()
+                wait_until(lambda: sub.health() is not None, what="a failed claim")
+                seen.append(str(sub.health()))
+    finally:
+        relay.close()
+    seen.append(caplog.text)
+    assert seen and not [s for s in seen if MARK in s], [s for s in seen if MARK in s]
