@@ -60,15 +60,10 @@ const lq_dialect *lq__dialect_named(const char *name) {
     return NULL;
 }
 
-static void target_free(lq_broker_target *t) {
-    free(t->path);
-    free(t->realpath);
+static void target_free(const lq_dialect *d, lq_broker_target *t) {
     free(t->url);
-    free(t->database);
-    free(t->host);
-    free(t->user);
     free(t->password);
-    free(t->socket);
+    if (d->free_target) d->free_target(t->own);
 }
 
 static void broker_free(lq_broker *b) {
@@ -77,7 +72,7 @@ static void broker_free(lq_broker *b) {
     for (size_t i = 0; i < b->statement_count; i++) free(b->statements[i].sql);
     free(b->statements);
     lq__insert_cache_free(&b->inserts);
-    target_free(&b->target);
+    target_free(b->dialect, &b->target);
     lq_options_free(b->options);
     pthread_mutex_destroy(&b->mu);
     pthread_mutex_destroy(&b->room_mu);
@@ -125,7 +120,7 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     if (rc != LQ_OK) {
         if (b->pool.idle) broker_free(b);
         else {
-            target_free(&b->target);
+            target_free(b->dialect, &b->target);
             lq_options_free(b->options);
             pthread_mutex_destroy(&b->mu);
             pthread_mutex_destroy(&b->room_mu);
@@ -192,12 +187,8 @@ int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
 }
 
 int lq__broker_intern_set(lq_broker *b, lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,       &set->take,       &set->take_read, &set->take_set, &set->stamp,
-                      &set->stamp_set,   &set->guard,
-                      &set->ack,         &set->ack_set,    &set->ack_set_held, &set->retry, &set->release,
-                      &set->retry_after, &set->dead_group, &set->dead_copy,  &set->dead_clear,
-                      &set->dead_delete, &set->extend};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    lq_stmt *all[LQ_SQLSET_STATEMENTS];
+    for (size_t i = 0, n = lq__sqlset_each(set, all); i < n; i++) {
         int rc = lq__broker_intern(b, all[i]);
         if (rc != LQ_OK) return rc;
     }

@@ -45,14 +45,13 @@ typedef struct lq_ddl_types {
                             where the database has no CREATE INDEX IF NOT EXISTS */
 } lq_ddl_types;
 
-/* What the broker parsed from its URL. */
+/* What the broker parsed from its URL: the URL and its password for every
+ * dialect, and the dialect's own reading of it (made by parse_url, freed by
+ * free_target). */
 struct lq_broker_target {
-    char *path;     /* SQLite: the database file as given */
-    char *realpath; /* SQLite: the canonical file, naming the advisory key space */
     char *url;      /* the URL as given, for client libraries that parse it */
-    char *database; /* MySQL: the database named in the URL */
-    char *host, *user, *password, *socket;
-    unsigned port;
+    char *password; /* the URL's password, if any: scrubbed from messages */
+    void *own;
 };
 
 typedef struct lq_dialect {
@@ -63,6 +62,10 @@ typedef struct lq_dialect {
     bool advisory_holds_connection;
     /* Lease columns keep whole seconds (MySQL DATETIME): expiries fall on one. */
     bool whole_second_leases;
+    /* A READ UNCOMMITTED level of its own, under which row locks still hold
+     * (PostgreSQL runs it as READ COMMITTED: a table declaring it is refused
+     * there rather than silently run at another level). */
+    bool read_uncommitted;
     /* Wakes subscriptions on rows other processes write (LISTEN/NOTIFY). */
     bool listen_notify;
     /* The lease claim stamps its rows itself. Otherwise the claim is a
@@ -72,6 +75,9 @@ typedef struct lq_dialect {
     /* INSERT .. RETURNING gives the new id. Otherwise exec reports the
      * generated id of an insert as a one-column row. */
     bool insert_returning;
+    /* How an insert of nothing but defaults goes on after the table's name
+     * (NULL: " DEFAULT VALUES"). */
+    const char *insert_defaults;
     /* The most parameters one statement binds: multi-row inserts stay
      * within it. */
     int max_params;
@@ -82,6 +88,7 @@ typedef struct lq_dialect {
 
     /* Reads the URL's part after the scheme into the target. */
     int (*parse_url)(lq_broker_target *target, const char *url, const char *rest);
+    void (*free_target)(void *own); /* NULL: own is never set */
     /* Opens one connection, with every deadline the options set. */
     int (*connect)(lq_conn **out, const lq_broker_target *target, const lq_options *options);
     void (*disconnect)(lq_conn *conn);

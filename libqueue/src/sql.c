@@ -56,22 +56,20 @@ void lq__sql_param(lq_sql *b, lq_param p) {
 
 void lq__sql_literal(lq_sql *b, const char *text) { lq__sb_add_quoted(&b->sb, text, '\''); }
 
+/* "<and><column><op><param>", and what joins the next condition. */
+static void compare(lq_sql *b, const char **and, int role, const char *op, lq_param p) {
+    lq__sql_add(b, *and);
+    lq__sql_col(b, role);
+    lq__sql_add(b, op);
+    lq__sql_param(b, p);
+    *and = " AND ";
+}
+
 void lq__sql_claim_where(lq_sql *b, bool lease_free) {
     const lq_table *t = b->table;
     const char *and = "";
-    if (lq__has(t, LQ_ROLE_GROUP)) {
-        lq__sql_col(b, LQ_ROLE_GROUP);
-        lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ_P_GROUP);
-        and = " AND ";
-    }
-    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) {
-        lq__sql_add(b, and);
-        lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
-        lq__sql_add(b, " <= ");
-        lq__sql_param(b, LQ_P_NOW);
-        and = " AND ";
-    }
+    if (lq__has(t, LQ_ROLE_GROUP)) compare(b, &and, LQ_ROLE_GROUP, " = ", LQ_P_GROUP);
+    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) compare(b, &and, LQ_ROLE_RETRY_AFTER, " <= ", LQ_P_NOW);
     if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(b, and);
         lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
@@ -602,16 +600,18 @@ static int build_insert(lq_sql *b) {
         lq__sql_add(b, " VALUES ");
         insert_tuple(b, 0);
     } else {
-        /* Every column has a default: rewrite the start as DEFAULT VALUES. */
+        /* Every column has a default: rewrite the start as the dialect says. */
         b->sb.len = strlen("INSERT INTO ");
         lq__sql_table(b);
-        lq__sql_add(b, " DEFAULT VALUES");
+        lq__sql_add(b, b->dialect->insert_defaults ? b->dialect->insert_defaults : " DEFAULT VALUES");
     }
     if (b->dialect->insert_returning) {
         lq__sql_add(b, " RETURNING ");
         lq__sql_id(b);
     }
-    return lq__sql_finish(b);
+    int rc = lq__sql_finish(b);
+    b->stmt->insert = true;
+    return rc;
 }
 
 /* The stamp after a locking read: lease one row and count its attempt, while
@@ -771,6 +771,7 @@ int lq__sql_build_insert_rows(lq_stmt *insert, const lq_dialect *d, const lq_tab
     }
     int rc = lq__sql_finish(&b);
     if (rc == LQ_OK) insert->rows = rows;
+    insert->insert = true;
     return rc;
 }
 
@@ -794,13 +795,20 @@ int lq__sql_build_take_set_returning(lq_stmt *take, const lq_dialect *d, const l
     return build_take_returning(take, d, t, true);
 }
 
+size_t lq__sqlset_each(lq_sqlset *set, lq_stmt *all[LQ_SQLSET_STATEMENTS]) {
+    lq_stmt *each[] = {&set->claim,       &set->take,       &set->take_read,    &set->take_set,
+                       &set->stamp,       &set->stamp_set,  &set->guard,        &set->ack,
+                       &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
+                       &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
+                       &set->dead_delete, &set->extend};
+    _Static_assert(sizeof each / sizeof each[0] == LQ_SQLSET_STATEMENTS, "every statement, once");
+    memcpy(all, each, sizeof each);
+    return LQ_SQLSET_STATEMENTS;
+}
+
 void lq__sqlset_free(lq_sqlset *set) {
-    lq_stmt *all[] = {&set->claim,     &set->take,      &set->take_read, &set->take_set, &set->stamp,
-                      &set->stamp_set, &set->guard,
-                      &set->ack,         &set->ack_set,    &set->ack_set_held, &set->retry, &set->release,
-                      &set->retry_after, &set->dead_group, &set->dead_copy, &set->dead_clear,
-                      &set->dead_delete, &set->extend};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    lq_stmt *all[LQ_SQLSET_STATEMENTS];
+    for (size_t i = 0, n = lq__sqlset_each(set, all); i < n; i++) {
         free(all[i]->sql);
         all[i]->sql = NULL;
     }

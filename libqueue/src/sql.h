@@ -42,6 +42,9 @@ typedef struct lq_stmt {
      * bound from `rows` consecutive lq_param-indexed argument sets
      * (lq__stmt_arg). 0 or 1: one set. */
     int rows;
+    /* A publish's insert: where the dialect has no INSERT .. RETURNING, exec
+     * reports the new row's id as a one-column row. */
+    bool insert;
     unsigned char params[LQ_MAX_PARAMS];
 } lq_stmt;
 
@@ -131,6 +134,10 @@ LQ_HIDDEN void lq__sql_literal(lq_sql *b, const char *text);
  * dialect's claims. */
 LQ_HIDDEN int lq__sqlset_build(lq_sqlset *set, const struct lq_dialect *d, const lq_table *t);
 LQ_HIDDEN void lq__sqlset_free(lq_sqlset *set);
+/* Every statement of a set, in `all`, for what is done to each of them
+ * (interning, freeing); returns how many. */
+#define LQ_SQLSET_STATEMENTS 18
+LQ_HIDDEN size_t lq__sqlset_each(lq_sqlset *set, lq_stmt *all[LQ_SQLSET_STATEMENTS]);
 /* The advisory take where an update returns rows: count the attempt of a
  * candidate still claimable and read it as it was (or only read it, without
  * an attempt column). */

@@ -114,10 +114,10 @@ static int check_declaration(lq_subscription *s) {
         return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
                          s->broker->dialect->name);
     if (s->form == LQ_FORM_ROW_LOCK && t->isolation == LQ_ISOLATION_READ_UNCOMMITTED &&
-        strcmp(s->broker->dialect->name, "postgresql") == 0)
-        return lq__error(LQ_DIALECT, "table %s: postgresql has no read uncommitted level that "
-                                     "locks rows; declare read committed or stricter",
-                         label);
+        !s->broker->dialect->read_uncommitted)
+        return lq__error(LQ_DIALECT, "table %s: %s has no read uncommitted level that locks "
+                                     "rows; declare read committed or stricter",
+                         label, s->broker->dialect->name);
     if (lq__has(t, LQ_ROLE_GROUP) && !s->group)
         return lq__error(LQ_MISUSE, "table %s has a group column: name the group to read (option group)",
                          label);

@@ -415,6 +415,23 @@ static int parse_params(url_params *p, const char *url, const char *query) {
     return LQ_OK;
 }
 
+/* The URL's parts as Connector/C takes them (the password is the target's:
+ * every dialect's messages are scrubbed of it). */
+typedef struct my_target {
+    char *database, *host, *user, *socket;
+    unsigned port;
+} my_target;
+
+static void my_free_target(void *own) {
+    my_target *m = own;
+    if (!m) return;
+    free(m->database);
+    free(m->host);
+    free(m->user);
+    free(m->socket);
+    free(m);
+}
+
 /* The part of a URL after its scheme. */
 static const char *url_rest(const char *url) {
     const char *sep = strstr(url, "://");
@@ -422,6 +439,9 @@ static const char *url_rest(const char *url) {
 }
 
 static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+    my_target *m = calloc(1, sizeof *m);
+    if (!m) return lq__error(LQ_NOMEM, "out of memory");
+    t->own = m;
     char buf[512];
     const char *query = strchr(rest, '?');
     size_t head = query ? (size_t)(query - rest) : strlen(rest);
@@ -437,7 +457,7 @@ static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) 
     if (at) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         const char *user_end = colon ? colon : at;
-        if (user_end > rest && !(t->user = decode(url, rest, (size_t)(user_end - rest), false)))
+        if (user_end > rest && !(m->user = decode(url, rest, (size_t)(user_end - rest), false)))
             return lq_errcode();
         if (colon && !(t->password = decode(url, colon + 1, (size_t)(at - colon - 1), false)))
             return lq_errcode();
@@ -463,7 +483,7 @@ static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) 
             port = colon + 1;
         }
     }
-    if (name_end > name && !(t->host = decode(url, name, (size_t)(name_end - name), false)))
+    if (name_end > name && !(m->host = decode(url, name, (size_t)(name_end - name), false)))
         return lq_errcode();
     if (port) {
         unsigned long value = 0;
@@ -473,7 +493,7 @@ static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) 
         if (q == port || q != host_end || value == 0 || value > 65535)
             return lq__error(LQ_MISUSE, "\"%s\": the port is not a number from 1 to 65535",
                              shown(buf, url));
-        t->port = (unsigned)value;
+        m->port = (unsigned)value;
     }
     if (path && path + 1 < rest + head) {
         const char *db = path + 1;
@@ -481,13 +501,13 @@ static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) 
         if (memchr(db, '/', n))
             return lq__error(LQ_MISUSE, "\"%s\": the path names one database, as /dbname",
                              shown(buf, url));
-        if (!(t->database = decode(url, db, n, false))) return lq_errcode();
+        if (!(m->database = decode(url, db, n, false))) return lq_errcode();
     }
     url_params p;
     rc = parse_params(&p, url, query ? query + 1 : NULL);
     if (rc != LQ_OK) return rc;
     if (p.socket) {
-        t->socket = p.socket;
+        m->socket = p.socket;
         p.socket = NULL;
     }
     if (p.ssl == SSL_DISABLED && (p.ssl_ca || p.ssl_cert || p.ssl_key || p.ssl_capath))
@@ -605,6 +625,7 @@ static int setup_session(lq_conn *c, const lq_options *o) {
 static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options *o) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
+    const my_target *m = t->own;
     url_params p;
     const char *query = t->url ? strchr(url_rest(t->url), '?') : NULL;
     rc = parse_params(&p, t->url ? t->url : "", query ? query + 1 : NULL);
@@ -639,13 +660,13 @@ static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options
     /* CLIENT_FOUND_ROWS: an UPDATE reports the rows it matched, as the core
      * reads them (a settlement that matched its row took effect). */
     if (rc == LQ_OK &&
-        !mysql_real_connect(c->my, t->host, t->user, t->password, t->database, t->port, t->socket,
+        !mysql_real_connect(c->my, m->host, m->user, t->password, m->database, m->port, m->socket,
                             CLIENT_FOUND_ROWS)) {
         char where[300];
-        if (t->socket) snprintf(where, sizeof where, "socket %s", t->socket);
+        if (m->socket) snprintf(where, sizeof where, "socket %s", m->socket);
         else
-            snprintf(where, sizeof where, "%s:%u", t->host ? t->host : "localhost",
-                     t->port ? t->port : 3306);
+            snprintf(where, sizeof where, "%s:%u", m->host ? m->host : "localhost",
+                     m->port ? m->port : 3306);
         char what[340];
         snprintf(what, sizeof what, "cannot connect to %s", where);
         /* Whatever the error (an unknown database too), the database could
@@ -942,35 +963,16 @@ static int my_build_claims(lq_sqlset *set, const lq_table *t) {
 /* ------------------------------------------------------------------------ */
 /* Prepared statements, cached per connection by statement id. */
 
-/* MySQL writes an insert of nothing but defaults as "() VALUES ()". */
-static char *mysql_text(const char *sql) {
-    static const char suffix[] = " DEFAULT VALUES";
-    size_t n = strlen(sql), k = sizeof suffix - 1;
-    if (strncmp(sql, "INSERT INTO ", 12) != 0 || n < k || strcmp(sql + n - k, suffix) != 0)
-        return lq__strdup(sql);
-    lq_strbuf sb = {0};
-    lq__sb_addn(&sb, sql, n - k);
-    lq__sb_add(&sb, " () VALUES ()");
-    return lq__sb_take(&sb);
-}
-
 /* A server-side statement of the text. */
 static int prepare_stmt(MYSQL_STMT **out, lq_conn *c, const char *sql) {
-    char *text = mysql_text(sql);
-    if (!text) return lq__error(LQ_NOMEM, "out of memory");
     MYSQL_STMT *st = mysql_stmt_init(c->my);
-    if (!st) {
-        free(text);
-        return conn_error(c, LQ_NOMEM, "cannot make a statement");
-    }
-    int rc = LQ_OK;
-    if (mysql_stmt_prepare(st, text, (unsigned long)strlen(text)) != 0) {
+    if (!st) return conn_error(c, LQ_NOMEM, "cannot make a statement");
+    if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
         /* A missing table or column, named in the server's message. */
-        rc = stmt_error(st, LQ_SCHEMA, "cannot prepare a statement");
+        int rc = stmt_error(st, LQ_SCHEMA, "cannot prepare a statement");
         mysql_stmt_close(st);
+        return rc;
     }
-    free(text);
-    if (rc != LQ_OK) return rc;
     my_bool yes = 1;
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &yes);
     *out = st;
@@ -1258,12 +1260,12 @@ static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
         if (st->params[i % st->nparams] == LQ_P_ID) given_id = true;
     }
     /* Checked before the prepare too, so a refused statement sends nothing. */
-    if (rc == LQ_OK) rc = fits_packet(c, st->sql, values, count);
+    if (rc == LQ_OK) rc = fits_packet(c, st->sql, count ? values : NULL, count);
     MYSQL_STMT *stmt = NULL;
     /* A statement that runs once (id 0) is prepared for this call only. */
     bool once = st->id == 0;
     if (rc == LQ_OK) rc = noted(c, once ? prepare_stmt(&stmt, c, st->sql) : cached(&stmt, c, st->id, st->sql));
-    bool insert = strncmp(st->sql, "INSERT ", 7) == 0;
+    bool insert = st->insert;
     int64_t id = 0;
     if (rc == LQ_OK) rc = noted(c, run_stmt(changes, stmt, values, count, on_row, ctx, &id));
     /* No INSERT .. RETURNING: the new row's id comes as a one-column row,
@@ -1289,7 +1291,7 @@ static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
         values[i] = params[i]
                         ? (lq_value){.type = LQ_V_TEXT, .p = params[i], .n = strlen(params[i])}
                         : (lq_value){.type = LQ_V_NULL};
-    if ((rc = fits_packet(c, sql, values, count)) != LQ_OK) return rc;
+    if ((rc = fits_packet(c, sql, count ? values : NULL, count)) != LQ_OK) return rc;
     if (count == 0) {
         /* Text protocol: any statement (SAVEPOINT too), one result or more. */
         if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
@@ -1490,12 +1492,15 @@ const lq_dialect lq__mysql_dialect = {
     .single_writer = false,
     .advisory_holds_connection = true,
     .whole_second_leases = true,
+    .read_uncommitted = true,
+    .insert_defaults = " () VALUES ()", /* MySQL has no DEFAULT VALUES */
     .listen_notify = false,
     .claim_writes_lease = false,
     .insert_returning = false,
     .max_params = 65535, /* the protocol's 16-bit parameter count */
     .insert_rows_returning = my_insert_rows_returning,
     .parse_url = my_parse_url,
+    .free_target = my_free_target,
     .connect = my_connect,
     .disconnect = my_disconnect,
     .reusable = my_reusable,

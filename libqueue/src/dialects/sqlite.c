@@ -113,6 +113,14 @@ static int run_plain(lq_conn *c, const char *sql) {
 
 /* sqlite:///abs/path, sqlite://relative/path, sqlite:path. A query string is
  * refused rather than taken for part of a file name. */
+/* The file a URL names: as given, for opening it, and its canonical name,
+ * which names its advisory key space and its write turns. */
+typedef struct sqlite_target {
+    char *path, *realpath;
+} sqlite_target;
+
+static const sqlite_target *file_of(const lq_broker_target *t) { return t->own; }
+
 static int sqlite_parse_url(lq_broker_target *t, const char *url, const char *rest) {
     if (strncmp(rest, "//", 2) == 0) rest += 2;
     if (!*rest || strchr(rest, '?'))
@@ -123,7 +131,12 @@ static int sqlite_parse_url(lq_broker_target *t, const char *url, const char *re
         return lq__error(LQ_MISUSE, "\"%s\": an in-memory SQLite database is private to one "
                                     "connection; give a file",
                          url);
-    if (!(t->path = lq__strdup(rest))) return lq__error(LQ_NOMEM, "out of memory");
+    sqlite_target *own = calloc(1, sizeof *own);
+    if (!own || !(own->path = lq__strdup(rest))) {
+        free(own);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    t->own = own;
     /* The canonical name of the file (which may not exist yet) names its
      * advisory key space, so two spellings of one file share their keys. */
     char *dir_copy = lq__strdup(rest), *base_copy = lq__strdup(rest);
@@ -135,8 +148,16 @@ static int sqlite_parse_url(lq_broker_target *t, const char *url, const char *re
         lq__sb_add(&sb, rest);
     free(dir_copy);
     free(base_copy);
-    t->realpath = lq__sb_take(&sb);
-    return t->realpath ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    own->realpath = lq__sb_take(&sb);
+    return own->realpath ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+static void sqlite_free_target(void *own) {
+    sqlite_target *t = own;
+    if (!t) return;
+    free(t->path);
+    free(t->realpath);
+    free(t);
 }
 
 static void sqlite_disconnect(lq_conn *c) {
@@ -165,14 +186,14 @@ static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const l
     lq_conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->statement_timeout_ms = c->lock_wait_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
-    if (!(c->turns = lq__turns_open(target->realpath))) {
+    if (!(c->turns = lq__turns_open(file_of(target)->realpath))) {
         free(c);
         return lq__error(LQ_NOMEM, "out of memory");
     }
-    int rc = sqlite3_open_v2(target->path, &c->db,
+    int rc = sqlite3_open_v2(file_of(target)->path, &c->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        lq__error_db(LQ_CONNECT, NULL, rc, "sqlite: cannot open \"%s\": %s", target->path,
+        lq__error_db(LQ_CONNECT, NULL, rc, "sqlite: cannot open \"%s\": %s", file_of(target)->path,
                      c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
         sqlite_disconnect(c);
         return LQ_CONNECT;
@@ -190,7 +211,7 @@ static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const l
     rc = run_plain(c, "PRAGMA journal_mode = WAL");
     if (rc == LQ_OK) rc = run_plain(c, "PRAGMA synchronous = NORMAL");
     if (rc != LQ_OK) {
-        lq__error_prefix("sqlite: \"%s\"", target->path);
+        lq__error_prefix("sqlite: \"%s\"", file_of(target)->path);
         sqlite_disconnect(c);
         return rc == LQ_BACKEND ? LQ_CONNECT : rc;
     }
@@ -454,16 +475,16 @@ static int sqlite_rollback(lq_conn *c) {
 static int sqlite_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target,
                                const char *key) {
     (void)c;
-    return lq__keys_try_lock(taken, target->realpath, key);
+    return lq__keys_try_lock(taken, file_of(target)->realpath, key);
 }
 
 static bool sqlite_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
     (void)c;
-    return lq__keys_unlock(target->realpath, key);
+    return lq__keys_unlock(file_of(target)->realpath, key);
 }
 
 static size_t sqlite_keys_held(const lq_broker_target *target) {
-    return lq__keys_held(target->realpath);
+    return lq__keys_held(file_of(target)->realpath);
 }
 
 /* ---- tables ---- */
@@ -525,6 +546,7 @@ const lq_dialect lq__sqlite_dialect = {
     .insert_returning = true,
     .max_params = 32766, /* SQLITE_MAX_VARIABLE_NUMBER's default since 3.32 */
     .parse_url = sqlite_parse_url,
+    .free_target = sqlite_free_target,
     .connect = sqlite_connect,
     .disconnect = sqlite_disconnect,
     .reusable = sqlite_reusable,
