@@ -18,17 +18,17 @@
 
 static int failures;
 
-static void expect(const char *where, const char *what, const lq_stmt *got, const char *want) {
+static void expect(const char *where, const char *what, const lq__stmt *got, const char *want) {
     const char *text = got->sql ? got->sql : "(none)";
     if (strcmp(text, want) == 0) return;
     failures++;
     printf("sql_check: %s %s differs\n  library: %s\n  raw:     %s\n", where, what, text, want);
 }
 
-static void print_set(const char *where, const lq_sqlset *set, const lq_stmt *insert) {
+static void print_set(const char *where, const lq__sqlset *set, const lq__stmt *insert) {
     const struct {
         const char *name;
-        const lq_stmt *stmt;
+        const lq__stmt *stmt;
     } all[] = {{"claim", &set->claim}, {"take", &set->take}, {"take_read", &set->take_read}, {"take_set", &set->take_set},
                {"stamp", &set->stamp}, {"ack", &set->ack},   {"ack_set", &set->ack_set},
                {"ack_set_held", &set->ack_set_held}, {"release", &set->release},
@@ -40,7 +40,7 @@ static void print_set(const char *where, const lq_sqlset *set, const lq_stmt *in
 int main(int argc, char **argv) {
     bool print = bench_flag(argc, argv, "--print");
     const struct {
-        const lq_dialect *dialect;
+        const lq__dialect *dialect;
         bench_form form;
         const char *claim, *take, *take_read, *stamp, *ack, *insert, *ack_set;
     } cases[] = {
@@ -63,8 +63,8 @@ int main(int argc, char **argv) {
         char where[64];
         snprintf(where, sizeof where, "%s %s", cases[i].dialect->name, bench_form_name(cases[i].form));
         lq_table *t = bench_table(cases[i].form);
-        lq_sqlset set;
-        lq_stmt insert;
+        lq__sqlset set;
+        lq__stmt insert;
         if (lq__sqlset_build(&set, cases[i].dialect, t) != LQ_OK ||
             lq__sqlset_build_insert(&insert, cases[i].dialect, t) != LQ_OK) {
             printf("sql_check: %s: the library cannot build its statements: %s\n", where, lq_errmsg());
@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     }
     /* W2-bulk's multi-row insert: a full chunk of the bench table's rows. */
     const struct {
-        const lq_dialect *dialect;
+        const lq__dialect *dialect;
         const char *head, *tuple, *tail;
     } rows[] = {
         {&lq__postgres_dialect, PG_INSERT_ROWS_HEAD, PG_INSERT_ROWS_TUPLE, PG_INSERT_ROWS_TAIL},
@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         lq_table *t = bench_table(BENCH_LEASE);
-        lq_stmt insert;
+        lq__stmt insert;
         char *want = raw_insert_rows(rows[i].head, rows[i].tuple, rows[i].tail, RAW_INSERT_ROWS);
         if (lq__sql_build_insert_rows(&insert, rows[i].dialect, t, RAW_INSERT_ROWS) != LQ_OK) {
             printf("sql_check: %s: the library cannot build its multi-row insert: %s\n",

@@ -404,9 +404,6 @@ LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int sta
  * how long claims have failed in a row (0 while they work). Claims that fail
  * are retried every second, and each failure is logged. Thread-safe. */
 LQ_API int lq_subscription_health(const lq_subscription *subscription, int64_t *failing_ms_out);
-/* 1 on a thread running one of the subscription's push handlers (from which
- * stop and close cannot wait for the handlers), else 0. */
-LQ_API int lq_subscription_in_handler(const lq_subscription *subscription);
 
 /* A delivery: one claimed row. Getters return values valid until the delivery
  * is freed (pull) or the handler returns (push). Settle a delivery once: a
@@ -451,14 +448,6 @@ LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
  * LQ_MISUSE, settling none, when one is settled already or they are of
  * several subscriptions. The deliveries stay the caller's to free. */
 LQ_API int lq_deliveries_ack(int *statuses, lq_delivery *const *deliveries, size_t count);
-/* Tells the subscription that the delivery's handler is done and that its
- * settlement will follow, from another thread: a binding that hands its
- * settlements to threads of its own calls it at the hand-over. Where the
- * delivery holds no connection (the lease form, unless transactional), the
- * claims then count its worker free, as they do while a settlement runs. The
- * settlement still comes; without one the row is in work until it is
- * settled or its lease ends. Does nothing to a settled delivery. */
-LQ_API void lq_delivery_handled(lq_delivery *delivery);
 /* Runs one statement of the handler's own, with text parameters in the
  * database's own placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a
  * NULL entry is SQL NULL). In transactional mode it runs on the delivery's
@@ -471,6 +460,23 @@ LQ_API int lq_delivery_exec(int64_t *changes_out, lq_delivery *delivery, const c
 /* Frees a pulled delivery. One never settled goes back to the queue at once,
  * with no attempt spent. Not for push deliveries, which the core frees. */
 LQ_API void lq_delivery_free(lq_delivery *delivery);
+
+/* ------------------------------------------------------------------------ */
+/* For bindings. A program in C needs none of these: they let a binding that
+ * runs handlers on threads of its own (Python's GIL, Lua's single state)
+ * keep the core's accounting right. */
+
+/* 1 on a thread running one of the subscription's push handlers (from which
+ * stop and close cannot wait for the handlers), else 0. Thread-safe. */
+LQ_API int lq_subscription_in_handler(const lq_subscription *subscription);
+/* Tells the subscription that the delivery's handler is done and that its
+ * settlement will follow, from another thread: a binding that hands its
+ * settlements to threads of its own calls it at the hand-over. Where the
+ * delivery holds no connection (the lease form, unless transactional), the
+ * claims then count its worker free, as they do while a settlement runs. The
+ * settlement still comes; without one the row is in work until it is
+ * settled or its lease ends. Does nothing to a settled delivery. */
+LQ_API void lq_delivery_handled(lq_delivery *delivery);
 
 #ifdef __cplusplus
 }

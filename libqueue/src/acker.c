@@ -13,14 +13,14 @@ bool lq__acker_wanted(const lq_subscription *s) {
     return holds_nothing && s->acks_behind && !s->transactional && !s->batch;
 }
 
-void lq__acker_init(lq_acker *a) {
-    *a = (lq_acker){0};
+void lq__acker_init(lq__acker *a) {
+    *a = (lq__acker){0};
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->arrived, NULL);
     pthread_cond_init(&a->room, NULL);
 }
 
-void lq__acker_destroy(lq_acker *a) {
+void lq__acker_destroy(lq__acker *a) {
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->arrived);
     pthread_cond_destroy(&a->room);
@@ -34,7 +34,7 @@ static void ack_taken(lq_delivery **dvs, size_t n) {
 }
 
 static void *acker_main(void *arg) {
-    lq_acker *a = arg;
+    lq__acker *a = arg;
     lq_delivery *taken[ACKER_QUEUE_MAX];
     pthread_mutex_lock(&a->mu);
     for (;;) {
@@ -58,14 +58,14 @@ static void *acker_main(void *arg) {
     return NULL;
 }
 
-int lq__acker_start(lq_acker *a) {
+int lq__acker_start(lq__acker *a) {
     if (pthread_create(&a->thread, NULL, acker_main, a) != 0)
         return lq__error(LQ_ERROR, "cannot start the acker thread");
     a->running = true;
     return LQ_OK;
 }
 
-bool lq__acker_take(lq_acker *a, lq_delivery *d) {
+bool lq__acker_take(lq__acker *a, lq_delivery *d) {
     if (!a->running) return false;
     lq__subscription_settling(d->sub, &d, 1);
     pthread_mutex_lock(&a->mu);
@@ -80,7 +80,7 @@ bool lq__acker_take(lq_acker *a, lq_delivery *d) {
     return true;
 }
 
-void lq__acker_stop(lq_acker *a) {
+void lq__acker_stop(lq__acker *a) {
     if (!a->running) return;
     pthread_mutex_lock(&a->mu);
     a->stopping = true;

@@ -17,7 +17,7 @@
 typedef struct lq_delivery lq_delivery;
 typedef struct lq_subscription lq_subscription;
 
-typedef struct lq_acker {
+typedef struct lq__acker {
     pthread_mutex_t mu;
     pthread_cond_t arrived; /* an ack joined the queue, or stop */
     pthread_cond_t room;    /* the queue has room again */
@@ -26,20 +26,20 @@ typedef struct lq_acker {
     bool stopping;
     bool running;
     pthread_t thread;
-} lq_acker;
+} lq__acker;
 
 /* Whether a subscription's acks go behind its handlers: push mode, the lease
  * form or advisory keys kept in the process, option coalesce not 0, not transactional, not a batch handler (whose
  * return acks its batch as one set already). */
-LQ_HIDDEN bool lq__acker_wanted(const lq_subscription *s);
-LQ_HIDDEN void lq__acker_init(lq_acker *a);
-LQ_HIDDEN int lq__acker_start(lq_acker *a);
+LQ__HIDDEN bool lq__acker_wanted(const lq_subscription *s);
+LQ__HIDDEN void lq__acker_init(lq__acker *a);
+LQ__HIDDEN int lq__acker_start(lq__acker *a);
 /* Hands the ack of a delivery whose handler returned to the acker, with
  * the caller's reference; false when the acker is not running (the caller
  * acks it itself). Waits while the queue is full. */
-LQ_HIDDEN bool lq__acker_take(lq_acker *a, lq_delivery *d);
+LQ__HIDDEN bool lq__acker_take(lq__acker *a, lq_delivery *d);
 /* Runs every ack queued, then ends the thread. */
-LQ_HIDDEN void lq__acker_stop(lq_acker *a);
-LQ_HIDDEN void lq__acker_destroy(lq_acker *a);
+LQ__HIDDEN void lq__acker_stop(lq__acker *a);
+LQ__HIDDEN void lq__acker_destroy(lq__acker *a);
 
 #endif

@@ -10,26 +10,26 @@
 /* A dialect left out of the build (LQ_WITH_POSTGRESQL, LQ_WITH_MYSQL) keeps
  * its schemes, so that their URLs are refused with the reason. */
 #ifdef LQ_WITH_POSTGRESQL
-#define LQ_POSTGRES (&lq__postgres_dialect)
+#define LQ__POSTGRES (&lq__postgres_dialect)
 #else
-#define LQ_POSTGRES NULL
+#define LQ__POSTGRES NULL
 #endif
 #ifdef LQ_WITH_MYSQL
-#define LQ_MYSQL (&lq__mysql_dialect)
+#define LQ__MYSQL (&lq__mysql_dialect)
 #else
-#define LQ_MYSQL NULL
+#define LQ__MYSQL NULL
 #endif
 
 static const struct {
     const char *scheme;
-    const lq_dialect *dialect;
+    const lq__dialect *dialect;
     const char *option; /* the build option that brings it, when left out */
 } schemes[] = {
     {"sqlite:", &lq__sqlite_dialect, NULL},
-    {"postgresql://", LQ_POSTGRES, "LQ_WITH_POSTGRESQL"},
-    {"postgres://", LQ_POSTGRES, "LQ_WITH_POSTGRESQL"},
-    {"mysql://", LQ_MYSQL, "LQ_WITH_MYSQL"},
-    {"mariadb://", LQ_MYSQL, "LQ_WITH_MYSQL"},
+    {"postgresql://", LQ__POSTGRES, "LQ_WITH_POSTGRESQL"},
+    {"postgres://", LQ__POSTGRES, "LQ_WITH_POSTGRESQL"},
+    {"mysql://", LQ__MYSQL, "LQ_WITH_MYSQL"},
+    {"mariadb://", LQ__MYSQL, "LQ_WITH_MYSQL"},
 };
 
 /* The build option a URL's scheme needs, when its dialect was left out. */
@@ -40,7 +40,7 @@ static const char *left_out_by(const char *url) {
     return NULL;
 }
 
-const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
+const lq__dialect *lq__dialect_for_url(const char *url, const char **rest) {
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         size_t n = strlen(schemes[i].scheme);
         if (schemes[i].dialect && strncmp(url, schemes[i].scheme, n) == 0) {
@@ -51,7 +51,7 @@ const lq_dialect *lq__dialect_for_url(const char *url, const char **rest) {
     return NULL;
 }
 
-const lq_dialect *lq__dialect_named(const char *name) {
+const lq__dialect *lq__dialect_named(const char *name) {
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
         if (schemes[i].dialect && n && strncmp(schemes[i].scheme, name, n) == 0 &&
@@ -60,7 +60,7 @@ const lq_dialect *lq__dialect_named(const char *name) {
     return NULL;
 }
 
-static void target_free(const lq_dialect *d, lq_broker_target *t) {
+static void target_free(const lq__dialect *d, lq__broker_target *t) {
     free(t->url);
     free(t->password);
     if (d->free_target) d->free_target(t->own);
@@ -81,11 +81,11 @@ static void broker_free(lq_broker *b) {
 
 int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) {
     lq__error_clear();
-    LQ_CHECK_ARG(out, "out is NULL");
+    LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL; /* a failure leaves no dangling handle behind */
-    LQ_CHECK_ARG(url && *url, "the URL is empty");
+    LQ__CHECK_ARG(url && *url, "the URL is empty");
     const char *rest;
-    const lq_dialect *d = lq__dialect_for_url(url, &rest);
+    const lq__dialect *d = lq__dialect_for_url(url, &rest);
     const char *option = d ? NULL : left_out_by(url);
     if (option)
         return lq__error(LQ_DIALECT, "\"%.*s\": this libqueue was built without that database "
@@ -129,7 +129,7 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
         return rc;
     }
     /* One connection now: the database is reachable, new enough, and named. */
-    lq_conn *conn;
+    lq__conn *conn;
     rc = lq__pool_acquire(&conn, &b->pool);
     if (rc == LQ_OK) {
         rc = d->check_version(conn, NULL);
@@ -160,7 +160,7 @@ void lq_broker_close(lq_broker *b) {
 
 const char *lq_broker_dialect(const lq_broker *b) { return b ? b->dialect->name : ""; }
 
-int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
+int lq__broker_intern(lq_broker *b, lq__stmt *stmt) {
     if (!stmt->sql) return LQ_OK;
     pthread_mutex_lock(&b->mu);
     for (size_t i = 0; i < b->statement_count; i++) {
@@ -170,7 +170,7 @@ int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
             return LQ_OK;
         }
     }
-    lq_stmt *grown = realloc(b->statements, (b->statement_count + 1) * sizeof *grown);
+    lq__stmt *grown = realloc(b->statements, (b->statement_count + 1) * sizeof *grown);
     char *copy = lq__strdup(stmt->sql);
     if (!grown || !copy) {
         if (grown) b->statements = grown;
@@ -186,8 +186,8 @@ int lq__broker_intern(lq_broker *b, lq_stmt *stmt) {
     return LQ_OK;
 }
 
-int lq__broker_intern_set(lq_broker *b, lq_sqlset *set) {
-    lq_stmt *all[LQ_SQLSET_STATEMENTS];
+int lq__broker_intern_set(lq_broker *b, lq__sqlset *set) {
+    lq__stmt *all[LQ__SQLSET_STATEMENTS];
     for (size_t i = 0, n = lq__sqlset_each(set, all); i < n; i++) {
         int rc = lq__broker_intern(b, all[i]);
         if (rc != LQ_OK) return rc;

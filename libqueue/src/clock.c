@@ -78,7 +78,7 @@ int lq__check_delay(int64_t delay_ms, const char *what) {
                      what, (long long)delay_ms, (long long)longest);
 }
 
-void lq__time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms) {
+void lq__time_text(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms) {
     int64_t day = epoch_ms / 86400000, in_day = epoch_ms % 86400000;
     if (in_day < 0) {
         in_day += 86400000;

@@ -9,30 +9,30 @@
 #include <time.h>
 
 /* Milliseconds since the epoch, UTC. */
-LQ_HIDDEN int64_t lq__now_ms(void);
+LQ__HIDDEN int64_t lq__now_ms(void);
 /* Milliseconds of a monotonic clock, for deadlines and waits. */
-LQ_HIDDEN int64_t lq__mono_ms(void);
+LQ__HIDDEN int64_t lq__mono_ms(void);
 /* An absolute CLOCK_MONOTONIC time `ms` from now, for pthread_cond_timedwait
  * on a condition created by lq__cond_init. */
-LQ_HIDDEN struct timespec lq__deadline_in(int64_t ms);
-LQ_HIDDEN struct timespec lq__deadline_in_us(int64_t us);
+LQ__HIDDEN struct timespec lq__deadline_in(int64_t ms);
+LQ__HIDDEN struct timespec lq__deadline_in_us(int64_t us);
 
 /* The latest time the library writes, 9999-12-31T23:59:59.999Z: MySQL's
  * DATETIME and SQLite's four-digit text end there. A delay that would pass it
  * is refused, so no due time wraps into the past. */
 #define LQ__TIME_MAX_MS INT64_C(253402300799999)
 /* `now` plus `delay_ms` (>= 0), never past LQ__TIME_MAX_MS. */
-LQ_HIDDEN int64_t lq__time_after(int64_t now, int64_t delay_ms);
+LQ__HIDDEN int64_t lq__time_after(int64_t now, int64_t delay_ms);
 /* LQ_MISUSE, naming the longest delay that fits now, for a delay that puts a
  * due time past LQ__TIME_MAX_MS; `what` names the call. */
-LQ_HIDDEN int lq__check_delay(int64_t delay_ms, const char *what);
+LQ__HIDDEN int lq__check_delay(int64_t delay_ms, const char *what);
 
 /* "YYYY-MM-DDTHH:MM:SS.fff+00:00": 29 characters and a NUL. Text in this form
  * sorts as the times do. */
-#define LQ_TIME_TEXT_SIZE 30
-LQ_HIDDEN void lq__time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms);
+#define LQ__TIME_TEXT_SIZE 30
+LQ__HIDDEN void lq__time_text(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms);
 /* Parses the text form (also without fractions, and with a space instead of
  * the T). Returns false when it is not one. */
-LQ_HIDDEN bool lq__time_parse(int64_t *epoch_ms, const char *text);
+LQ__HIDDEN bool lq__time_parse(int64_t *epoch_ms, const char *text);
 
 #endif

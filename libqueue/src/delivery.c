@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *text_of(const lq_value *v) {
-    if (v->type == LQ_V_NULL) return NULL;
+static char *text_of(const lq__value *v) {
+    if (v->type == LQ__V_NULL) return NULL;
     char *s = malloc(v->n + 1);
     if (!s) return NULL;
     if (v->n) memcpy(s, v->p, v->n);
@@ -88,37 +88,37 @@ void lq__delivery_spares_free(lq_subscription *s) {
     s->spare_count = 0;
 }
 
-int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *got, int count) {
+int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value *got, int count) {
     /* The row in LQ_COL_* order, NULL where the table lacks the column. */
-    static const lq_value null_value = {.type = LQ_V_NULL};
-    const lq_value *col[LQ_COL_COUNT];
-    for (int i = 0; i < LQ_COL_COUNT; i++) {
+    static const lq__value null_value = {.type = LQ__V_NULL};
+    const lq__value *col[LQ__COL_COUNT];
+    for (int i = 0; i < LQ__COL_COUNT; i++) {
         int at = s->row_at[i];
         if (at >= count) return lq__error(LQ_BACKEND, "a claim returned %d columns", count);
         col[i] = at >= 0 ? &got[at] : &null_value;
     }
     /* The payload lives in the delivery's own block, after it. */
-    const lq_value *p = col[LQ_COL_PAYLOAD];
-    size_t payload_size = p->type == LQ_V_NULL ? 0 : p->n;
+    const lq__value *p = col[LQ__COL_PAYLOAD];
+    size_t payload_size = p->type == LQ__V_NULL ? 0 : p->n;
     lq_delivery *d = delivery_block(s, payload_size);
     if (!d) return lq__error(LQ_NOMEM, "out of memory");
     atomic_init(&d->refs, 1);
-    d->id = col[LQ_COL_ID]->i;
+    d->id = col[LQ__COL_ID]->i;
     d->payload = (unsigned char *)(d + 1);
     d->payload_size = payload_size;
     if (payload_size) memcpy(d->payload, p->p, payload_size);
     d->payload[payload_size] = '\0';
-    d->attempt = col[LQ_COL_ATTEMPT]->type == LQ_V_INT ? (int)col[LQ_COL_ATTEMPT]->i : 0;
-    d->group = text_of(col[LQ_COL_GROUP]);
-    d->partition_key = text_of(col[LQ_COL_PKEY]);
-    d->priority = col[LQ_COL_PRIORITY]->i;
-    d->due = text_of(col[LQ_COL_DUE]);
-    bool missing = (col[LQ_COL_GROUP]->type != LQ_V_NULL && !d->group) ||
-                   (col[LQ_COL_PKEY]->type != LQ_V_NULL && !d->partition_key) ||
-                   (col[LQ_COL_DUE]->type != LQ_V_NULL && !d->due);
+    d->attempt = col[LQ__COL_ATTEMPT]->type == LQ__V_INT ? (int)col[LQ__COL_ATTEMPT]->i : 0;
+    d->group = text_of(col[LQ__COL_GROUP]);
+    d->partition_key = text_of(col[LQ__COL_PKEY]);
+    d->priority = col[LQ__COL_PRIORITY]->i;
+    d->due = text_of(col[LQ__COL_DUE]);
+    bool missing = (col[LQ__COL_GROUP]->type != LQ__V_NULL && !d->group) ||
+                   (col[LQ__COL_PKEY]->type != LQ__V_NULL && !d->partition_key) ||
+                   (col[LQ__COL_DUE]->type != LQ__V_NULL && !d->due);
     int rc = missing ? lq__error(LQ_NOMEM, "out of memory") : LQ_OK;
-    const lq_value *h = col[LQ_COL_HEADERS];
-    if (rc == LQ_OK && h->type != LQ_V_NULL && h->n) {
+    const lq__value *h = col[LQ__COL_HEADERS];
+    if (rc == LQ_OK && h->type != LQ__V_NULL && h->n) {
         rc = lq__headers_from_json(&d->headers, h->p, h->n);
         if (rc != LQ_OK) {
             /* A malformed headers column must not lose the row: deliver it
@@ -175,7 +175,7 @@ void lq__delivery_unref(lq_delivery *d) {
 void lq_delivery_free(lq_delivery *d) {
     lq__error_clear();
     if (!d) return;
-    if (!d->settled && !d->in_set && lq__settle(d, LQ_RELEASE, 0) != LQ_OK)
+    if (!d->settled && !d->in_set && lq__settle(d, LQ__RELEASE, 0) != LQ_OK)
         lq__log_error(LQ_LOG_WARNING, "releasing an unsettled delivery");
     lq__delivery_unref(d);
 }
@@ -191,7 +191,7 @@ size_t lq_delivery_header_count(const lq_delivery *d) { return d ? d->headers.co
 int lq_delivery_header_at(const char **name_out, const char **value_out, const lq_delivery *d,
                           size_t index) {
     lq__error_clear();
-    LQ_CHECK_ARG(d, "delivery is NULL");
+    LQ__CHECK_ARG(d, "delivery is NULL");
     if (index >= d->headers.count)
         return lq__error(LQ_MISUSE, "header %zu of %zu", index, d->headers.count);
     if (name_out) *name_out = d->headers.names[index];
@@ -214,22 +214,22 @@ int64_t lq_delivery_lease_expiry_ms(const lq_delivery *d) {
 
 int lq_delivery_ack(lq_delivery *d) {
     lq__error_clear();
-    LQ_CHECK_ARG(d, "delivery is NULL");
-    return lq__settle(d, LQ_ACK, 0);
+    LQ__CHECK_ARG(d, "delivery is NULL");
+    return lq__settle(d, LQ__ACK, 0);
 }
 
 int lq_delivery_retry(lq_delivery *d) {
     lq__error_clear();
-    LQ_CHECK_ARG(d, "delivery is NULL");
-    return lq__settle(d, LQ_RETRY, 0);
+    LQ__CHECK_ARG(d, "delivery is NULL");
+    return lq__settle(d, LQ__RETRY, 0);
 }
 
 int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
     lq__error_clear();
-    LQ_CHECK_ARG(d, "delivery is NULL");
+    LQ__CHECK_ARG(d, "delivery is NULL");
     int rc = lq__check_delay(delay_ms, __func__);
     if (rc != LQ_OK) return rc;
-    return lq__settle(d, LQ_RETRY_AFTER, delay_ms);
+    return lq__settle(d, LQ__RETRY_AFTER, delay_ms);
 }
 
 void lq_delivery_handled(lq_delivery *d) {
@@ -238,9 +238,9 @@ void lq_delivery_handled(lq_delivery *d) {
 
 int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {
     lq__error_clear();
-    LQ_CHECK_ARG(dvs || count == 0, "deliveries is NULL");
+    LQ__CHECK_ARG(dvs || count == 0, "deliveries is NULL");
     for (size_t i = 0; i < count; i++) {
-        LQ_CHECK_ARG(dvs[i], "a delivery is NULL");
+        LQ__CHECK_ARG(dvs[i], "a delivery is NULL");
         if (dvs[i]->sub != dvs[0]->sub)
             return lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
         pthread_mutex_lock(&dvs[i]->mu);
@@ -255,13 +255,13 @@ int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {
 
 int lq_delivery_dead_letter(lq_delivery *d) {
     lq__error_clear();
-    LQ_CHECK_ARG(d, "delivery is NULL");
-    return lq__settle(d, LQ_DEAD_LETTER, 0);
+    LQ__CHECK_ARG(d, "delivery is NULL");
+    return lq__settle(d, LQ__DEAD_LETTER, 0);
 }
 
 int lq__delivery_begin(lq_delivery *d) {
     lq_subscription *s = d->sub;
-    const lq_dialect *dialect = s->broker->dialect;
+    const lq__dialect *dialect = s->broker->dialect;
     int rc = LQ_OK;
     if (s->form == LQ_FORM_ROW_LOCK) {
         /* The claim's transaction goes on; a failure outcome rolls back to here. */
@@ -281,9 +281,9 @@ int lq__delivery_begin(lq_delivery *d) {
 int lq_delivery_exec(int64_t *changes_out, lq_delivery *d, const char *sql,
                      const char *const *params, size_t count) {
     lq__error_clear();
-    LQ_CHECK_ARG(d && sql, "an argument is NULL");
+    LQ__CHECK_ARG(d && sql, "an argument is NULL");
     if (changes_out) *changes_out = 0;
-    const lq_dialect *dialect = d->sub->broker->dialect;
+    const lq__dialect *dialect = d->sub->broker->dialect;
     pthread_mutex_lock(&d->mu);
     int rc = LQ_OK;
     if (d->settled || d->in_set) {
@@ -293,8 +293,8 @@ int lq_delivery_exec(int64_t *changes_out, lq_delivery *d, const char *sql,
     } else {
         /* Not transactional: a statement of its own, on the handler thread's
          * pool (on_threads) or the broker's. */
-        lq_pool *pool = lq__thread_pool(d->sub) ? lq__thread_pool(d->sub) : &d->sub->broker->pool;
-        lq_conn *conn;
+        lq__pool *pool = lq__thread_pool(d->sub) ? lq__thread_pool(d->sub) : &d->sub->broker->pool;
+        lq__conn *conn;
         if ((rc = lq__pool_acquire(&conn, pool)) == LQ_OK) {
             rc = dialect->execute(changes_out, conn, sql, params, (int)count);
             lq__pool_release(pool, conn, rc == LQ_CONNECT);

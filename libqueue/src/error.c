@@ -7,10 +7,10 @@
 #include <string.h>
 
 /* A fixed buffer per thread, so even an out-of-memory failure is reported. */
-static _Thread_local lq_error_copy last_error;
+static _Thread_local lq__error_copy last_error;
 
-void lq__error_save(lq_error_copy *out) { *out = last_error; }
-void lq__error_restore(const lq_error_copy *saved) { last_error = *saved; }
+void lq__error_save(lq__error_copy *out) { *out = last_error; }
+void lq__error_restore(const lq__error_copy *saved) { last_error = *saved; }
 
 static const struct {
     const char *name;
@@ -87,8 +87,8 @@ int lq__error_db(int status, const char *sqlstate, int native, const char *fmt, 
 }
 
 void lq__error_prefix(const char *fmt, ...) {
-    char prefix[LQ_ERRMSG_SIZE];
-    char old[LQ_ERRMSG_SIZE];
+    char prefix[LQ__ERRMSG_SIZE];
+    char old[LQ__ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);

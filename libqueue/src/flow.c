@@ -1,16 +1,16 @@
 #include "flow.h"
 
-void lq__flow_init(lq_flow *f, int workers, int budget) {
-    *f = (lq_flow){.workers = workers, .budget = budget > 0 ? budget : 1, .probing = true,
+void lq__flow_init(lq__flow *f, int workers, int budget) {
+    *f = (lq__flow){.workers = workers, .budget = budget > 0 ? budget : 1, .probing = true,
                    .seen = 1};
 }
 
-int lq__flow_free(const lq_flow *f, int in_work, int waiting) {
+int lq__flow_free(const lq__flow *f, int in_work, int waiting) {
     int free_workers = f->workers + f->ahead - in_work - waiting - f->asked;
     return free_workers > 0 ? free_workers : 0;
 }
 
-bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int held, int spare) {
+bool lq__flow_may_start(const lq__flow *f, int in_work, int waiting, int held, int spare) {
     int most = f->probing || f->one_claim ? 1 : f->workers;
     if (f->running >= most || lq__flow_free(f, in_work, waiting) == 0) return false;
     /* What the subscription holds: a connection per claim in flight, and
@@ -21,7 +21,7 @@ bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int held, in
     return f->running == 0 || spare >= 2;
 }
 
-int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting) {
+int lq__flow_claim_size(const lq__flow *f, int in_work, int waiting) {
     if (f->batch) return f->batch;
     int free_workers = lq__flow_free(f, in_work, waiting);
     if (!f->one_claim && f->holds) return 1; /* claims in flight for the other free workers */
@@ -29,15 +29,15 @@ int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting) {
     return free_workers > 0 ? free_workers : 1;
 }
 
-void lq__flow_claimed(lq_flow *f, int got, bool failed) {
+void lq__flow_claimed(lq__flow *f, int got, bool failed) {
     f->probing = failed || got == 0;
 }
 
-void lq__flow_waited(lq_flow *f) {
+void lq__flow_waited(lq__flow *f) {
     if (!f->probing) f->ran_dry = true;
 }
 
-void lq__flow_look_ahead(lq_flow *f, bool full) {
+void lq__flow_look_ahead(lq__flow *f, bool full) {
     if (!f->ahead_max) {
         f->ran_dry = false;
         return;
@@ -53,12 +53,12 @@ void lq__flow_look_ahead(lq_flow *f, bool full) {
     f->ran_dry = false;
 }
 
-void lq__flow_handed(lq_flow *f, int in_work) {
+void lq__flow_handed(lq__flow *f, int in_work) {
     int busy = in_work + 1 > f->workers ? f->workers : in_work + 1;
     if (busy > f->seen) f->seen = busy;
 }
 
-int lq__room_share(const lq_room *r, int mine, bool starved) {
+int lq__room_share(const lq__room *r, int mine, bool starved) {
     int left = r->budget - r->taken;
     if (mine == 0) return left;
     return left - (r->starved - (starved ? 1 : 0));

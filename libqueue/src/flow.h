@@ -10,13 +10,13 @@
  * - a claim beside another only while the pool has a connection to spare;
  * - never more held than the pool's size less one;
  * - the subscriptions of one broker hold no more than the pool's size less
- *   one together, and leave each other room (lq_room). */
+ *   one together, and leave each other room (lq__room). */
 #ifndef LQ_FLOW_H
 #define LQ_FLOW_H
 
 #include "internal.h"
 
-typedef struct lq_flow {
+typedef struct lq__flow {
     int workers;        /* deliveries in work at once */
     int budget;         /* connections the subscription may hold: the pool less one */
     bool holds;         /* deliveries in work hold connections */
@@ -30,30 +30,30 @@ typedef struct lq_flow {
     int ahead;          /* rows a claim asks for beyond the free workers */
     int ahead_max;      /* its bound (0: claims never look ahead) */
     bool ran_dry;       /* a worker waited for a row since the last claim that took rows */
-} lq_flow;
+} lq__flow;
 
-LQ_HIDDEN void lq__flow_init(lq_flow *f, int workers, int budget);
+LQ__HIDDEN void lq__flow_init(lq__flow *f, int workers, int budget);
 /* Workers with nothing to do and no claim coming for them. */
-LQ_HIDDEN int lq__flow_free(const lq_flow *f, int in_work, int waiting);
+LQ__HIDDEN int lq__flow_free(const lq__flow *f, int in_work, int waiting);
 /* Whether another claim may start; `held` is the connections the
  * subscription's deliveries hold, `spare` the pool's idle connections plus
  * its room for new ones. */
-LQ_HIDDEN bool lq__flow_may_start(const lq_flow *f, int in_work, int waiting, int held, int spare);
+LQ__HIDDEN bool lq__flow_may_start(const lq__flow *f, int in_work, int waiting, int held, int spare);
 /* Rows the next claim asks for. */
-LQ_HIDDEN int lq__flow_claim_size(const lq_flow *f, int in_work, int waiting);
+LQ__HIDDEN int lq__flow_claim_size(const lq__flow *f, int in_work, int waiting);
 /* A claim finished: it took `got` rows (0 or a failure: probe again). */
-LQ_HIDDEN void lq__flow_claimed(lq_flow *f, int got, bool failed);
+LQ__HIDDEN void lq__flow_claimed(lq__flow *f, int got, bool failed);
 /* A worker found no row waiting: while the claims take rows, the claims are
  * slower than the handlers. */
-LQ_HIDDEN void lq__flow_waited(lq_flow *f);
+LQ__HIDDEN void lq__flow_waited(lq__flow *f);
 /* Where claims look ahead (the lease form, whose waiting rows hold no
  * connection): after a claim that took every row it asked for, asks for
  * more rows ahead when a worker ran dry since the claim before (double, up
  * to ahead_max), else for slowly fewer; after a short claim, none. So fast
  * handlers get many rows per claim's commit, slow ones keep few waiting. */
-LQ_HIDDEN void lq__flow_look_ahead(lq_flow *f, bool full);
+LQ__HIDDEN void lq__flow_look_ahead(lq__flow *f, bool full);
 /* A delivery went into work, `in_work` now busy. */
-LQ_HIDDEN void lq__flow_handed(lq_flow *f, int in_work);
+LQ__HIDDEN void lq__flow_handed(lq__flow *f, int in_work);
 
 /* The room of a broker's pool that its subscriptions share. What a
  * subscription holds (its claims in flight, and the connections its
@@ -62,14 +62,14 @@ LQ_HIDDEN void lq__flow_handed(lq_flow *f, int in_work);
  * subscription from starving another: a subscription that holds nothing may
  * take any room left; one that holds something leaves a room free for each
  * other subscription that holds nothing and was refused for want of room. */
-typedef struct lq_room {
+typedef struct lq__room {
     int budget;  /* the pool less one */
     int taken;   /* held by every subscription of the broker */
     int starved; /* subscriptions holding nothing, refused for want of room */
-} lq_room;
+} lq__room;
 
 /* Connections a subscription that holds `mine` may take now (0 or less:
  * none); `starved` tells whether it is one of the room's starved. */
-LQ_HIDDEN int lq__room_share(const lq_room *r, int mine, bool starved);
+LQ__HIDDEN int lq__room_share(const lq__room *r, int mine, bool starved);
 
 #endif

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int lq__headers_set(lq_headers *h, const char *name, const char *value) {
+int lq__headers_set(lq__headers *h, const char *name, const char *value) {
     char *v = lq__strdup(value);
     if (!v) return lq__error(LQ_NOMEM, "out of memory");
     for (size_t i = 0; i < h->count; i++) {
@@ -36,13 +36,13 @@ int lq__headers_set(lq_headers *h, const char *name, const char *value) {
     return LQ_OK;
 }
 
-const char *lq__headers_get(const lq_headers *h, const char *name) {
+const char *lq__headers_get(const lq__headers *h, const char *name) {
     for (size_t i = 0; i < h->count; i++)
         if (strcmp(h->names[i], name) == 0) return h->values[i];
     return NULL;
 }
 
-void lq__headers_clear(lq_headers *h) {
+void lq__headers_clear(lq__headers *h) {
     for (size_t i = 0; i < h->count; i++) {
         free(h->names[i]);
         free(h->values[i]);
@@ -52,7 +52,7 @@ void lq__headers_clear(lq_headers *h) {
     memset(h, 0, sizeof *h);
 }
 
-static void add_json_string(lq_strbuf *out, const char *s) {
+static void add_json_string(lq__strbuf *out, const char *s) {
     lq__sb_addc(out, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
@@ -69,7 +69,7 @@ static void add_json_string(lq_strbuf *out, const char *s) {
     lq__sb_addc(out, '"');
 }
 
-void lq__headers_to_json(lq_strbuf *out, const lq_headers *h) {
+void lq__headers_to_json(lq__strbuf *out, const lq__headers *h) {
     lq__sb_addc(out, '{');
     for (size_t i = 0; i < h->count; i++) {
         if (i) lq__sb_addc(out, ',');
@@ -90,7 +90,7 @@ static void skip_space(reader *r) {
         r->p++;
 }
 
-static void add_utf8(lq_strbuf *sb, unsigned cp) {
+static void add_utf8(lq__strbuf *sb, unsigned cp) {
     if (cp < 0x80) {
         lq__sb_addc(sb, (char)cp);
     } else if (cp < 0x800) {
@@ -124,7 +124,7 @@ static bool read_hex4(reader *r, unsigned *out) {
 }
 
 static char *read_string(reader *r) {
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     if (r->p >= r->end || *r->p != '"') return NULL;
     r->p++;
     while (r->p < r->end && *r->p != '"') {
@@ -177,7 +177,7 @@ static char *read_bare(reader *r) {
     return s;
 }
 
-int lq__headers_from_json(lq_headers *h, const char *json, size_t len) {
+int lq__headers_from_json(lq__headers *h, const char *json, size_t len) {
     reader r = {json, json + len};
     skip_space(&r);
     if (r.p >= r.end || *r.p != '{') goto bad;

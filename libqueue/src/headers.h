@@ -4,20 +4,20 @@
 
 #include "strbuf.h"
 
-typedef struct lq_headers {
+typedef struct lq__headers {
     size_t count, cap;
     char **names;
     char **values;
-} lq_headers;
+} lq__headers;
 
 /* Adds a header or replaces the value of one with the same name. */
-LQ_HIDDEN int lq__headers_set(lq_headers *h, const char *name, const char *value);
-LQ_HIDDEN const char *lq__headers_get(const lq_headers *h, const char *name);
-LQ_HIDDEN void lq__headers_clear(lq_headers *h);
+LQ__HIDDEN int lq__headers_set(lq__headers *h, const char *name, const char *value);
+LQ__HIDDEN const char *lq__headers_get(const lq__headers *h, const char *name);
+LQ__HIDDEN void lq__headers_clear(lq__headers *h);
 /* Writes the headers as one JSON object. */
-LQ_HIDDEN void lq__headers_to_json(lq_strbuf *out, const lq_headers *h);
+LQ__HIDDEN void lq__headers_to_json(lq__strbuf *out, const lq__headers *h);
 /* Reads a JSON object of strings (numbers, booleans and null are kept as
  * their text). Fails with LQ_BACKEND when the text is not such an object. */
-LQ_HIDDEN int lq__headers_from_json(lq_headers *h, const char *json, size_t len);
+LQ__HIDDEN int lq__headers_from_json(lq__headers *h, const char *json, size_t len);
 
 #endif

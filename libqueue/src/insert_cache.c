@@ -16,13 +16,13 @@ static bool same_insert(const lq_table *a, const lq_table *b) {
     if (a->id_generated != b->id_generated || !same_text(a->name, b->name) ||
         !same_text(a->schema, b->schema) || !same_text(a->id, b->id))
         return false;
-    for (int role = 0; role < LQ_ROLE_COUNT; role++)
+    for (int role = 0; role < LQ__ROLE_COUNT; role++)
         if (!same_text(a->columns[role], b->columns[role])) return false;
     return true;
 }
 
 /* The cached insert for (t, notify), under the broker's lock. */
-static const lq_insert_entry *find(const lq_insert_cache *c, const lq_table *t, bool notify) {
+static const lq__insert_entry *find(const lq__insert_cache *c, const lq_table *t, bool notify) {
     for (int i = 0; i < c->count; i++)
         if (c->entries[i].notify == notify && same_insert(c->entries[i].table, t)) return &c->entries[i];
     return NULL;
@@ -30,30 +30,30 @@ static const lq_insert_entry *find(const lq_insert_cache *c, const lq_table *t, 
 
 /* Keeps `built` (an interned insert) in the cache unless it is full or the
  * insert came in meanwhile; *kept tells which. Under the broker's lock. */
-static int keep(bool *kept, lq_insert_cache *c, const lq_table *t, bool notify, const lq_stmt *built) {
+static int keep(bool *kept, lq__insert_cache *c, const lq_table *t, bool notify, const lq__stmt *built) {
     *kept = false;
-    if (c->count == LQ_INSERT_CACHE_MAX || find(c, t, notify)) return LQ_OK;
+    if (c->count == LQ__INSERT_CACHE_MAX || find(c, t, notify)) return LQ_OK;
     void *entries = c->entries;
     int rc = lq__room_for_one(&entries, &c->cap, c->count, sizeof *c->entries, 4);
     c->entries = entries;
     lq_table *copy = NULL;
     if (rc == LQ_OK) rc = lq__table_copy(&copy, t);
     if (rc != LQ_OK) return rc;
-    c->entries[c->count++] = (lq_insert_entry){.table = copy, .notify = notify, .insert = *built};
+    c->entries[c->count++] = (lq__insert_entry){.table = copy, .notify = notify, .insert = *built};
     *kept = true;
     return LQ_OK;
 }
 
-int lq__insert_for(lq_stmt *out, bool *owned, lq_broker *b, const lq_table *t, bool notify) {
+int lq__insert_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_table *t, bool notify) {
     pthread_mutex_lock(&b->mu);
-    const lq_insert_entry *hit = find(&b->inserts, t, notify);
+    const lq__insert_entry *hit = find(&b->inserts, t, notify);
     if (hit) *out = hit->insert;
     pthread_mutex_unlock(&b->mu);
     *owned = false;
     if (hit) return LQ_OK;
     /* Built outside the lock: a miss costs one build, and two publishers
      * that miss together keep the first one's. */
-    lq_stmt built = {0};
+    lq__stmt built = {0};
     int rc = notify ? lq__sql_build_insert_notify(&built, b->dialect, t)
                     : lq__sqlset_build_insert(&built, b->dialect, t);
     if (rc == LQ_OK) rc = lq__broker_intern(b, &built);
@@ -74,11 +74,11 @@ int lq__insert_for(lq_stmt *out, bool *owned, lq_broker *b, const lq_table *t, b
     return rc;
 }
 
-void lq__insert_cache_free(lq_insert_cache *c) {
+void lq__insert_cache_free(lq__insert_cache *c) {
     for (int i = 0; i < c->count; i++) {
         lq_table_free(c->entries[i].table);
         free(c->entries[i].insert.sql);
     }
     free(c->entries);
-    *c = (lq_insert_cache){0};
+    *c = (lq__insert_cache){0};
 }

@@ -6,21 +6,21 @@
 
 #include "sql.h"
 
-typedef struct lq_insert_entry {
+typedef struct lq__insert_entry {
     lq_table *table; /* a copy of the description the insert was built for */
     bool notify;     /* the insert also sends the table's wake-up */
-    lq_stmt insert;  /* interned */
-} lq_insert_entry;
+    lq__stmt insert;  /* interned */
+} lq__insert_entry;
 
-typedef struct lq_insert_cache {
-    lq_insert_entry *entries;
+typedef struct lq__insert_cache {
+    lq__insert_entry *entries;
     int count, cap;
-} lq_insert_cache;
+} lq__insert_cache;
 
 /* At most this many descriptions are kept; past them an insert is built
  * for each publish, so a process that makes up tables cannot grow a cache
  * without bound. */
-enum { LQ_INSERT_CACHE_MAX = 64 };
+enum { LQ__INSERT_CACHE_MAX = 64 };
 
 typedef struct lq_broker lq_broker;
 
@@ -28,7 +28,7 @@ typedef struct lq_broker lq_broker;
  * found in the broker's cache. `*owned`: the caller frees out->sql (a
  * full cache); otherwise the text belongs to the broker, which outlives
  * the publish. */
-LQ_HIDDEN int lq__insert_for(lq_stmt *out, bool *owned, lq_broker *b, const lq_table *t, bool notify);
-LQ_HIDDEN void lq__insert_cache_free(lq_insert_cache *c);
+LQ__HIDDEN int lq__insert_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_table *t, bool notify);
+LQ__HIDDEN void lq__insert_cache_free(lq__insert_cache *c);
 
 #endif

@@ -6,10 +6,10 @@
 #include "internal.h"
 
 /* Takes `key` in `space` if no one in this process holds it. */
-LQ_HIDDEN int lq__keys_try_lock(bool *taken, const char *space, const char *key);
+LQ__HIDDEN int lq__keys_try_lock(bool *taken, const char *space, const char *key);
 /* Gives `key` back; false when it was not held. */
-LQ_HIDDEN bool lq__keys_unlock(const char *space, const char *key);
+LQ__HIDDEN bool lq__keys_unlock(const char *space, const char *key);
 /* How many keys of `space` are held. */
-LQ_HIDDEN size_t lq__keys_held(const char *space);
+LQ__HIDDEN size_t lq__keys_held(const char *space);
 
 #endif

@@ -1,11 +1,11 @@
 #include "lease_book.h"
 
-void lq__book_init(lq_lease_book *book) {
+void lq__book_init(lq__lease_book *book) {
     book->head.prev = book->head.next = &book->head;
     book->count = 0;
 }
 
-void lq__book_add(lq_lease_book *book, lq_book_entry *e) {
+void lq__book_add(lq__lease_book *book, lq__book_entry *e) {
     e->prev = book->head.prev;
     e->next = &book->head;
     book->head.prev->next = e;
@@ -13,7 +13,7 @@ void lq__book_add(lq_lease_book *book, lq_book_entry *e) {
     book->count++;
 }
 
-void lq__book_remove(lq_lease_book *book, lq_book_entry *e) {
+void lq__book_remove(lq__lease_book *book, lq__book_entry *e) {
     if (!e->next) return;
     e->prev->next = e->next;
     e->next->prev = e->prev;
@@ -21,8 +21,8 @@ void lq__book_remove(lq_lease_book *book, lq_book_entry *e) {
     book->count--;
 }
 
-size_t lq__book_snapshot(const lq_lease_book *book, lq_book_entry **out, size_t max) {
+size_t lq__book_snapshot(const lq__lease_book *book, lq__book_entry **out, size_t max) {
     size_t n = 0;
-    for (lq_book_entry *e = book->head.next; e != &book->head && n < max; e = e->next) out[n++] = e;
+    for (lq__book_entry *e = book->head.next; e != &book->head && n < max; e = e->next) out[n++] = e;
     return n;
 }

@@ -7,7 +7,7 @@
 
 int lq_message_new(lq_message **out) {
     lq__error_clear();
-    LQ_CHECK_ARG(out, "out is NULL");
+    LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL; /* a failure leaves no dangling handle behind */
     *out = calloc(1, sizeof **out);
     return *out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
@@ -37,8 +37,8 @@ static int replace(char **slot, const char *value) {
 
 int lq_message_set_payload(lq_message *m, const void *data, size_t size) {
     lq__error_clear();
-    LQ_CHECK_ARG(m, "message is NULL");
-    LQ_CHECK_ARG(data || size == 0, "data is NULL");
+    LQ__CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(data || size == 0, "data is NULL");
     void *copy = lq__memdup(data, size);
     if (!copy) return lq__error(LQ_NOMEM, "out of memory");
     free(m->payload);
@@ -49,7 +49,7 @@ int lq_message_set_payload(lq_message *m, const void *data, size_t size) {
 
 int lq_message_set_id(lq_message *m, int64_t id) {
     lq__error_clear();
-    LQ_CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(m, "message is NULL");
     m->id = id;
     m->has_id = true;
     return LQ_OK;
@@ -57,19 +57,19 @@ int lq_message_set_id(lq_message *m, int64_t id) {
 
 int lq_message_set_group(lq_message *m, const char *group) {
     lq__error_clear();
-    LQ_CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(m, "message is NULL");
     return replace(&m->group, group);
 }
 
 int lq_message_set_partition_key(lq_message *m, const char *key) {
     lq__error_clear();
-    LQ_CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(m, "message is NULL");
     return replace(&m->partition_key, key);
 }
 
 int lq_message_set_priority(lq_message *m, int64_t priority) {
     lq__error_clear();
-    LQ_CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(m, "message is NULL");
     m->priority = priority;
     m->has_priority = true;
     return LQ_OK;
@@ -77,7 +77,7 @@ int lq_message_set_priority(lq_message *m, int64_t priority) {
 
 int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
     lq__error_clear();
-    LQ_CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(m, "message is NULL");
     int rc = lq__check_delay(delay_ms, __func__);
     if (rc != LQ_OK) return rc;
     m->delay_ms = delay_ms;
@@ -86,7 +86,7 @@ int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
 
 int lq_message_set_header(lq_message *m, const char *name, const char *value) {
     lq__error_clear();
-    LQ_CHECK_ARG(m && name && value, "an argument is NULL");
-    LQ_CHECK_ARG(*name, "a header needs a name");
+    LQ__CHECK_ARG(m && name && value, "an argument is NULL");
+    LQ__CHECK_ARG(*name, "a header needs a name");
     return lq__headers_set(&m->headers, name, value);
 }

@@ -14,7 +14,7 @@ struct lq_message {
     int64_t priority;
     bool has_priority;
     int64_t delay_ms;
-    lq_headers headers;
+    lq__headers headers;
 };
 
 #endif

@@ -14,18 +14,18 @@
 #define RECONNECT_WAIT_MS 1000
 #define LISTEN_SLICE_MS 200
 
-typedef struct lq_listener {
+typedef struct lq__listener {
     lq_broker *broker;
     pthread_t thread;
     pthread_mutex_t mu;
     bool stopping;
     char **channels;
     size_t count, listened; /* channels[listened..count) await their LISTEN */
-} lq_listener;
+} lq__listener;
 
 static bool listens(const lq_broker *b) { return b->listener != NULL; }
 
-int lq__notify_publish(lq_broker *b, lq_conn *conn, const lq_table *t, lq_message *const *messages,
+int lq__notify_publish(lq_broker *b, lq__conn *conn, const lq_table *t, lq_message *const *messages,
                        size_t count) {
     if (!listens(b)) return LQ_OK;
     char channel[256];
@@ -48,7 +48,7 @@ static void on_note(void *ctx, const char *channel, const char *payload) {
 }
 
 /* LISTENs on the channels added since the last call; false on failure. */
-static bool listen_new(lq_listener *l, lq_conn *conn) {
+static bool listen_new(lq__listener *l, lq__conn *conn) {
     for (;;) {
         pthread_mutex_lock(&l->mu);
         char *channel = l->listened < l->count ? lq__strdup(l->channels[l->listened]) : NULL;
@@ -66,14 +66,14 @@ static bool listen_new(lq_listener *l, lq_conn *conn) {
     }
 }
 
-static bool stopping(lq_listener *l) {
+static bool stopping(lq__listener *l) {
     pthread_mutex_lock(&l->mu);
     bool stop = l->stopping;
     pthread_mutex_unlock(&l->mu);
     return stop;
 }
 
-static void sleep_unless_stopping(lq_listener *l, int64_t ms) {
+static void sleep_unless_stopping(lq__listener *l, int64_t ms) {
     for (int64_t end = lq__mono_ms() + ms; !stopping(l) && lq__mono_ms() < end;) {
         struct timespec slice = {0, 50 * 1000000L};
         nanosleep(&slice, NULL);
@@ -81,9 +81,9 @@ static void sleep_unless_stopping(lq_listener *l, int64_t ms) {
 }
 
 static void *listener_main(void *arg) {
-    lq_listener *l = arg;
+    lq__listener *l = arg;
     lq_broker *b = l->broker;
-    lq_conn *conn = NULL;
+    lq__conn *conn = NULL;
     while (!stopping(l)) {
         if (!conn) {
             if (b->dialect->connect(&conn, &b->target, b->options) != LQ_OK) {
@@ -109,7 +109,7 @@ static void *listener_main(void *arg) {
 }
 
 int lq__listener_start(lq_broker *b) {
-    lq_listener *l = calloc(1, sizeof *l);
+    lq__listener *l = calloc(1, sizeof *l);
     if (!l) return lq__error(LQ_NOMEM, "out of memory");
     l->broker = b;
     pthread_mutex_init(&l->mu, NULL);
@@ -123,7 +123,7 @@ int lq__listener_start(lq_broker *b) {
 }
 
 void lq__listener_stop(lq_broker *b) {
-    lq_listener *l = b->listener;
+    lq__listener *l = b->listener;
     if (!l) return;
     pthread_mutex_lock(&l->mu);
     l->stopping = true;
@@ -137,7 +137,7 @@ void lq__listener_stop(lq_broker *b) {
 }
 
 int lq__listener_add(lq_broker *b, const lq_table *t) {
-    lq_listener *l = b->listener;
+    lq__listener *l = b->listener;
     if (!l) return LQ_OK;
     char channel[256];
     lq__table_label(t, channel, sizeof channel);

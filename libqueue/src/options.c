@@ -49,7 +49,7 @@ static int spec_index(int option) {
 
 int lq_options_new(lq_options **out) {
     lq__error_clear();
-    LQ_CHECK_ARG(out, "out is NULL");
+    LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL; /* a failure leaves no dangling handle behind */
     *out = calloc(1, sizeof **out);
     return *out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
@@ -63,7 +63,7 @@ void lq_options_free(lq_options *options) {
 
 int lq_options_set_int(lq_options *options, int option, int64_t value) {
     lq__error_clear();
-    LQ_CHECK_ARG(options, "options is NULL");
+    LQ__CHECK_ARG(options, "options is NULL");
     int i = spec_index(option);
     if (i < 0) return lq__error(LQ_MISUSE, "unknown option %d", option);
     const option_spec *s = &specs[i];
@@ -78,7 +78,7 @@ int lq_options_set_int(lq_options *options, int option, int64_t value) {
 
 int lq_options_set_str(lq_options *options, int option, const char *value) {
     lq__error_clear();
-    LQ_CHECK_ARG(options, "options is NULL");
+    LQ__CHECK_ARG(options, "options is NULL");
     int i = spec_index(option);
     if (i < 0) return lq__error(LQ_MISUSE, "unknown option %d", option);
     if (specs[i].type != LQ_OPTION_STRING)
@@ -93,7 +93,7 @@ int lq_options_set_str(lq_options *options, int option, const char *value) {
 
 int lq_option_find(int *option_out, int *type_out, const char *name) {
     lq__error_clear();
-    LQ_CHECK_ARG(name, "name is NULL");
+    LQ__CHECK_ARG(name, "name is NULL");
     for (size_t i = 0; i < SPEC_COUNT; i++) {
         if (strcmp(specs[i].name, name) == 0) {
             if (option_out) *option_out = specs[i].id;

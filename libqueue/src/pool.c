@@ -6,12 +6,12 @@
 #include <errno.h>
 #include <stdlib.h>
 
-int lq__pool_init(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
+int lq__pool_init(lq__pool *pool, const lq__dialect *d, const lq__broker_target *target,
                   const lq_options *options) {
     return lq__pool_init_sized(pool, d, target, options, (int)lq__opt_int(options, LQ_OPT_POOL_SIZE));
 }
 
-int lq__pool_init_sized(lq_pool *pool, const lq_dialect *d, const lq_broker_target *target,
+int lq__pool_init_sized(lq__pool *pool, const lq__dialect *d, const lq__broker_target *target,
                         const lq_options *options, int size) {
     pthread_condattr_t attr;
     pool->dialect = d;
@@ -31,18 +31,18 @@ int lq__pool_init_sized(lq_pool *pool, const lq_dialect *d, const lq_broker_targ
     return LQ_OK;
 }
 
-void lq__pool_destroy(lq_pool *pool) {
+void lq__pool_destroy(lq__pool *pool) {
     for (int i = 0; i < pool->idle_count; i++) pool->dialect->disconnect(pool->idle[i]);
     free(pool->idle);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->freed);
 }
 
-int lq__pool_acquire(lq_conn **out, lq_pool *pool) {
+int lq__pool_acquire(lq__conn **out, lq__pool *pool) {
     return lq__pool_acquire_within(out, pool, pool->acquire_timeout_ms);
 }
 
-int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms) {
+int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms) {
     struct timespec deadline = lq__deadline_in(timeout_ms);
     pthread_mutex_lock(&pool->mu);
     for (;;) {
@@ -78,7 +78,7 @@ int lq__pool_acquire_within(lq_conn **out, lq_pool *pool, int64_t timeout_ms) {
     }
 }
 
-void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken) {
+void lq__pool_release(lq__pool *pool, lq__conn *conn, bool broken) {
     if (!conn) return;
     if (!broken && pool->dialect->reusable) broken = !pool->dialect->reusable(conn);
     if (broken) pool->dialect->disconnect(conn);
@@ -90,4 +90,4 @@ void lq__pool_release(lq_pool *pool, lq_conn *conn, bool broken) {
     pthread_mutex_unlock(&pool->mu);
 }
 
-int lq__pool_spare(lq_pool *pool) { return pool->size - atomic_load(&pool->lent); }
+int lq__pool_spare(lq__pool *pool) { return pool->size - atomic_load(&pool->lent); }

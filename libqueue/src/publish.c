@@ -32,20 +32,20 @@ static int check_message(const lq_table *t, const lq_message *m, size_t index) {
  * MariaDB's max_allowed_packet). */
 enum { CHUNK_ROWS = 1000, CHUNK_BYTES = 4 << 20 };
 
-/* The values of one message's row, in args[LQ_P_COUNT]; the headers' JSON
+/* The values of one message's row, in args[LQ__P_COUNT]; the headers' JSON
  * goes to `json`, which the caller frees after the statement ran. */
-static int row_args(lq_value *args, lq_strbuf *json, const lq_message *m, int64_t now) {
-    args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = m->id};
-    args[LQ_P_PAYLOAD] = (lq_value){.type = LQ_V_BLOB, .p = m->payload, .n = m->payload_size};
-    if (m->group) args[LQ_P_MSG_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = m->group, .n = strlen(m->group)};
+static int row_args(lq__value *args, lq__strbuf *json, const lq_message *m, int64_t now) {
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = m->id};
+    args[LQ__P_PAYLOAD] = (lq__value){.type = LQ__V_BLOB, .p = m->payload, .n = m->payload_size};
+    if (m->group) args[LQ__P_MSG_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = m->group, .n = strlen(m->group)};
     if (m->partition_key)
-        args[LQ_P_PKEY] = (lq_value){.type = LQ_V_TEXT, .p = m->partition_key, .n = strlen(m->partition_key)};
-    args[LQ_P_PRIORITY] = (lq_value){.type = LQ_V_INT, .i = m->priority};
-    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = lq__time_after(now, m->delay_ms)};
+        args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = m->partition_key, .n = strlen(m->partition_key)};
+    args[LQ__P_PRIORITY] = (lq__value){.type = LQ__V_INT, .i = m->priority};
+    args[LQ__P_RETRY_AFTER] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, m->delay_ms)};
     if (m->headers.count) {
         lq__headers_to_json(json, &m->headers);
         if (json->failed) return lq__error(LQ_NOMEM, "out of memory");
-        args[LQ_P_HEADERS] = (lq_value){.type = LQ_V_TEXT, .p = json->data, .n = json->len};
+        args[LQ__P_HEADERS] = (lq__value){.type = LQ__V_TEXT, .p = json->data, .n = json->len};
     }
     return LQ_OK;
 }
@@ -56,7 +56,7 @@ typedef struct id_list {
     size_t count, cap;
 } id_list;
 
-static int read_id(void *ctx, const lq_value *cols, int count) {
+static int read_id(void *ctx, const lq__value *cols, int count) {
     id_list *list = ctx;
     if (count < 1 || list->count == list->cap)
         return lq__error(LQ_BACKEND, "an insert returned more rows than it wrote");
@@ -65,13 +65,13 @@ static int read_id(void *ctx, const lq_value *cols, int count) {
 }
 
 /* One row; `channel`, where the insert notifies, is the channel it names. */
-static int insert_one(int64_t *id, lq_broker *b, lq_conn *conn, const lq_stmt *insert,
+static int insert_one(int64_t *id, lq_broker *b, lq__conn *conn, const lq__stmt *insert,
                       const lq_message *m, int64_t now, const char *channel) {
-    lq_value args[LQ_P_COUNT] = {0};
-    lq_strbuf json = {0};
+    lq__value args[LQ__P_COUNT] = {0};
+    lq__strbuf json = {0};
     id_list list = {.ids = id, .cap = 1};
     int rc = row_args(args, &json, m, now);
-    if (channel) args[LQ_P_CHANNEL] = (lq_value){.type = LQ_V_TEXT, .p = channel, .n = strlen(channel)};
+    if (channel) args[LQ__P_CHANNEL] = (lq__value){.type = LQ__V_TEXT, .p = channel, .n = strlen(channel)};
     if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read_id, &list);
     lq__sb_free(&json);
     return rc;
@@ -83,14 +83,14 @@ static int cmp_id(const void *a, const void *b) {
 }
 
 /* Inserts messages[0..n) with one multi-row statement of n rows. */
-static int insert_rows(int64_t *ids_out, lq_broker *b, lq_conn *conn, const lq_table *t,
-                       const lq_stmt *insert, lq_message *const *messages, size_t n, int64_t now) {
-    lq_value *args = calloc(n * LQ_P_COUNT, sizeof *args);
-    lq_strbuf *json = calloc(n, sizeof *json);
+static int insert_rows(int64_t *ids_out, lq_broker *b, lq__conn *conn, const lq_table *t,
+                       const lq__stmt *insert, lq_message *const *messages, size_t n, int64_t now) {
+    lq__value *args = calloc(n * LQ__P_COUNT, sizeof *args);
+    lq__strbuf *json = calloc(n, sizeof *json);
     id_list list = {.ids = ids_out, .cap = ids_out ? n : 0};
     int rc = args && json ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     for (size_t i = 0; rc == LQ_OK && i < n; i++)
-        rc = row_args(&args[i * LQ_P_COUNT], &json[i], messages[i], now);
+        rc = row_args(&args[i * LQ__P_COUNT], &json[i], messages[i], now);
     bool read = t->id_generated && ids_out;
     if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read ? read_id : NULL, &list);
     if (rc == LQ_OK && read && list.count != n)
@@ -137,10 +137,10 @@ static size_t chunk_of(lq_message *const *messages, size_t count, size_t most) {
  * generates cannot be read back from a multi-row insert (MySQL without
  * INSERT .. RETURNING), or where the table has no column to write (each
  * row is DEFAULT VALUES), the rows go one by one. */
-static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq_conn *conn,
+static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq__conn *conn,
                       const lq_table *t, lq_message *const *messages, size_t count) {
-    const lq_dialect *d = b->dialect;
-    lq_stmt insert = {0}, full = {0};
+    const lq__dialect *d = b->dialect;
+    lq__stmt insert = {0}, full = {0};
     /* A single message's insert sends the wake-up itself where it can: one
      * round trip and one commit, and no row written without its wake-up. */
     char channel[256];
@@ -169,7 +169,7 @@ static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq_conn *c
             if (ids) *ids = id;
             continue;
         }
-        lq_stmt part = {0};
+        lq__stmt part = {0};
         if (n < most) {
             rc = lq__sql_build_insert_rows(&part, d, t, (int)n);
             part.id = 0;
@@ -183,10 +183,10 @@ static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq_conn *c
 }
 
 static int check_call(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {
-    LQ_CHECK_ARG(b && t, "the broker or table is NULL");
-    LQ_CHECK_ARG(messages || count == 0, "messages is NULL");
+    LQ__CHECK_ARG(b && t, "the broker or table is NULL");
+    LQ__CHECK_ARG(messages || count == 0, "messages is NULL");
     for (size_t i = 0; i < count; i++) {
-        LQ_CHECK_ARG(messages[i], "a message is NULL");
+        LQ__CHECK_ARG(messages[i], "a message is NULL");
         int rc = check_message(t, messages[i], i);
         if (rc != LQ_OK) return rc;
     }
@@ -212,7 +212,7 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
     lq__error_clear();
     int rc = check_call(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
-    lq_conn *conn;
+    lq__conn *conn;
     if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
     bool in_tx = count > 1;
     if (in_tx) rc = b->dialect->begin(conn, LQ_ISOLATION_DEFAULT);
@@ -234,10 +234,10 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
 int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_table *t,
                   lq_message *const *messages, size_t count) {
     lq__error_clear();
-    LQ_CHECK_ARG(connection, "the connection is NULL");
+    LQ__CHECK_ARG(connection, "the connection is NULL");
     int rc = check_call(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
-    lq_conn *conn;
+    lq__conn *conn;
     if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;
     bool notified = false;
     rc = insert_all(ids_out, &notified, b, conn, t, messages, count);

@@ -19,7 +19,7 @@ static bool is_secret_param(const char *name, size_t n) {
 }
 
 /* Copies `query` ("a=1&password=x"), each secret value as "***". */
-static void add_query(lq_strbuf *sb, const char *query) {
+static void add_query(lq__strbuf *sb, const char *query) {
     while (*query) {
         size_t len = strcspn(query, "&");
         const char *eq = memchr(query, '=', len);
@@ -35,7 +35,7 @@ static void add_query(lq_strbuf *sb, const char *query) {
 }
 
 char *lq__redact_url(const char *url) {
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     const char *rest = url;
     const char *slashes = strstr(url, "://");
     if (slashes) {
@@ -66,7 +66,7 @@ char *lq__redact_url(const char *url) {
 
 int lq_redact_url(char **url_out, const char *url) {
     lq__error_clear();
-    LQ_CHECK_ARG(url_out && url, "an argument is NULL");
+    LQ__CHECK_ARG(url_out && url, "an argument is NULL");
     *url_out = lq__redact_url(url);
     return *url_out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
 }
@@ -74,7 +74,7 @@ int lq_redact_url(char **url_out, const char *url) {
 /* `text` with every `secret` in it as "***", cut to `size` bytes. */
 static void scrub(char *text, size_t size, const char *secret) {
     size_t n = strlen(secret);
-    char out[LQ_ERRMSG_SIZE];
+    char out[LQ__ERRMSG_SIZE];
     size_t at = 0;
     for (const char *p = text; *p && at + 1 < sizeof out;) {
         if (strncmp(p, secret, n) == 0) {
@@ -90,7 +90,7 @@ static void scrub(char *text, size_t size, const char *secret) {
 
 void lq__error_redact(const char *secret) {
     if (!secret || !*secret) return;
-    lq_error_copy e;
+    lq__error_copy e;
     lq__error_save(&e);
     scrub(e.message, sizeof e.message, secret);
     lq__error_restore(&e);

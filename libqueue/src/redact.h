@@ -8,9 +8,9 @@
 /* A copy of `url` with the user info's password and the values of secret
  * query parameters (password, sslpassword, tls_passphrase) as "***"; NULL
  * when out of memory. The caller frees it. */
-LQ_HIDDEN char *lq__redact_url(const char *url);
+LQ__HIDDEN char *lq__redact_url(const char *url);
 /* Replaces `secret` (a connection's password) in the thread's last error
  * message by "***": client libraries may quote what they were given. */
-LQ_HIDDEN void lq__error_redact(const char *secret);
+LQ__HIDDEN void lq__error_redact(const char *secret);
 
 #endif

@@ -18,37 +18,37 @@
 
 struct lq_broker {
     atomic_int refs; /* the caller's, and one per open subscription */
-    const lq_dialect *dialect;
-    lq_broker_target target;
+    const lq__dialect *dialect;
+    lq__broker_target target;
     lq_options *options;
-    lq_pool pool;
+    lq__pool pool;
     pthread_mutex_t mu;
     bool closed;
     lq_subscription *subscriptions; /* open ones, for wake-ups */
-    lq_stmt *statements;            /* interned, so prepared copies are reused */
+    lq__stmt *statements;            /* interned, so prepared copies are reused */
     size_t statement_count;
-    lq_insert_cache inserts;        /* publishes' one-row inserts, per table */
-    struct lq_listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
+    lq__insert_cache inserts;        /* publishes' one-row inserts, per table */
+    struct lq__listener *listener;   /* LISTEN/NOTIFY wake-ups, when switched on */
     int thread_connections;         /* the on_threads pools of its subscriptions */
     pthread_mutex_t room_mu;        /* guards room and room_wanted */
-    lq_room room;                   /* the pool's room its subscriptions share (flow.h) */
+    lq__room room;                   /* the pool's room its subscriptions share (flow.h) */
     bool room_wanted;               /* a subscription was refused for want of room */
 };
 
 /* A row lock batch: the rows of one claim share its transaction, which
  * commits when the last of them settles, or rolls back, returning every row,
  * when a settlement fails. */
-typedef struct lq_shared_tx {
+typedef struct lq__shared_tx {
     pthread_mutex_t mu;
-    lq_conn *conn;
+    lq__conn *conn;
     int open;         /* deliveries not yet settled */
     bool rolled_back;
-} lq_shared_tx;
+} lq__shared_tx;
 
-typedef enum lq_outcome { LQ_ACK, LQ_RETRY, LQ_RETRY_AFTER, LQ_DEAD_LETTER, LQ_RELEASE } lq_outcome;
+typedef enum lq__outcome { LQ__ACK, LQ__RETRY, LQ__RETRY_AFTER, LQ__DEAD_LETTER, LQ__RELEASE } lq__outcome;
 
 struct lq_delivery {
-    lq_book_entry entry; /* first: the lease book links deliveries through it */
+    lq__book_entry entry; /* first: the lease book links deliveries through it */
     lq_subscription *sub;
     atomic_int refs;
     pthread_mutex_t mu; /* a settlement and an extension of this row take turns */
@@ -58,13 +58,13 @@ struct lq_delivery {
     size_t payload_room; /* what the allocation holds after the delivery, NUL included */
     int attempt;
     char *group, *partition_key;
-    lq_headers headers;
+    lq__headers headers;
     int64_t token; /* the lease expiry the row holds (lease form) */
     char *key;     /* the advisory key held (advisory form) */
-    lq_conn *conn; /* a connection the delivery holds, if its form holds one */
+    lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
     bool reserved; /* transactional mode: counted as held from its claim, before it has conn */
-    lq_shared_tx *shared; /* a row lock batch's transaction, instead of conn */
+    lq__shared_tx *shared; /* a row lock batch's transaction, instead of conn */
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
     bool settled;
@@ -78,21 +78,21 @@ struct lq_delivery {
     lq_delivery *queue_next; /* waiting for a worker */
 };
 
-typedef enum lq_mode { LQ_MODE_NONE, LQ_MODE_PUSH, LQ_MODE_PULL } lq_mode;
+typedef enum lq__mode { LQ__MODE_NONE, LQ__MODE_PUSH, LQ__MODE_PULL } lq__mode;
 
 struct lq_subscription {
     atomic_int refs; /* the caller's, and one per live delivery */
     lq_broker *broker;
     lq_table *table;
-    lq_sqlset sql;
-    int row_at[LQ_COL_COUNT]; /* where each LQ_COL_* is in its statements' rows (lq__row_layout) */
+    lq__sqlset sql;
+    int row_at[LQ__COL_COUNT]; /* where each LQ_COL_* is in its statements' rows (lq__row_layout) */
     int form;
     char *group;
     int workers;
     int64_t poll_ms, lease_ms;
     int max_attempts;
     bool transactional;
-    lq_flow flow; /* claims in flight and their sizes (flow.h) */
+    lq__flow flow; /* claims in flight and their sizes (flow.h) */
     int held;     /* pool connections its deliveries hold */
     int claim_extra;   /* room a claim in flight took beyond its connection, for its rows */
     int room_counted;  /* what it holds, as counted in the broker's room */
@@ -102,9 +102,9 @@ struct lq_subscription {
     int lanes;    /* workers_by_key: lanes by partition key, or 0 */
     int on_threads;          /* handler threads with pools of their own, or 0 */
     bool coalesce;           /* settlements of concurrent deliveries commit together */
-    lq_coalescer coalescer;
+    lq__coalescer coalescer;
     bool acks_behind;        /* coalesce not 0: acks may go behind the handlers */
-    lq_acker acker;          /* push mode, lease form: acks behind the handlers */
+    lq__acker acker;          /* push mode, lease form: acks behind the handlers */
     int thread_connections;  /* each such pool's size */
     int *lane_busy; /* per lane: deliveries in work */
 
@@ -113,7 +113,7 @@ struct lq_subscription {
     pthread_cond_t ready_cv; /* workers and next(): a delivery is waiting, stop */
     bool workers_claim;      /* push workers make their own claims: no claim threads */
     pthread_cond_t keeper_cv;
-    lq_mode mode;
+    lq__mode mode;
     bool started, stopping, stopped, closing, woken;
     lq_delivery *queue_head, *queue_tail;
     int waiting; /* claimed, not yet handed out */
@@ -127,8 +127,8 @@ struct lq_subscription {
      * reports it instead (an outage is not an empty queue), and
      * lq_subscription_health tells it. */
     int64_t failing_since;
-    lq_error_copy last_failure;
-    lq_lease_book book;    /* lease form: the deliveries whose leases the keeper extends */
+    lq__error_copy last_failure;
+    lq__lease_book book;    /* lease form: the deliveries whose leases the keeper extends */
 
     pthread_t *claimers, keeper;
     int claimer_count;
@@ -152,47 +152,47 @@ struct lq_subscription {
 };
 
 /* Broker internals. */
-LQ_HIDDEN void lq__broker_ref(lq_broker *b);
-LQ_HIDDEN void lq__broker_unref(lq_broker *b);
+LQ__HIDDEN void lq__broker_ref(lq_broker *b);
+LQ__HIDDEN void lq__broker_unref(lq_broker *b);
 /* Gives a freshly built statement the id of an identical one built before. */
-LQ_HIDDEN int lq__broker_intern(lq_broker *b, lq_stmt *stmt);
-LQ_HIDDEN int lq__broker_intern_set(lq_broker *b, lq_sqlset *set);
-LQ_HIDDEN int lq__broker_attach(lq_broker *b, lq_subscription *s);
-LQ_HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
+LQ__HIDDEN int lq__broker_intern(lq_broker *b, lq__stmt *stmt);
+LQ__HIDDEN int lq__broker_intern_set(lq_broker *b, lq__sqlset *set);
+LQ__HIDDEN int lq__broker_attach(lq_broker *b, lq_subscription *s);
+LQ__HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
 /* Wakes the subscriptions of a table (and group) after a publish. */
-LQ_HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
-LQ_HIDDEN void lq__subscription_wake(lq_subscription *s);
+LQ__HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
+LQ__HIDDEN void lq__subscription_wake(lq_subscription *s);
 /* Room came free in the pool: the claimers of the broker's subscriptions
  * (but `except`) that wait for room look again. Holds no subscription's mu. */
-LQ_HIDDEN void lq__broker_wake_room(lq_broker *b, const lq_subscription *except);
+LQ__HIDDEN void lq__broker_wake_room(lq_broker *b, const lq_subscription *except);
 
 /* LISTEN/NOTIFY (notify.c). The channel of a table is its qualified name. */
-LQ_HIDDEN int lq__listener_start(lq_broker *b);
-LQ_HIDDEN void lq__listener_stop(lq_broker *b);
+LQ__HIDDEN int lq__listener_start(lq_broker *b);
+LQ__HIDDEN void lq__listener_stop(lq_broker *b);
 /* Asks the listener to listen on a subscription's channel. */
-LQ_HIDDEN int lq__listener_add(lq_broker *b, const lq_table *t);
+LQ__HIDDEN int lq__listener_add(lq_broker *b, const lq_table *t);
 /* After a publish: notifies each group's channel when the broker listens. */
-LQ_HIDDEN int lq__notify_publish(lq_broker *b, lq_conn *conn, const lq_table *t,
+LQ__HIDDEN int lq__notify_publish(lq_broker *b, lq__conn *conn, const lq_table *t,
                                  lq_message *const *messages, size_t count);
-LQ_HIDDEN void lq__broker_wake_all(lq_broker *b);
+LQ__HIDDEN void lq__broker_wake_all(lq_broker *b);
 /* Wakes the subscriptions whose table label is `channel` (and group). */
-LQ_HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *group);
+LQ__HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *group);
 
 /* The pool of the handler thread running now, when it runs a handler of `s`
  * under on_threads; else NULL. */
-LQ_HIDDEN lq_pool *lq__thread_pool(const lq_subscription *s);
+LQ__HIDDEN lq__pool *lq__thread_pool(const lq_subscription *s);
 
 /* Deliveries. */
 /* Makes a delivery from a row of a claim statement (lq__row_layout). */
-LQ_HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq_value *cols,
+LQ__HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value *cols,
                                     int count);
-LQ_HIDDEN void lq__delivery_unref(lq_delivery *d);
+LQ__HIDDEN void lq__delivery_unref(lq_delivery *d);
 /* Lets go of deliveries of one subscription, as many at once as it can. */
-LQ_HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
+LQ__HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
 /* Frees the blocks a subscription kept of deliveries let go. */
-LQ_HIDDEN void lq__delivery_spares_free(lq_subscription *s);
-/* Runs an outcome's statements; `delay_ms` is for LQ_RETRY_AFTER. */
-LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
+LQ__HIDDEN void lq__delivery_spares_free(lq_subscription *s);
+/* Runs an outcome's statements; `delay_ms` is for LQ__RETRY_AFTER. */
+LQ__HIDDEN int lq__settle(lq_delivery *d, lq__outcome outcome, int64_t delay_ms);
 /* Acks deliveries of one subscription together (a batch handler's return,
  * the acker, lq_deliveries_ack): one statement over their rows where they
  * settle on pool connections or in one batch's transaction, the others one
@@ -201,48 +201,48 @@ LQ_HIDDEN int lq__settle(lq_delivery *d, lq_outcome outcome, int64_t delay_ms);
  * pool connections waits for other settlements to commit with it (the
  * coalescer), else commits at once. Every delivery is settled on return,
  * even out of memory. */
-LQ_HIDDEN int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gather);
-LQ_HIDDEN void lq__subscription_unref(lq_subscription *s);
+LQ__HIDDEN int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gather);
+LQ__HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Gives back a connection a delivery (or a batch) held. */
-LQ_HIDDEN void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken);
+LQ__HIDDEN void lq__subscription_release_held(lq_subscription *s, lq__conn *conn, bool broken);
 /* Whether a row lock settlement on this thread may commit AND CHAIN: it is
  * s's push worker's, after the handler, and the worker claims next. */
-LQ_HIDDEN bool lq__subscription_chains(const lq_subscription *s);
+LQ__HIDDEN bool lq__subscription_chains(const lq_subscription *s);
 /* The settlement chained: the connection, in its new transaction, waits for
  * this worker's next claim (or is let go) rather than going back now. */
-LQ_HIDDEN void lq__subscription_keep_chained(lq_subscription *s, lq_conn *conn);
+LQ__HIDDEN void lq__subscription_keep_chained(lq_subscription *s, lq__conn *conn);
 /* The connection this thread chained for s's claim, in its transaction
  * (NULL: none); the claim owns it now. */
-LQ_HIDDEN lq_conn *lq__subscription_take_chained(lq_subscription *s);
+LQ__HIDDEN lq__conn *lq__subscription_take_chained(lq_subscription *s);
 /* A delivery took a connection to hold (a transactional delivery's, unless
  * it was reserved at its claim). */
-LQ_HIDDEN void lq__subscription_hold(lq_subscription *s);
+LQ__HIDDEN void lq__subscription_hold(lq_subscription *s);
 /* Handed-out deliveries' settlements began: where they hold no connection,
  * the claims of their workers' next rows may go beside them. */
-LQ_HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
+LQ__HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
 /* Handed-out deliveries settled: their workers, lanes and keys are free
  * again. Counted at once, so a set's settlement wakes a claimer once. */
-LQ_HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n);
+LQ__HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n);
 
 /* The forms: each claims up to `limit` rows, taking the connections it needs
  * from the pool, and appends the deliveries to `out` in claim order. */
-typedef struct lq_claimed {
+typedef struct lq__claimed {
     lq_delivery *head, *tail;
     int count;
-} lq_claimed;
-LQ_HIDDEN int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit);
-LQ_HIDDEN int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit);
-LQ_HIDDEN int lq__lease_extend(lq_subscription *s);
-LQ_HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
-LQ_HIDDEN int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit);
+} lq__claimed;
+LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
+LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
+LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
+LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
+LQ__HIDDEN int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit);
 /* Transactional mode: opens the handler's transaction on the delivery's
  * connection (taking one from the pool where the form holds none). */
-LQ_HIDDEN int lq__delivery_begin(lq_delivery *d);
-LQ_HIDDEN void lq__advisory_release(lq_delivery *d);
-LQ_HIDDEN void lq__claimed_add(lq_claimed *c, lq_delivery *d);
+LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
+LQ__HIDDEN void lq__advisory_release(lq_delivery *d);
+LQ__HIDDEN void lq__claimed_add(lq__claimed *c, lq_delivery *d);
 /* FIFO: takes the subscription's group for the transaction open on `conn`
  * (*taken false when another claim holds it); true at once without a guard. */
-LQ_HIDDEN int lq__fifo_guard(bool *taken, lq_subscription *s, lq_conn *conn);
-LQ_HIDDEN void lq__claimed_free(lq_claimed *c);
+LQ__HIDDEN int lq__fifo_guard(bool *taken, lq_subscription *s, lq__conn *conn);
+LQ__HIDDEN void lq__claimed_free(lq__claimed *c);
 
 #endif

@@ -12,7 +12,7 @@
 
 /* A column added once: a template column may also have a role. */
 typedef struct column_list {
-    const char *names[LQ_ROLE_COUNT + 16];
+    const char *names[LQ__ROLE_COUNT + 16];
     int count;
 } column_list;
 
@@ -23,7 +23,7 @@ static bool listed(column_list *l, const char *name) {
     return false;
 }
 
-static void add_column(lq_sql *b, column_list *l, const char *column, const char *type,
+static void add_column(lq__sql *b, column_list *l, const char *column, const char *type,
                        const char *suffix) {
     if (!column || listed(l, column)) return;
     lq__sql_add(b, ",\n  ");
@@ -35,7 +35,7 @@ static void add_column(lq_sql *b, column_list *l, const char *column, const char
 
 /* The claim order, (group, priority, retry_after, id), for the columns the
  * table has: claims read it instead of sorting the table. */
-static void add_index_columns(lq_sql *b) {
+static void add_index_columns(lq__sql *b) {
     const int order[] = {LQ_ROLE_GROUP, LQ_ROLE_PRIORITY, LQ_ROLE_RETRY_AFTER};
     lq__sql_add(b, "(");
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
@@ -47,8 +47,8 @@ static void add_index_columns(lq_sql *b) {
     lq__sql_add(b, ")");
 }
 
-static void add_index_name(lq_sql *b) {
-    lq_strbuf name = {0};
+static void add_index_name(lq__sql *b) {
+    lq__strbuf name = {0};
     lq__sb_addf(&name, "%s_claim_order", b->table->name);
     char *text = lq__sb_take(&name);
     if (text) lq__sql_ident(b, text);
@@ -56,11 +56,11 @@ static void add_index_name(lq_sql *b) {
     free(text);
 }
 
-static int build_create_table(lq_stmt *out, const lq_dialect *d, const lq_table *t) {
-    const lq_ddl_types *ty = d->ddl;
+static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    const lq__ddl_types *ty = d->ddl;
     char *const *c = t->columns;
     column_list added = {0};
-    lq_sql b;
+    lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "CREATE TABLE IF NOT EXISTS ");
     lq__sql_table(&b);
@@ -90,8 +90,8 @@ static int build_create_table(lq_stmt *out, const lq_dialect *d, const lq_table 
     return lq__sql_finish(&b);
 }
 
-static int build_create_index(lq_stmt *out, const lq_dialect *d, const lq_table *t) {
-    lq_sql b;
+static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "CREATE INDEX IF NOT EXISTS ");
     add_index_name(&b);
@@ -110,7 +110,7 @@ static int build_create_index(lq_stmt *out, const lq_dialect *d, const lq_table 
 /* The statements creating one table: CREATE TABLE, and CREATE INDEX where
  * the index is not part of it. */
 typedef struct table_ddl {
-    lq_stmt stmts[2];
+    lq__stmt stmts[2];
     int count;
 } table_ddl;
 
@@ -119,7 +119,7 @@ static void ddl_free(table_ddl *ddl) {
     ddl->count = 0;
 }
 
-static int ddl_build(table_ddl *ddl, const lq_dialect *d, const lq_table *t) {
+static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t) {
     ddl->count = 0;
     int rc = build_create_table(&ddl->stmts[0], d, t);
     if (rc == LQ_OK) ddl->count = 1;
@@ -163,15 +163,15 @@ static int dead_letter_table(lq_table **out, const lq_table *t) {
 
 int lq_table_create_sql(char **sql_out, const lq_table *t, const char *dialect) {
     lq__error_clear();
-    LQ_CHECK_ARG(sql_out && t && dialect, "an argument is NULL");
-    const lq_dialect *d = lq__dialect_named(dialect);
+    LQ__CHECK_ARG(sql_out && t && dialect, "an argument is NULL");
+    const lq__dialect *d = lq__dialect_named(dialect);
     if (!d)
         return lq__error(LQ_DIALECT, "unknown dialect \"%s\": sqlite, postgresql or mysql",
                          dialect);
     lq_table *dead;
     int rc = dead_letter_table(&dead, t);
     const lq_table *tables[] = {t, dead};
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     for (size_t i = 0; rc == LQ_OK && i < 2 && tables[i]; i++) {
         table_ddl ddl;
         rc = ddl_build(&ddl, d, tables[i]);
@@ -198,7 +198,7 @@ typedef struct found_column {
 } found_column;
 
 typedef struct found_table {
-    const lq_dialect *dialect;
+    const lq__dialect *dialect;
     found_column *columns;
     int count, cap;
 } found_table;
@@ -213,8 +213,8 @@ static void found_free(found_table *f) {
     f->count = f->cap = 0;
 }
 
-static char *value_text(const lq_value *v) {
-    if (v->type != LQ_V_TEXT && v->type != LQ_V_BLOB) return lq__strdup("");
+static char *value_text(const lq__value *v) {
+    if (v->type != LQ__V_TEXT && v->type != LQ__V_BLOB) return lq__strdup("");
     char *s = malloc(v->n + 1);
     if (s) {
         if (v->n) memcpy(s, v->p, v->n);
@@ -223,7 +223,7 @@ static char *value_text(const lq_value *v) {
     return s;
 }
 
-static int on_column(void *ctx, const lq_value *v, int count) {
+static int on_column(void *ctx, const lq__value *v, int count) {
     found_table *f = ctx;
     if (count < 2) return lq__error(LQ_ERROR, "the catalog returned %d columns, not 2", count);
     int rc = lq__room_for_one((void **)&f->columns, &f->cap, f->count, sizeof *f->columns, 16);
@@ -242,31 +242,31 @@ static int on_column(void *ctx, const lq_value *v, int count) {
 }
 
 /* Runs a catalog query once, with the table's schema and name bound. */
-static int run_query(lq_conn *conn, const lq_dialect *d, const lq_table *t,
-                     void (*build)(lq_sql *b), const char *name, lq_row_fn on_row, void *ctx) {
-    lq_stmt stmt;
-    lq_sql b;
+static int run_query(lq__conn *conn, const lq__dialect *d, const lq_table *t,
+                     void (*build)(lq__sql *b), const char *name, lq__row_fn on_row, void *ctx) {
+    lq__stmt stmt;
+    lq__sql b;
     lq__sql_start(&b, &stmt, d, t);
     build(&b);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
     stmt.id = 0; /* runs once: the connection keeps no prepared copy */
-    lq_value args[LQ_P_COUNT] = {0};
-    if (t->schema) args[LQ_P_SCHEMA] = (lq_value){.type = LQ_V_TEXT, .p = t->schema, .n = strlen(t->schema)};
-    args[LQ_P_NAME] = (lq_value){.type = LQ_V_TEXT, .p = name, .n = strlen(name)};
+    lq__value args[LQ__P_COUNT] = {0};
+    if (t->schema) args[LQ__P_SCHEMA] = (lq__value){.type = LQ__V_TEXT, .p = t->schema, .n = strlen(t->schema)};
+    args[LQ__P_NAME] = (lq__value){.type = LQ__V_TEXT, .p = name, .n = strlen(name)};
     rc = d->exec(NULL, conn, &stmt, args, on_row, ctx);
     free(stmt.sql);
     return rc;
 }
 
-static int on_any_row(void *ctx, const lq_value *v, int count) {
+static int on_any_row(void *ctx, const lq__value *v, int count) {
     (void)v;
     (void)count;
     *(bool *)ctx = true;
     return LQ_OK;
 }
 
-static int read_table(found_table *f, lq_conn *conn, const lq_dialect *d, const lq_table *t) {
+static int read_table(found_table *f, lq__conn *conn, const lq__dialect *d, const lq_table *t) {
     *f = (found_table){.dialect = d};
     if (t->schema) {
         bool exists = false;
@@ -310,7 +310,7 @@ static const found_column *find_column(const found_table *f, const char *name) {
 }
 
 /* Adds what is wrong with one column, if anything, to the list in `sb`. */
-static void check_column(lq_strbuf *sb, const found_table *f, const char *column,
+static void check_column(lq__strbuf *sb, const found_table *f, const char *column,
                          const char *label, unsigned kinds, const char *what) {
     const found_column *c = find_column(f, column);
     if (c && (!kinds || (c->kinds & kinds))) return;
@@ -324,7 +324,7 @@ static void check_column(lq_strbuf *sb, const found_table *f, const char *column
 static int verify(const found_table *f, const lq_table *t) {
     char label[512];
     lq__table_label(t, label, sizeof label);
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     check_column(&sb, f, t->id, "id", LQ__KIND_INTEGER, "an integer");
     for (size_t i = 0; i < sizeof role_needs / sizeof role_needs[0]; i++) {
         const struct role_need *n = &role_needs[i];
@@ -342,7 +342,7 @@ static int verify(const found_table *f, const lq_table *t) {
 /* ---- creating ----------------------------------------------------------- */
 
 /* Creates the table if it is missing, then checks it. */
-static int ensure(lq_conn *conn, const lq_dialect *d, const lq_table *t, int flags) {
+static int ensure(lq__conn *conn, const lq__dialect *d, const lq_table *t, int flags) {
     found_table f;
     int rc = read_table(&f, conn, d, t);
     if (rc == LQ_OK && f.count == 0) {
@@ -368,7 +368,7 @@ static int ensure(lq_conn *conn, const lq_dialect *d, const lq_table *t, int fla
     return rc;
 }
 
-static int take_turn(lq_conn *conn, const lq_dialect *d, const lq_table *t) {
+static int take_turn(lq__conn *conn, const lq__dialect *d, const lq_table *t) {
     if (!d->ddl_lock_query) return LQ_OK;
     char key[600];
     char label[512];
@@ -378,18 +378,18 @@ static int take_turn(lq_conn *conn, const lq_dialect *d, const lq_table *t) {
 
 int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
     lq__error_clear();
-    LQ_CHECK_ARG(b && t, "an argument is NULL");
-    LQ_CHECK_ARG((flags & ~LQ_CREATE_VERIFY_ONLY) == 0, "unknown flags");
+    LQ__CHECK_ARG(b && t, "an argument is NULL");
+    LQ__CHECK_ARG((flags & ~LQ_CREATE_VERIFY_ONLY) == 0, "unknown flags");
     char label[512];
     lq__table_label(t, label, sizeof label);
     pthread_mutex_lock(&b->mu);
     bool closed = b->closed;
     pthread_mutex_unlock(&b->mu);
     if (closed) return lq__error(LQ_CLOSED, "create table %s: the broker is closed", label);
-    const lq_dialect *d = b->dialect;
+    const lq__dialect *d = b->dialect;
     lq_table *dead;
     int rc = dead_letter_table(&dead, t);
-    lq_conn *conn = NULL;
+    lq__conn *conn = NULL;
     if (rc == LQ_OK) rc = lq__pool_acquire(&conn, &b->pool);
     bool begun = false;
     if (rc == LQ_OK) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
@@ -399,7 +399,7 @@ int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
     if (rc == LQ_OK && dead) rc = ensure(conn, d, dead, flags);
     if (rc == LQ_OK) rc = d->commit(conn);
     else if (begun) {
-        lq_error_copy failure;
+        lq__error_copy failure;
         lq__error_save(&failure);
         d->rollback(conn); /* a connection it leaves in a transaction is closed */
         lq__error_restore(&failure);

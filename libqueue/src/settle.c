@@ -7,33 +7,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *outcome_name(lq_outcome o) {
+static const char *outcome_name(lq__outcome o) {
     switch (o) {
-    case LQ_ACK: return "ack";
-    case LQ_RETRY: return "retry";
-    case LQ_RETRY_AFTER: return "retry_after";
-    case LQ_DEAD_LETTER: return "dead letter";
+    case LQ__ACK: return "ack";
+    case LQ__RETRY: return "retry";
+    case LQ__RETRY_AFTER: return "retry_after";
+    case LQ__DEAD_LETTER: return "dead letter";
     default: return "release";
     }
 }
 
 /* Dead letter into a table: copy the row, clear the copy's lease, delete the
  * row, all inside the caller's transaction. */
-static int dead_letter_to_table(int64_t *changes, lq_subscription *s, lq_conn *c,
-                                const lq_value *args) {
-    const lq_dialect *d = s->broker->dialect;
+static int dead_letter_to_table(int64_t *changes, lq_subscription *s, lq__conn *c,
+                                const lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
     int rc = d->exec(NULL, c, &s->sql.dead_copy, args, NULL, NULL);
     if (rc == LQ_OK && s->sql.dead_clear.sql) rc = d->exec(NULL, c, &s->sql.dead_clear, args, NULL, NULL);
     if (rc == LQ_OK) rc = d->exec(changes, c, &s->sql.dead_delete, args, NULL, NULL);
     return rc;
 }
 
-static const lq_stmt *outcome_statement(const lq_subscription *s, lq_outcome outcome) {
+static const lq__stmt *outcome_statement(const lq_subscription *s, lq__outcome outcome) {
     switch (outcome) {
-    case LQ_ACK: return &s->sql.ack;
-    case LQ_RETRY: return &s->sql.retry;
-    case LQ_RELEASE: return &s->sql.release;
-    case LQ_RETRY_AFTER: return &s->sql.retry_after;
+    case LQ__ACK: return &s->sql.ack;
+    case LQ__RETRY: return &s->sql.retry;
+    case LQ__RELEASE: return &s->sql.release;
+    case LQ__RETRY_AFTER: return &s->sql.retry_after;
     default: return s->sql.dead_group.sql ? &s->sql.dead_group : NULL; /* NULL: to a table */
     }
 }
@@ -41,10 +41,10 @@ static const lq_stmt *outcome_statement(const lq_subscription *s, lq_outcome out
 /* Transactional mode: an ack commits the handler's statements with the
  * settlement; any other outcome rolls them back first (to the claim's
  * savepoint in the row lock form, where the claim's transaction goes on). */
-static int end_handler_tx(lq_delivery *dv, lq_outcome outcome) {
+static int end_handler_tx(lq_delivery *dv, lq__outcome outcome) {
     lq_subscription *s = dv->sub;
-    const lq_dialect *d = s->broker->dialect;
-    if (!dv->tx || outcome == LQ_ACK) return LQ_OK;
+    const lq__dialect *d = s->broker->dialect;
+    if (!dv->tx || outcome == LQ__ACK) return LQ_OK;
     dv->tx = false;
     if (s->form == LQ_FORM_ROW_LOCK) return d->execute(NULL, dv->conn, "ROLLBACK TO SAVEPOINT lq_claim", NULL, 0);
     return d->rollback(dv->conn);
@@ -55,11 +55,11 @@ static int end_handler_tx(lq_delivery *dv, lq_outcome outcome) {
  * whose statement must change one row each); the last settlement commits it.
  * A failing statement rolls the whole batch back, and every row returns, the
  * settled ones too. */
-static int settle_shared(lq_delivery *const *dvs, size_t count, const lq_stmt *stmt,
-                         const lq_value *args) {
+static int settle_shared(lq_delivery *const *dvs, size_t count, const lq__stmt *stmt,
+                         const lq__value *args) {
     lq_subscription *s = dvs[0]->sub;
-    const lq_dialect *d = s->broker->dialect;
-    lq_shared_tx *tx = dvs[0]->shared;
+    const lq__dialect *d = s->broker->dialect;
+    lq__shared_tx *tx = dvs[0]->shared;
     int rc = LQ_OK;
     pthread_mutex_lock(&tx->mu);
     if (tx->rolled_back) {
@@ -84,7 +84,7 @@ static int settle_shared(lq_delivery *const *dvs, size_t count, const lq_stmt *s
         int end = d->commit(tx->conn);
         if (rc == LQ_OK) rc = end;
     }
-    lq_conn *conn = NULL;
+    lq__conn *conn = NULL;
     if (last || tx->rolled_back) { /* the transaction is over */
         conn = tx->conn;
         tx->conn = NULL;
@@ -100,28 +100,28 @@ static int settle_shared(lq_delivery *const *dvs, size_t count, const lq_stmt *s
 }
 
 /* The values every settlement statement of a delivery binds. */
-static void settle_args(lq_value *args, const lq_delivery *dv, int64_t delay_ms) {
+static void settle_args(lq__value *args, const lq_delivery *dv, int64_t delay_ms) {
     const char *dest = dv->sub->table->dead_letter;
     int64_t now = lq__now_ms();
-    memset(args, 0, LQ_P_COUNT * sizeof *args);
-    args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = dv->id};
-    args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = dv->token};
-    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
-    args[LQ_P_RETRY_AFTER] = (lq_value){.type = LQ_V_TIME, .i = lq__time_after(now, delay_ms)};
-    if (dest) args[LQ_P_DEST] = (lq_value){.type = LQ_V_TEXT, .p = dest, .n = strlen(dest)};
+    memset(args, 0, LQ__P_COUNT * sizeof *args);
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = dv->id};
+    args[LQ__P_HELD] = (lq__value){.type = LQ__V_TIME, .i = dv->token};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_RETRY_AFTER] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, delay_ms)};
+    if (dest) args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = dest, .n = strlen(dest)};
 }
 
-static int lease_lost(const lq_delivery *dv, lq_outcome outcome) {
+static int lease_lost(const lq_delivery *dv, lq__outcome outcome) {
     return lq__error(LQ_LEASE_LOST,
                      "row %lld: its lease ran out and another claim holds it; the %s changed "
                      "nothing",
                      (long long)dv->id, outcome_name(outcome));
 }
 
-static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
+static int run_outcome(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     lq_subscription *s = dv->sub;
-    const lq_dialect *d = s->broker->dialect;
-    const lq_stmt *stmt = outcome_statement(s, outcome);
+    const lq__dialect *d = s->broker->dialect;
+    const lq__stmt *stmt = outcome_statement(s, outcome);
     /* A transaction is open on the delivery's connection: the claim's (row
      * lock form) or the handler's (transactional mode). */
     int rc = end_handler_tx(dv, outcome);
@@ -130,7 +130,7 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     if (s->form == LQ_FORM_ROW_LOCK && !dv->conn && !dv->shared) return LQ_OK; /* nothing held */
     if (!in_tx && stmt && !stmt->sql) return LQ_OK; /* this form settles by letting go */
 
-    lq_value args[LQ_P_COUNT];
+    lq__value args[LQ__P_COUNT];
     settle_args(args, dv, delay_ms);
 
     if (dv->shared) return settle_shared(&dv, 1, stmt, args);
@@ -141,7 +141,7 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
         if (rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE) rc = lease_lost(dv, outcome);
         return rc;
     }
-    lq_conn *conn = dv->conn;
+    lq__conn *conn = dv->conn;
     if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
     bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */
     if (own_tx) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
@@ -173,7 +173,7 @@ static int run_outcome(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
     return rc;
 }
 
-int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
+int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     lq_subscription *s = dv->sub;
     pthread_mutex_lock(&dv->mu);
     if (dv->settled || dv->in_set) {
@@ -181,15 +181,15 @@ int lq__settle(lq_delivery *dv, lq_outcome outcome, int64_t delay_ms) {
         return lq__error(LQ_MISUSE, "row %lld is already %s", (long long)dv->id,
                          dv->settled ? "settled" : "being acked");
     }
-    bool fails = outcome == LQ_RETRY || outcome == LQ_RETRY_AFTER;
-    if (fails && s->max_attempts > 0 && dv->attempt >= s->max_attempts) outcome = LQ_DEAD_LETTER;
-    if (outcome == LQ_RETRY_AFTER && !s->sql.retry_after.sql) {
+    bool fails = outcome == LQ__RETRY || outcome == LQ__RETRY_AFTER;
+    if (fails && s->max_attempts > 0 && dv->attempt >= s->max_attempts) outcome = LQ__DEAD_LETTER;
+    if (outcome == LQ__RETRY_AFTER && !s->sql.retry_after.sql) {
         lq__log(LQ_LOG_WARNING,
                 "row %lld: retry after %lld ms needs a retry_after column; retrying now",
                 (long long)dv->id, (long long)delay_ms);
-        outcome = LQ_RETRY;
+        outcome = LQ__RETRY;
     }
-    if (outcome == LQ_DEAD_LETTER && !s->table->dead_letter) {
+    if (outcome == LQ__DEAD_LETTER && !s->table->dead_letter) {
         pthread_mutex_unlock(&dv->mu);
         return lq__error(LQ_MISUSE, "row %lld: the table has no dead-letter destination",
                          (long long)dv->id);
@@ -237,7 +237,7 @@ static void finish_settled(lq_delivery **dvs, size_t n) {
  * rcs[i]; logged unless `quiet`). */
 static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool quiet) {
     lq_subscription *s = dvs[0]->sub;
-    lq_pending *items = calloc(n, sizeof *items);
+    lq__pending *items = calloc(n, sizeof *items);
     if (!items) { /* each is then acked on its own */
         leave_set(dvs, n, false);
         return lq__error(LQ_NOMEM, "out of memory");
@@ -252,7 +252,7 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
     for (size_t i = 0; i < n; i++) {
         int rc = lq__pending_error(&items[i]);
         if (rc == LQ_OK && items[i].changes == 0 && s->form == LQ_FORM_LEASE)
-            rc = lease_lost(dvs[i], LQ_ACK);
+            rc = lease_lost(dvs[i], LQ__ACK);
         if (rc != LQ_OK && !quiet) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (first == LQ_OK) first = rc;
         rcs[i] = rc;
@@ -265,7 +265,7 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
 /* Acks of one shared transaction, as one statement over their rows. */
 static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     /* A row lock batch's rows: no tokens. */
     for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, s->broker->dialect, false, dvs[i]->id, 0);
     char *json = lq__held_set_take(&sb, s->broker->dialect);
@@ -273,9 +273,9 @@ static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
         leave_set(dvs, n, false);
         return lq__error(LQ_NOMEM, "out of memory");
     }
-    lq_value args[LQ_P_COUNT];
+    lq__value args[LQ__P_COUNT];
     settle_args(args, dvs[0], 0);
-    args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
+    args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = json, .n = strlen(json)};
     int rc = settle_shared(dvs, n, &s->sql.ack_set, args);
     free(json);
     for (size_t i = 0; i < n; i++) rcs[i] = rc;
@@ -314,7 +314,7 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
     for (size_t j = 0; statuses && j < k; j++) statuses[at[j]] = rcs[j];
     for (size_t i = 0; i < n; i++) {
         if (dvs[i]->settled) continue; /* in the set, or by its handler */
-        int rc = lq__settle(dvs[i], LQ_ACK, 0);
+        int rc = lq__settle(dvs[i], LQ__ACK, 0);
         if (rc != LQ_OK && !statuses) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (rc != LQ_OK && first == LQ_OK) first = rc;
         if (statuses) statuses[i] = rc;

@@ -10,7 +10,7 @@
 
 static atomic_int next_stmt_id = 1;
 
-void lq__sql_start(lq_sql *b, lq_stmt *stmt, const lq_dialect *d, const lq_table *t) {
+void lq__sql_start(lq__sql *b, lq__stmt *stmt, const lq__dialect *d, const lq_table *t) {
     memset(&b->sb, 0, sizeof b->sb);
     memset(stmt, 0, sizeof *stmt);
     b->stmt = stmt;
@@ -18,10 +18,10 @@ void lq__sql_start(lq_sql *b, lq_stmt *stmt, const lq_dialect *d, const lq_table
     b->table = t;
 }
 
-int lq__sql_finish(lq_sql *b) {
-    if (b->stmt->nparams > LQ_MAX_PARAMS) {
+int lq__sql_finish(lq__sql *b) {
+    if (b->stmt->nparams > LQ__MAX_PARAMS) {
         lq__sb_free(&b->sb);
-        return lq__error(LQ_MISUSE, "a statement has more than %d parameters", LQ_MAX_PARAMS);
+        return lq__error(LQ_MISUSE, "a statement has more than %d parameters", LQ__MAX_PARAMS);
     }
     b->stmt->sql = lq__sb_take(&b->sb);
     if (!b->stmt->sql) return lq__error(LQ_NOMEM, "out of memory");
@@ -29,11 +29,11 @@ int lq__sql_finish(lq_sql *b) {
     return LQ_OK;
 }
 
-void lq__sql_add(lq_sql *b, const char *text) { lq__sb_add(&b->sb, text); }
+void lq__sql_add(lq__sql *b, const char *text) { lq__sb_add(&b->sb, text); }
 
-void lq__sql_ident(lq_sql *b, const char *name) { lq__sb_add_quoted(&b->sb, name, b->dialect->quote); }
+void lq__sql_ident(lq__sql *b, const char *name) { lq__sb_add_quoted(&b->sb, name, b->dialect->quote); }
 
-void lq__sql_qualified(lq_sql *b, const char *schema, const char *name) {
+void lq__sql_qualified(lq__sql *b, const char *schema, const char *name) {
     if (schema) {
         lq__sql_ident(b, schema);
         lq__sql_add(b, ".");
@@ -41,23 +41,23 @@ void lq__sql_qualified(lq_sql *b, const char *schema, const char *name) {
     lq__sql_ident(b, name);
 }
 
-void lq__sql_table(lq_sql *b) { lq__sql_qualified(b, b->table->schema, b->table->name); }
+void lq__sql_table(lq__sql *b) { lq__sql_qualified(b, b->table->schema, b->table->name); }
 
-void lq__sql_col(lq_sql *b, int role) { lq__sql_ident(b, b->table->columns[role]); }
+void lq__sql_col(lq__sql *b, int role) { lq__sql_ident(b, b->table->columns[role]); }
 
-void lq__sql_id(lq_sql *b) { lq__sql_ident(b, b->table->id); }
+void lq__sql_id(lq__sql *b) { lq__sql_ident(b, b->table->id); }
 
-void lq__sql_param(lq_sql *b, lq_param p) {
-    lq_stmt *s = b->stmt;
-    if (s->nparams < LQ_MAX_PARAMS) s->params[s->nparams] = (unsigned char)p;
+void lq__sql_param(lq__sql *b, lq__param p) {
+    lq__stmt *s = b->stmt;
+    if (s->nparams < LQ__MAX_PARAMS) s->params[s->nparams] = (unsigned char)p;
     s->nparams++;
     b->dialect->placeholder(&b->sb, s->nparams);
 }
 
-void lq__sql_literal(lq_sql *b, const char *text) { lq__sb_add_quoted(&b->sb, text, '\''); }
+void lq__sql_literal(lq__sql *b, const char *text) { lq__sb_add_quoted(&b->sb, text, '\''); }
 
 /* "<and><column><op><param>", and what joins the next condition. */
-static void compare(lq_sql *b, const char **and, int role, const char *op, lq_param p) {
+static void compare(lq__sql *b, const char **and, int role, const char *op, lq__param p) {
     lq__sql_add(b, *and);
     lq__sql_col(b, role);
     lq__sql_add(b, op);
@@ -65,11 +65,11 @@ static void compare(lq_sql *b, const char **and, int role, const char *op, lq_pa
     *and = " AND ";
 }
 
-void lq__sql_claim_where(lq_sql *b, bool lease_free) {
+void lq__sql_claim_where(lq__sql *b, bool lease_free) {
     const lq_table *t = b->table;
     const char *and = "";
-    if (lq__has(t, LQ_ROLE_GROUP)) compare(b, &and, LQ_ROLE_GROUP, " = ", LQ_P_GROUP);
-    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) compare(b, &and, LQ_ROLE_RETRY_AFTER, " <= ", LQ_P_NOW);
+    if (lq__has(t, LQ_ROLE_GROUP)) compare(b, &and, LQ_ROLE_GROUP, " = ", LQ__P_GROUP);
+    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) compare(b, &and, LQ_ROLE_RETRY_AFTER, " <= ", LQ__P_NOW);
     if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(b, and);
         lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
@@ -83,14 +83,14 @@ void lq__sql_claim_where(lq_sql *b, bool lease_free) {
         lq__sql_add(b, " IS NULL OR ");
         lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
         lq__sql_add(b, " <= ");
-        lq__sql_param(b, LQ_P_LEASE_NOW);
+        lq__sql_param(b, LQ__P_LEASE_NOW);
         lq__sql_add(b, ")");
         and = " AND ";
     }
     if (!*and) lq__sql_add(b, "1 = 1");
 }
 
-void lq__sql_fifo_head(lq_sql *b, bool lease) {
+void lq__sql_fifo_head(lq__sql *b, bool lease) {
     lq__sql_add(b, " AND ");
     lq__sql_id(b);
     lq__sql_add(b, " = (SELECT ");
@@ -100,7 +100,7 @@ void lq__sql_fifo_head(lq_sql *b, bool lease) {
     lq__sql_add(b, " WHERE ");
     lq__sql_col(b, LQ_ROLE_GROUP);
     lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_GROUP);
+    lq__sql_param(b, LQ__P_GROUP);
     if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(b, " AND ");
         lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
@@ -120,17 +120,17 @@ void lq__sql_fifo_head(lq_sql *b, bool lease) {
     lq__sql_add(b, ".");
     lq__sql_col(b, LQ_ROLE_GROUP);
     lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_GROUP);
+    lq__sql_param(b, LQ__P_GROUP);
     lq__sql_add(b, " AND ");
     lq__sql_ident(b, "lq_work");
     lq__sql_add(b, ".");
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(b, " > ");
-    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_param(b, LQ__P_LEASE_NOW);
     lq__sql_add(b, ")");
 }
 
-void lq__sql_claim_order(lq_sql *b) {
+void lq__sql_claim_order(lq__sql *b) {
     if (lq__has(b->table, LQ_ROLE_PRIORITY)) {
         lq__sql_col(b, LQ_ROLE_PRIORITY);
         lq__sql_add(b, ", ");
@@ -142,14 +142,14 @@ void lq__sql_claim_order(lq_sql *b) {
     lq__sql_id(b);
 }
 
-void lq__sql_claim_limit(lq_sql *b) {
+void lq__sql_claim_limit(lq__sql *b) {
     lq__sql_add(b, " ORDER BY ");
     lq__sql_claim_order(b);
     lq__sql_add(b, " LIMIT ");
-    lq__sql_param(b, LQ_P_LIMIT);
+    lq__sql_param(b, LQ__P_LIMIT);
 }
 
-void lq__sql_locking_read(lq_sql *b, bool lease) {
+void lq__sql_locking_read(lq__sql *b, bool lease) {
     lq__sql_add(b, "SELECT ");
     lq__sql_row_columns(b, NULL);
     lq__sql_add(b, " FROM ");
@@ -162,7 +162,7 @@ void lq__sql_locking_read(lq_sql *b, bool lease) {
 }
 
 /* "UPDATE t SET attempt = attempt + 1". */
-static void count_attempt(lq_sql *b) {
+static void count_attempt(lq__sql *b) {
     lq__sql_add(b, "UPDATE ");
     lq__sql_table(b);
     lq__sql_add(b, " SET ");
@@ -172,8 +172,8 @@ static void count_attempt(lq_sql *b) {
     lq__sql_add(b, " + 1");
 }
 
-/* " IN (SELECT lq_id[, lq_held] FROM <the rows of LQ_P_HELD_SET> AS lq_s)". */
-static void in_held_set(lq_sql *b, bool with_held) {
+/* " IN (SELECT lq_id[, lq_held] FROM <the rows of LQ__P_HELD_SET> AS lq_s)". */
+static void in_held_set(lq__sql *b, bool with_held) {
     lq__sql_add(b, " IN (SELECT ");
     lq__sql_ident(b, "lq_id");
     if (with_held) {
@@ -187,7 +187,7 @@ static void in_held_set(lq_sql *b, bool with_held) {
     lq__sql_add(b, ")");
 }
 
-void lq__sql_take(lq_sql *b, bool counts, bool set) {
+void lq__sql_take(lq__sql *b, bool counts, bool set) {
     if (counts) {
         count_attempt(b);
         lq__sql_add(b, " WHERE ");
@@ -203,38 +203,38 @@ void lq__sql_take(lq_sql *b, bool counts, bool set) {
         in_held_set(b, false);
     } else {
         lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ_P_ID);
+        lq__sql_param(b, LQ__P_ID);
     }
     lq__sql_add(b, " AND ");
     lq__sql_claim_where(b, false);
 }
 
 /* The role of each LQ_COL_* column (the id column has none). */
-static const int row_roles[LQ_COL_COUNT] = {
-    [LQ_COL_ID] = 0,
-    [LQ_COL_PAYLOAD] = LQ_ROLE_PAYLOAD,   [LQ_COL_ATTEMPT] = LQ_ROLE_ATTEMPT,
-    [LQ_COL_GROUP] = LQ_ROLE_GROUP,       [LQ_COL_PKEY] = LQ_ROLE_PARTITION_KEY,
-    [LQ_COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ_COL_PRIORITY] = LQ_ROLE_PRIORITY,
-    [LQ_COL_DUE] = LQ_ROLE_RETRY_AFTER,
+static const int row_roles[LQ__COL_COUNT] = {
+    [LQ__COL_ID] = 0,
+    [LQ__COL_PAYLOAD] = LQ_ROLE_PAYLOAD,   [LQ__COL_ATTEMPT] = LQ_ROLE_ATTEMPT,
+    [LQ__COL_GROUP] = LQ_ROLE_GROUP,       [LQ__COL_PKEY] = LQ_ROLE_PARTITION_KEY,
+    [LQ__COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ__COL_PRIORITY] = LQ_ROLE_PRIORITY,
+    [LQ__COL_DUE] = LQ_ROLE_RETRY_AFTER,
 };
 
-void lq__row_layout(const lq_table *t, int at[LQ_COL_COUNT]) {
+void lq__row_layout(const lq_table *t, int at[LQ__COL_COUNT]) {
     int next = 0;
-    for (int i = 0; i < LQ_COL_COUNT; i++)
-        at[i] = i == LQ_COL_ID || lq__has(t, row_roles[i]) ? next++ : -1;
+    for (int i = 0; i < LQ__COL_COUNT; i++)
+        at[i] = i == LQ__COL_ID || lq__has(t, row_roles[i]) ? next++ : -1;
 }
 
-void lq__sql_row_columns(lq_sql *b, const char *attempt_expr) {
-    int at[LQ_COL_COUNT];
+void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
+    int at[LQ__COL_COUNT];
     lq__row_layout(b->table, at);
-    for (int i = 0; i < LQ_COL_COUNT; i++) {
+    for (int i = 0; i < LQ__COL_COUNT; i++) {
         if (at[i] < 0) continue; /* a column the table lacks is left out, not a NULL */
         const char *cast = b->dialect->row_casts[i];
         if (i) lq__sql_add(b, ", ");
         if (cast) lq__sql_add(b, "(");
-        if (i == LQ_COL_ID) lq__sql_id(b);
+        if (i == LQ__COL_ID) lq__sql_id(b);
         else lq__sql_col(b, row_roles[i]);
-        if (i == LQ_COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
+        if (i == LQ__COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
         if (cast) {
             lq__sql_add(b, ")");
             lq__sql_add(b, cast);
@@ -245,22 +245,22 @@ void lq__sql_row_columns(lq_sql *b, const char *attempt_expr) {
 }
 
 /* "WHERE id = ?" and, in the lease form, the token. */
-static void where_held(lq_sql *b) {
+static void where_held(lq__sql *b) {
     lq__sql_add(b, " WHERE ");
     lq__sql_id(b);
     lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_ID);
+    lq__sql_param(b, LQ__P_ID);
     if (lq_table_form(b->table) == LQ_FORM_LEASE) {
         lq__sql_add(b, " AND ");
         lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
         lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ_P_HELD);
+        lq__sql_param(b, LQ__P_HELD);
     }
 }
 
 /* The SET list's tail every update of a settled row shares: the lease is
  * cleared, and in the row lock form a retry counts its attempt. */
-static void settle_tail(lq_sql *b, bool counts) {
+static void settle_tail(lq__sql *b, bool counts) {
     int form = lq_table_form(b->table);
     if (form == LQ_FORM_LEASE) {
         lq__sql_add(b, ", ");
@@ -278,14 +278,14 @@ static void settle_tail(lq_sql *b, bool counts) {
 
 /* What an ack does to its rows, up to the WHERE: delete them, or mark them
  * processed (and clear their leases). */
-static void ack_head(lq_sql *b) {
+static void ack_head(lq__sql *b) {
     if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(b, "UPDATE ");
         lq__sql_table(b);
         lq__sql_add(b, " SET ");
         lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
         lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ_P_NOW);
+        lq__sql_param(b, LQ__P_NOW);
         settle_tail(b, false);
     } else {
         lq__sql_add(b, "DELETE FROM ");
@@ -293,15 +293,15 @@ static void ack_head(lq_sql *b) {
     }
 }
 
-static int build_ack(lq_sql *b) {
+static int build_ack(lq__sql *b) {
     ack_head(b);
     where_held(b);
     return lq__sql_finish(b);
 }
 
 /* "<set> AS lq_s JOIN <table> AS lq_t ON lq_t.id = lq_s.lq_id": the rows of
- * LQ_P_HELD_SET, where the dialect's row source joins. */
-static void join_held_set(lq_sql *b, bool tokens) {
+ * LQ__P_HELD_SET, where the dialect's row source joins. */
+static void join_held_set(lq__sql *b, bool tokens) {
     b->dialect->held_set_source(b, tokens);
     lq__sql_add(b, " AS ");
     lq__sql_ident(b, "lq_s");
@@ -316,10 +316,10 @@ static void join_held_set(lq_sql *b, bool tokens) {
 }
 
 /* The ack of a set of rows: the ack's DELETE (or UPDATE of processed_at)
- * for every row of LQ_P_HELD_SET, in the lease form each with its token, or
- * with `one_token` all with the one of LQ_P_HELD (the rows of one claim),
+ * for every row of LQ__P_HELD_SET, in the lease form each with its token, or
+ * with `one_token` all with the one of LQ__P_HELD (the rows of one claim),
  * which spares the database reading a token per row. */
-static int build_ack_set(lq_sql *b, bool one_token) {
+static int build_ack_set(lq__sql *b, bool one_token) {
     bool lease = lq_table_form(b->table) == LQ_FORM_LEASE;
     bool tokens = lease && !one_token;
     bool marks = lq__has(b->table, LQ_ROLE_PROCESSED_AT);
@@ -335,13 +335,13 @@ static int build_ack_set(lq_sql *b, bool one_token) {
             lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
             lq__sql_add(b, " = ");
             if (tokens) lq__sql_qualified(b, "lq_s", "lq_held");
-            else lq__sql_param(b, LQ_P_HELD);
+            else lq__sql_param(b, LQ__P_HELD);
         }
         if (marks) {
             lq__sql_add(b, " SET ");
             lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_PROCESSED_AT]);
             lq__sql_add(b, " = ");
-            lq__sql_param(b, LQ_P_NOW);
+            lq__sql_param(b, LQ__P_NOW);
             if (lease) {
                 lq__sql_add(b, ", ");
                 lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
@@ -363,13 +363,13 @@ static int build_ack_set(lq_sql *b, bool one_token) {
         lq__sql_add(b, " AND ");
         lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
         lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ_P_HELD);
+        lq__sql_param(b, LQ__P_HELD);
     }
     return lq__sql_finish(b);
 }
 
-void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, bool tokens, int64_t id, int64_t token) {
-    char number[LQ_INT_TEXT_SIZE], text[LQ_TIME_TEXT_SIZE];
+void lq__held_set_add(lq__strbuf *sb, const lq__dialect *d, bool tokens, int64_t id, int64_t token) {
+    char number[LQ__INT_TEXT_SIZE], text[LQ__TIME_TEXT_SIZE];
     size_t n = lq__int_text(number, id);
     if (d->held_set_array) {
         lq__sb_addc(sb, sb->len ? ',' : '{');
@@ -393,14 +393,14 @@ void lq__held_set_add(lq_strbuf *sb, const lq_dialect *d, bool tokens, int64_t i
     lq__sb_addn(sb, "\"]", 2);
 }
 
-char *lq__held_set_take(lq_strbuf *sb, const lq_dialect *d) {
+char *lq__held_set_take(lq__strbuf *sb, const lq__dialect *d) {
     if (!sb->len) lq__sb_addc(sb, d->held_set_array ? '{' : '[');
     lq__sb_addc(sb, d->held_set_array ? '}' : ']');
     return lq__sb_take(sb);
 }
 
 /* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>. */
-static int build_update(lq_sql *b, int role, lq_param value, bool settles, bool counts) {
+static int build_update(lq__sql *b, int role, lq__param value, bool settles, bool counts) {
     lq__sql_add(b, "UPDATE ");
     lq__sql_table(b);
     lq__sql_add(b, " SET ");
@@ -413,7 +413,7 @@ static int build_update(lq_sql *b, int role, lq_param value, bool settles, bool 
     return lq__sql_finish(b);
 }
 
-static int build_retry(lq_sql *b) {
+static int build_retry(lq__sql *b) {
     int form = lq_table_form(b->table);
     if (form == LQ_FORM_LEASE) return build_update(b, LQ_ROLE_LOCKED_UNTIL, 0, false, false);
     if (form == LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
@@ -429,7 +429,7 @@ static int build_retry(lq_sql *b) {
  * delivery freed unsettled) spends no attempt: the lease and advisory forms
  * counted one at the claim, so the release takes it back. In the row lock
  * form the rollback undoes everything. */
-static int build_release(lq_sql *b) {
+static int build_release(lq__sql *b) {
     int form = lq_table_form(b->table);
     bool counted = form != LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT);
     if (form != LQ_FORM_LEASE && !counted) {
@@ -482,11 +482,11 @@ int lq__split_destination(char **schema, char **name, const char *dest) {
 
 /* Dead letter into a table of the same columns: copy the row as it is, clear
  * its lease in the copy, delete it here; the three run in one transaction. */
-static int build_dead_table(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
+static int build_dead_table(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     char *schema, *name;
     int rc = lq__split_destination(&schema, &name, t->dead_letter);
     if (rc != LQ_OK) return rc;
-    lq_sql b;
+    lq__sql b;
     lq__sql_start(&b, &set->dead_copy, d, t);
     lq__sql_add(&b, "INSERT INTO ");
     lq__sql_qualified(&b, schema, name);
@@ -503,7 +503,7 @@ static int build_dead_table(lq_sqlset *set, const lq_dialect *d, const lq_table 
         lq__sql_add(&b, " = NULL WHERE ");
         lq__sql_id(&b);
         lq__sql_add(&b, " = ");
-        lq__sql_param(&b, LQ_P_ID);
+        lq__sql_param(&b, LQ__P_ID);
         rc = lq__sql_finish(&b);
     }
     if (rc == LQ_OK) {
@@ -521,11 +521,11 @@ static int build_dead_table(lq_sqlset *set, const lq_dialect *d, const lq_table 
 /* The columns an insert writes, besides the id and the attempt. */
 static const struct {
     int role;
-    lq_param param;
+    lq__param param;
 } insert_fields[] = {
-    {LQ_ROLE_PAYLOAD, LQ_P_PAYLOAD},         {LQ_ROLE_GROUP, LQ_P_MSG_GROUP},
-    {LQ_ROLE_PARTITION_KEY, LQ_P_PKEY},      {LQ_ROLE_PRIORITY, LQ_P_PRIORITY},
-    {LQ_ROLE_RETRY_AFTER, LQ_P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ_P_HEADERS},
+    {LQ_ROLE_PAYLOAD, LQ__P_PAYLOAD},         {LQ_ROLE_GROUP, LQ__P_MSG_GROUP},
+    {LQ_ROLE_PARTITION_KEY, LQ__P_PKEY},      {LQ_ROLE_PRIORITY, LQ__P_PRIORITY},
+    {LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ__P_HEADERS},
 };
 #define INSERT_FIELDS (sizeof insert_fields / sizeof insert_fields[0])
 
@@ -537,7 +537,7 @@ bool lq__sql_insert_writes(const lq_table *t) {
 }
 
 /* "INSERT INTO t (columns)"; false when there is no column to write. */
-static bool insert_columns(lq_sql *b) {
+static bool insert_columns(lq__sql *b) {
     const lq_table *t = b->table;
     lq__sql_add(b, "INSERT INTO ");
     lq__sql_table(b);
@@ -565,20 +565,20 @@ static bool insert_columns(lq_sql *b) {
 
 /* One row's parameter: the first row names it, later rows repeat the first
  * row's parameters at the next positions. */
-static void insert_param(lq_sql *b, lq_param p, int row, int *position) {
+static void insert_param(lq__sql *b, lq__param p, int row, int *position) {
     ++*position;
     if (row == 0) lq__sql_param(b, p);
     else b->dialect->placeholder(&b->sb, row * b->stmt->nparams + *position);
 }
 
 /* One row's tuple of values: "(?, 1, ?, ..)". */
-static void insert_tuple(lq_sql *b, int row) {
+static void insert_tuple(lq__sql *b, int row) {
     const lq_table *t = b->table;
     const char *sep = "";
     int position = 0;
     lq__sql_add(b, "(");
     if (!t->id_generated) {
-        insert_param(b, LQ_P_ID, row, &position);
+        insert_param(b, LQ__P_ID, row, &position);
         sep = ", ";
     }
     if (lq__has(t, LQ_ROLE_ATTEMPT)) {
@@ -595,7 +595,7 @@ static void insert_tuple(lq_sql *b, int row) {
     lq__sql_add(b, ")");
 }
 
-static int build_insert(lq_sql *b) {
+static int build_insert(lq__sql *b) {
     if (insert_columns(b)) {
         lq__sql_add(b, " VALUES ");
         insert_tuple(b, 0);
@@ -616,13 +616,13 @@ static int build_insert(lq_sql *b) {
 
 /* The stamp after a locking read: lease one row and count its attempt, while
  * it is still free. */
-static int build_stamp(lq_sql *b) {
+static int build_stamp(lq__sql *b) {
     lq__sql_add(b, "UPDATE ");
     lq__sql_table(b);
     lq__sql_add(b, " SET ");
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_LEASE);
+    lq__sql_param(b, LQ__P_LEASE);
     if (lq__has(b->table, LQ_ROLE_ATTEMPT)) {
         lq__sql_add(b, ", ");
         lq__sql_col(b, LQ_ROLE_ATTEMPT);
@@ -633,20 +633,20 @@ static int build_stamp(lq_sql *b) {
     lq__sql_add(b, " WHERE ");
     lq__sql_id(b);
     lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ_P_ID);
+    lq__sql_param(b, LQ__P_ID);
     lq__sql_add(b, " AND (");
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(b, " IS NULL OR ");
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(b, " <= ");
-    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_param(b, LQ__P_LEASE_NOW);
     lq__sql_add(b, ")");
     return lq__sql_finish(b);
 }
 
 /* The stamps of a claim's rows in one statement, each row's expiry from
- * LQ_P_HELD_SET, where a row source joins (MySQL's JSON_TABLE). */
-static int build_stamp_set(lq_sql *b) {
+ * LQ__P_HELD_SET, where a row source joins (MySQL's JSON_TABLE). */
+static int build_stamp_set(lq__sql *b) {
     lq__sql_add(b, "UPDATE ");
     join_held_set(b, true);
     lq__sql_add(b, " SET ");
@@ -667,13 +667,13 @@ static int build_stamp_set(lq_sql *b) {
     lq__sql_add(b, " IS NULL OR ");
     lq__sql_qualified(b, "lq_t", until);
     lq__sql_add(b, " <= ");
-    lq__sql_param(b, LQ_P_LEASE_NOW);
+    lq__sql_param(b, LQ__P_LEASE_NOW);
     lq__sql_add(b, ")");
     return lq__sql_finish(b);
 }
 
-int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
-    lq_sql b;
+int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
     int rc;
     memset(set, 0, sizeof *set);
     lq__sql_start(&b, &set->ack, d, t);
@@ -696,12 +696,12 @@ int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     }
     if (rc == LQ_OK && lq__has(t, LQ_ROLE_RETRY_AFTER)) {
         lq__sql_start(&b, &set->retry_after, d, t);
-        rc = build_update(&b, LQ_ROLE_RETRY_AFTER, LQ_P_RETRY_AFTER, true, true);
+        rc = build_update(&b, LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER, true, true);
     }
     if (rc == LQ_OK && t->dead_letter) {
         if (lq__has(t, LQ_ROLE_GROUP)) {
             lq__sql_start(&b, &set->dead_group, d, t);
-            rc = build_update(&b, LQ_ROLE_GROUP, LQ_P_DEST, true, false);
+            rc = build_update(&b, LQ_ROLE_GROUP, LQ__P_DEST, true, false);
         } else {
             rc = build_dead_table(set, d, t);
         }
@@ -716,25 +716,25 @@ int lq__sqlset_build(lq_sqlset *set, const lq_dialect *d, const lq_table *t) {
     }
     if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
         lq__sql_start(&b, &set->extend, d, t);
-        rc = build_update(&b, LQ_ROLE_LOCKED_UNTIL, LQ_P_LEASE, false, false);
+        rc = build_update(&b, LQ_ROLE_LOCKED_UNTIL, LQ__P_LEASE, false, false);
     }
     if (rc == LQ_OK) rc = d->build_claims(set, t);
     if (rc != LQ_OK) lq__sqlset_free(set);
     return rc;
 }
 
-int lq__sqlset_build_insert(lq_stmt *insert, const lq_dialect *d, const lq_table *t) {
-    lq_sql b;
+int lq__sqlset_build_insert(lq__stmt *insert, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, insert, d, t);
     return build_insert(&b);
 }
 
-int lq__sql_build_insert_notify(lq_stmt *insert, const lq_dialect *d, const lq_table *t) {
-    lq_stmt plain;
+int lq__sql_build_insert_notify(lq__stmt *insert, const lq__dialect *d, const lq_table *t) {
+    lq__stmt plain;
     int rc = lq__sqlset_build_insert(&plain, d, t);
     if (rc != LQ_OK) return rc;
     /* The insert's text and parameters first, then the notification's. */
-    lq_sql b;
+    lq__sql b;
     lq__sql_start(&b, insert, d, t);
     lq__sql_add(&b, "WITH ");
     lq__sql_ident(&b, "lq_ins");
@@ -752,8 +752,8 @@ int lq__sql_build_insert_notify(lq_stmt *insert, const lq_dialect *d, const lq_t
     return lq__sql_finish(&b);
 }
 
-int lq__sql_build_insert_rows(lq_stmt *insert, const lq_dialect *d, const lq_table *t, int rows) {
-    lq_sql b;
+int lq__sql_build_insert_rows(lq__stmt *insert, const lq__dialect *d, const lq_table *t, int rows) {
+    lq__sql b;
     lq__sql_start(&b, insert, d, t);
     if (!insert_columns(&b)) {
         lq__sb_free(&b.sb);
@@ -775,8 +775,8 @@ int lq__sql_build_insert_rows(lq_stmt *insert, const lq_dialect *d, const lq_tab
     return rc;
 }
 
-static int build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t, bool set) {
-    lq_sql b;
+static int build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t, bool set) {
+    lq__sql b;
     lq__sql_start(&b, take, d, t);
     bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
     lq__sql_take(&b, counts, set);
@@ -787,27 +787,27 @@ static int build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_tab
     return lq__sql_finish(&b);
 }
 
-int lq__sql_build_take_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {
+int lq__sql_build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t) {
     return build_take_returning(take, d, t, false);
 }
 
-int lq__sql_build_take_set_returning(lq_stmt *take, const lq_dialect *d, const lq_table *t) {
+int lq__sql_build_take_set_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t) {
     return build_take_returning(take, d, t, true);
 }
 
-size_t lq__sqlset_each(lq_sqlset *set, lq_stmt *all[LQ_SQLSET_STATEMENTS]) {
-    lq_stmt *each[] = {&set->claim,       &set->take,       &set->take_read,    &set->take_set,
+size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
+    lq__stmt *each[] = {&set->claim,       &set->take,       &set->take_read,    &set->take_set,
                        &set->stamp,       &set->stamp_set,  &set->guard,        &set->ack,
                        &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
                        &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
                        &set->dead_delete, &set->extend};
-    _Static_assert(sizeof each / sizeof each[0] == LQ_SQLSET_STATEMENTS, "every statement, once");
+    _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
-    return LQ_SQLSET_STATEMENTS;
+    return LQ__SQLSET_STATEMENTS;
 }
 
-void lq__sqlset_free(lq_sqlset *set) {
-    lq_stmt *all[LQ_SQLSET_STATEMENTS];
+void lq__sqlset_free(lq__sqlset *set) {
+    lq__stmt *all[LQ__SQLSET_STATEMENTS];
     for (size_t i = 0, n = lq__sqlset_each(set, all); i < n; i++) {
         free(all[i]->sql);
         all[i]->sql = NULL;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool reserve(lq_strbuf *sb, size_t extra) {
+static bool reserve(lq__strbuf *sb, size_t extra) {
     if (sb->failed) return false;
     if (sb->len + extra + 1 <= sb->cap) return true;
     size_t cap = sb->cap ? sb->cap : 64;
@@ -20,18 +20,18 @@ static bool reserve(lq_strbuf *sb, size_t extra) {
     return true;
 }
 
-void lq__sb_addn(lq_strbuf *sb, const char *s, size_t n) {
+void lq__sb_addn(lq__strbuf *sb, const char *s, size_t n) {
     if (!reserve(sb, n)) return;
     memcpy(sb->data + sb->len, s, n);
     sb->len += n;
     sb->data[sb->len] = '\0';
 }
 
-void lq__sb_add(lq_strbuf *sb, const char *s) { lq__sb_addn(sb, s, strlen(s)); }
+void lq__sb_add(lq__strbuf *sb, const char *s) { lq__sb_addn(sb, s, strlen(s)); }
 
-void lq__sb_addc(lq_strbuf *sb, char c) { lq__sb_addn(sb, &c, 1); }
+void lq__sb_addc(lq__strbuf *sb, char c) { lq__sb_addn(sb, &c, 1); }
 
-void lq__sb_addf(lq_strbuf *sb, const char *fmt, ...) {
+void lq__sb_addf(lq__strbuf *sb, const char *fmt, ...) {
     va_list ap, again;
     va_start(ap, fmt);
     va_copy(again, ap);
@@ -44,7 +44,7 @@ void lq__sb_addf(lq_strbuf *sb, const char *fmt, ...) {
     va_end(again);
 }
 
-void lq__sb_add_quoted(lq_strbuf *sb, const char *s, char quote) {
+void lq__sb_add_quoted(lq__strbuf *sb, const char *s, char quote) {
     lq__sb_addc(sb, quote);
     for (; *s; s++) {
         if (*s == quote) lq__sb_addc(sb, quote);
@@ -53,7 +53,7 @@ void lq__sb_add_quoted(lq_strbuf *sb, const char *s, char quote) {
     lq__sb_addc(sb, quote);
 }
 
-char *lq__sb_take(lq_strbuf *sb) {
+char *lq__sb_take(lq__strbuf *sb) {
     char *s = sb->failed ? NULL : sb->data;
     if (!s && !sb->failed) s = lq__strdup("");
     if (sb->failed) free(sb->data);
@@ -63,14 +63,14 @@ char *lq__sb_take(lq_strbuf *sb) {
     return s;
 }
 
-void lq__sb_free(lq_strbuf *sb) {
+void lq__sb_free(lq__strbuf *sb) {
     free(sb->data);
     sb->data = NULL;
     sb->len = sb->cap = 0;
     sb->failed = false;
 }
 
-size_t lq__int_text(char out[LQ_INT_TEXT_SIZE], int64_t v) {
+size_t lq__int_text(char out[LQ__INT_TEXT_SIZE], int64_t v) {
     /* In unsigned arithmetic, so INT64_MIN negates without overflow. */
     uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
     size_t len = v < 0;

@@ -5,25 +5,25 @@
 
 #include "internal.h"
 
-typedef struct lq_strbuf {
+typedef struct lq__strbuf {
     char *data;
     size_t len, cap;
     bool failed;
-} lq_strbuf;
+} lq__strbuf;
 
-LQ_HIDDEN void lq__sb_add(lq_strbuf *sb, const char *s);
-LQ_HIDDEN void lq__sb_addn(lq_strbuf *sb, const char *s, size_t n);
-LQ_HIDDEN void lq__sb_addc(lq_strbuf *sb, char c);
-LQ_HIDDEN void lq__sb_addf(lq_strbuf *sb, const char *fmt, ...) LQ_PRINTF(2, 3);
+LQ__HIDDEN void lq__sb_add(lq__strbuf *sb, const char *s);
+LQ__HIDDEN void lq__sb_addn(lq__strbuf *sb, const char *s, size_t n);
+LQ__HIDDEN void lq__sb_addc(lq__strbuf *sb, char c);
+LQ__HIDDEN void lq__sb_addf(lq__strbuf *sb, const char *fmt, ...) LQ__PRINTF(2, 3);
 /* Appends `s` between `quote` characters, doubling any `quote` inside. */
-LQ_HIDDEN void lq__sb_add_quoted(lq_strbuf *sb, const char *s, char quote);
+LQ__HIDDEN void lq__sb_add_quoted(lq__strbuf *sb, const char *s, char quote);
 /* Writes `v` in decimal with its NUL into `out` (21 bytes hold any value)
  * and returns its length: the hot paths bind numbers as text, and this costs
  * a fraction of snprintf. */
-#define LQ_INT_TEXT_SIZE 21
-LQ_HIDDEN size_t lq__int_text(char out[LQ_INT_TEXT_SIZE], int64_t v);
+#define LQ__INT_TEXT_SIZE 21
+LQ__HIDDEN size_t lq__int_text(char out[LQ__INT_TEXT_SIZE], int64_t v);
 /* Hands the string over (NULL when an allocation failed) and resets `sb`. */
-LQ_HIDDEN char *lq__sb_take(lq_strbuf *sb);
-LQ_HIDDEN void lq__sb_free(lq_strbuf *sb);
+LQ__HIDDEN char *lq__sb_take(lq__strbuf *sb);
+LQ__HIDDEN void lq__sb_free(lq__strbuf *sb);
 
 #endif

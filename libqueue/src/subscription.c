@@ -28,9 +28,9 @@ bool lq__lock_wait_abandoned(void) {
     return waiting_for && atomic_load(&waiting_for->waits_abandoned);
 }
 /* The pool of this handler thread, under on_threads. */
-static _Thread_local lq_pool *own_pool;
+static _Thread_local lq__pool *own_pool;
 
-lq_pool *lq__thread_pool(const lq_subscription *s) {
+lq__pool *lq__thread_pool(const lq_subscription *s) {
     return running_handler_of == s ? own_pool : NULL;
 }
 
@@ -46,16 +46,16 @@ lq_pool *lq__thread_pool(const lq_subscription *s) {
 static _Thread_local struct {
     lq_subscription *settling_for; /* the worker's settlement after its handler */
     lq_subscription *of;           /* whose claim `conn` is for */
-    lq_conn *conn;
+    lq__conn *conn;
 } chained;
 
 bool lq__subscription_chains(const lq_subscription *s) {
     return chained.settling_for == s && !chained.conn;
 }
 
-lq_conn *lq__subscription_take_chained(lq_subscription *s) {
+lq__conn *lq__subscription_take_chained(lq_subscription *s) {
     if (chained.of != s) return NULL;
-    lq_conn *conn = chained.conn;
+    lq__conn *conn = chained.conn;
     chained.conn = NULL;
     chained.of = NULL;
     return conn;
@@ -149,8 +149,8 @@ static int check_declaration(lq_subscription *s) {
 
 /* What the form and table ask of the flow. */
 static void plan_flow(lq_subscription *s) {
-    const lq_dialect *d = s->broker->dialect;
-    lq_flow *f = &s->flow;
+    const lq__dialect *d = s->broker->dialect;
+    lq__flow *f = &s->flow;
     f->holds = s->form != LQ_FORM_LEASE || s->transactional;
     if (s->form == LQ_FORM_ADVISORY && !d->advisory_holds_connection && !s->transactional)
         f->holds = false; /* keys kept in the process hold no connection */
@@ -174,7 +174,7 @@ static void plan_flow(lq_subscription *s) {
 }
 
 /* Prepares a statement the subscription can do without, or drops it. */
-static void prepare_optional(lq_subscription *s, lq_conn *conn, lq_stmt *stmt, const char *what) {
+static void prepare_optional(lq_subscription *s, lq__conn *conn, lq__stmt *stmt, const char *what) {
     if (!stmt->sql || s->broker->dialect->prepare(conn, stmt) == LQ_OK) return;
     lq__log_error(LQ_LOG_DEBUG, what);
     lq__error_clear();
@@ -185,13 +185,13 @@ static void prepare_optional(lq_subscription *s, lq_conn *conn, lq_stmt *stmt, c
 /* Prepares every statement on one connection: a missing table or column
  * fails here, naming it. */
 static int prepare_all(lq_subscription *s) {
-    lq_conn *conn;
+    lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
     rc = s->broker->dialect->check_version(conn, s->table);
     const struct {
         const char *what;
-        const lq_stmt *stmt;
+        const lq__stmt *stmt;
     } all[] = {
         {"claim", &s->sql.claim},          {"take", &s->sql.take},
         {"take", &s->sql.take_read},       {"lease stamp", &s->sql.stamp},
@@ -222,7 +222,7 @@ static int prepare_all(lq_subscription *s) {
 int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *table,
                          const lq_options *o) {
     lq__error_clear();
-    LQ_CHECK_ARG(out && b && table, "an argument is NULL");
+    LQ__CHECK_ARG(out && b && table, "an argument is NULL");
     *out = NULL; /* a failure leaves no dangling handle behind */
     lq_subscription *s = calloc(1, sizeof *s);
     if (!s) return lq__error(LQ_NOMEM, "out of memory");
@@ -292,7 +292,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     return LQ_OK;
 }
 
-static int run_claim(lq_claimed *got, lq_subscription *s, int limit) {
+static int run_claim(lq__claimed *got, lq_subscription *s, int limit) {
     switch (s->form) {
     case LQ_FORM_LEASE: return lq__lease_claim(got, s, limit);
     case LQ_FORM_ADVISORY: return lq__advisory_claim(got, s, limit);
@@ -366,7 +366,7 @@ static int may_claim(lq_subscription *s) {
     lq_broker *b = s->broker;
     int mine = room_of(s) - kept;
     pthread_mutex_lock(&b->room_mu);
-    lq_room room = b->room;
+    lq__room room = b->room;
     room.taken -= kept;
     int share = wants ? lq__room_share(&room, mine, s->room_starved) : 0;
     int own = s->flow.budget - mine;
@@ -406,19 +406,19 @@ static void forget_held(lq_subscription *s) {
     if (wake) lq__broker_wake_room(s->broker, s);
 }
 
-void lq__subscription_release_held(lq_subscription *s, lq_conn *conn, bool broken) {
+void lq__subscription_release_held(lq_subscription *s, lq__conn *conn, bool broken) {
     lq__pool_release(&s->broker->pool, conn, broken);
     forget_held(s);
 }
 
-void lq__subscription_keep_chained(lq_subscription *s, lq_conn *conn) {
+void lq__subscription_keep_chained(lq_subscription *s, lq__conn *conn) {
     chained.conn = conn; /* still counted in s->held */
     chained.of = s;
 }
 
 /* Ends a chained transaction the worker will not claim in; s->mu not held. */
 static void drop_chained(lq_subscription *s) {
-    lq_conn *conn = lq__subscription_take_chained(s);
+    lq__conn *conn = lq__subscription_take_chained(s);
     if (!conn) return;
     int rc = s->broker->dialect->rollback(conn);
     lq__pool_release(&s->broker->pool, conn, rc != LQ_OK);
@@ -429,9 +429,9 @@ static void drop_chained(lq_subscription *s) {
  * mode those they will hold: a delivery's transaction takes its connection
  * when a worker begins it, and counting it only then would let claims pass
  * the pool's room in between. */
-static int held_by(const lq_subscription *s, const lq_claimed *got) {
+static int held_by(const lq_subscription *s, const lq__claimed *got) {
     int n = 0;
-    const lq_shared_tx *last = NULL;
+    const lq__shared_tx *last = NULL;
     for (lq_delivery *d = got->head; d; d = d->queue_next) {
         if (d->conn) n++;
         else if (d->shared && d->shared != last) n++;
@@ -518,13 +518,13 @@ static void claim_turn(lq_subscription *s, bool own) {
     wake_a_claimer(s); /* the next, while room is left */
     pthread_mutex_unlock(&s->mu);
 
-    lq_claimed got = {0};
+    lq__claimed got = {0};
     waiting_for = s;
     int rc = run_claim(&got, s, limit);
     waiting_for = NULL;
     atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
     if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
-    lq_error_copy failure;
+    lq__error_copy failure;
     bool failed = rc != LQ_OK && rc != LQ_CONTENTION;
     if (failed) lq__error_save(&failure);
     if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
@@ -596,14 +596,14 @@ static void *keeper_main(void *arg) {
 /* Starts the claimer (and the keeper, for leases) once; s->mu held. */
 /* Whether the subscription may run in `mode`: not once stopped, nor in
  * the other mode than the one it runs in. s->mu held. */
-static int mode_allowed(const lq_subscription *s, lq_mode mode) {
+static int mode_allowed(const lq_subscription *s, lq__mode mode) {
     if (s->stopping) return lq__error(LQ_CLOSED, "the subscription is stopped");
-    if (s->mode != LQ_MODE_NONE && s->mode != mode)
+    if (s->mode != LQ__MODE_NONE && s->mode != mode)
         return lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)");
     return LQ_OK;
 }
 
-static int start_locked(lq_subscription *s, lq_mode mode) {
+static int start_locked(lq_subscription *s, lq__mode mode) {
     int allowed = mode_allowed(s, mode);
     if (allowed != LQ_OK) return allowed;
     if (s->started) return LQ_OK;
@@ -713,7 +713,7 @@ typedef struct worker_arg {
  * returned LQ_OK, a retry otherwise. */
 static void settle_unsettled(lq_delivery *d, int status) {
     if (d->settled) return;
-    int rc = status == LQ_OK ? lq__settle(d, LQ_ACK, 0) : lq__settle(d, LQ_RETRY, 0);
+    int rc = status == LQ_OK ? lq__settle(d, LQ__ACK, 0) : lq__settle(d, LQ__RETRY, 0);
     if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
 }
 
@@ -771,7 +771,7 @@ static void *handler_thread_main(void *arg);
 static void *worker_main(void *arg) {
     lq_subscription *s = ((worker_arg *)arg)->s;
     if (!s->on_threads) return handler_thread_main(arg);
-    lq_pool pool;
+    lq__pool pool;
     if (lq__pool_init_sized(&pool, s->broker->dialect, &s->broker->target, s->broker->options,
                             s->thread_connections) != LQ_OK) {
         lq__log_error(LQ_LOG_ERROR, "a handler thread's pool");
@@ -830,9 +830,9 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
     pthread_mutex_lock(&s->mu);
     /* Refused before anything changes: a subscription already running (or
      * pulled from, or stopped) goes on as it was. */
-    int refused = s->mode == LQ_MODE_PUSH && !s->stopping
+    int refused = s->mode == LQ__MODE_PUSH && !s->stopping
                       ? lq__error(LQ_MISUSE, "the subscription is already running")
-                      : mode_allowed(s, LQ_MODE_PUSH);
+                      : mode_allowed(s, LQ__MODE_PUSH);
     if (refused != LQ_OK) {
         pthread_mutex_unlock(&s->mu);
         return refused;
@@ -845,7 +845,7 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
      * hand-off between threads per claim. One claim for many workers, lanes
      * and handler threads with pools of their own keep claim threads. */
     s->workers_claim = s->flow.holds && !s->flow.one_claim && !s->lanes && !s->on_threads;
-    int rc = start_locked(s, LQ_MODE_PUSH);
+    int rc = start_locked(s, LQ__MODE_PUSH);
     if (rc == LQ_OK && !batch_handler && lq__acker_wanted(s)) rc = lq__acker_start(&s->acker);
     if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
         rc = lq__error(LQ_NOMEM, "out of memory");
@@ -870,7 +870,7 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
 
 int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdata) {
     lq__error_clear();
-    LQ_CHECK_ARG(s && handler, "an argument is NULL");
+    LQ__CHECK_ARG(s && handler, "an argument is NULL");
     if (s->batch)
         return lq__error(LQ_MISUSE, "a batch subscription runs a batch handler "
                                     "(lq_subscription_run_batch)");
@@ -879,7 +879,7 @@ int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdat
 
 int lq_subscription_run_batch(lq_subscription *s, lq_batch_handler_fn handler, void *userdata) {
     lq__error_clear();
-    LQ_CHECK_ARG(s && handler, "an argument is NULL");
+    LQ__CHECK_ARG(s && handler, "an argument is NULL");
     if (!s->batch) return lq__error(LQ_MISUSE, "lq_subscription_run_batch needs option batch");
     return start_push(s, NULL, handler, userdata);
 }
@@ -899,7 +899,7 @@ static int timed_out(lq_subscription *s, int64_t timeout_ms) {
 int lq_subscription_health(const lq_subscription *s, int64_t *failing_ms_out) {
     lq__error_clear();
     if (failing_ms_out) *failing_ms_out = 0;
-    LQ_CHECK_ARG(s, "subscription is NULL");
+    LQ__CHECK_ARG(s, "subscription is NULL");
     lq_subscription *m = (lq_subscription *)s;
     pthread_mutex_lock(&m->mu);
     int rc = LQ_OK;
@@ -915,11 +915,11 @@ int lq_subscription_health(const lq_subscription *s, int64_t *failing_ms_out) {
 int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
                                lq_subscription *s, int64_t timeout_ms) {
     lq__error_clear();
-    LQ_CHECK_ARG(out && count_out && s && capacity > 0, "an argument is NULL or zero");
-    LQ_CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
+    LQ__CHECK_ARG(out && count_out && s && capacity > 0, "an argument is NULL or zero");
+    LQ__CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
     *count_out = 0;
     pthread_mutex_lock(&s->mu);
-    int rc = start_locked(s, LQ_MODE_PULL);
+    int rc = start_locked(s, LQ__MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
     while (rc == LQ_OK && !s->stopping && !next_ready(s, -1)) {
         if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
@@ -934,11 +934,11 @@ int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count
 
 int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_ms) {
     lq__error_clear();
-    LQ_CHECK_ARG(out && s, "an argument is NULL");
+    LQ__CHECK_ARG(out && s, "an argument is NULL");
     *out = NULL;
-    LQ_CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
+    LQ__CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
     pthread_mutex_lock(&s->mu);
-    int rc = start_locked(s, LQ_MODE_PULL);
+    int rc = start_locked(s, LQ__MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
     lq_delivery **slot = NULL;
     while (rc == LQ_OK && !s->stopping && !(slot = next_ready(s, -1))) {
@@ -959,7 +959,7 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
 
 int lq_subscription_stop(lq_subscription *s) {
     lq__error_clear();
-    LQ_CHECK_ARG(s, "subscription is NULL");
+    LQ__CHECK_ARG(s, "subscription is NULL");
     if (running_handler_of == s)
         return lq__error(LQ_MISUSE, "a subscription cannot be stopped from its own handler, "
                                     "which stop waits for: stop it from another thread");
@@ -992,7 +992,7 @@ static void stop_threads(lq_subscription *s) {
      * for, on this very thread, so they go back at close. A stopped
      * subscription waits for no room, so the others need leave it none. */
     pthread_mutex_lock(&s->mu);
-    lq_claimed left = {s->queue_head, s->queue_tail, s->waiting};
+    lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
     s->stopped = true;
@@ -1000,7 +1000,7 @@ static void stop_threads(lq_subscription *s) {
         s->left_head = left.head;
         s->left_tail = left.tail;
         s->left_count = left.count;
-        left = (lq_claimed){0};
+        left = (lq__claimed){0};
     }
     pthread_mutex_lock(&s->broker->room_mu);
     bool was_starved = s->room_starved;
@@ -1019,7 +1019,7 @@ void lq_subscription_close(lq_subscription *s) {
     }
     lq_subscription_stop(s);
     pthread_mutex_lock(&s->mu);
-    lq_claimed left = {s->left_head, s->left_tail, s->left_count};
+    lq__claimed left = {s->left_head, s->left_tail, s->left_count};
     s->left_head = s->left_tail = NULL;
     s->left_count = 0;
     bool in_work = s->in_work > 0;

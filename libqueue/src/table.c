@@ -17,9 +17,9 @@ static int replace(char **slot, const char *value) {
 
 int lq_table_new(lq_table **out, const char *name) {
     lq__error_clear();
-    LQ_CHECK_ARG(out, "out is NULL");
+    LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL; /* a failure leaves no dangling handle behind */
-    LQ_CHECK_ARG(name && *name, "the table needs a name");
+    LQ__CHECK_ARG(name && *name, "the table needs a name");
     lq_table *t = calloc(1, sizeof *t);
     if (!t || !(t->name = lq__strdup(name)) || !(t->id = lq__strdup("id"))) {
         lq_table_free(t);
@@ -35,7 +35,7 @@ void lq_table_free(lq_table *t) {
     free(t->name);
     free(t->schema);
     free(t->id);
-    for (int i = 0; i < LQ_ROLE_COUNT; i++) free(t->columns[i]);
+    for (int i = 0; i < LQ__ROLE_COUNT; i++) free(t->columns[i]);
     free(t->advisory);
     lq__template_free(&t->key);
     free(t->dead_letter);
@@ -44,15 +44,15 @@ void lq_table_free(lq_table *t) {
 
 int lq_table_set_schema(lq_table *t, const char *schema) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
-    LQ_CHECK_ARG(!schema || *schema, "the schema is empty");
+    LQ__CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(!schema || *schema, "the schema is empty");
     return replace(&t->schema, schema);
 }
 
 int lq_table_set_id(lq_table *t, const char *column, int generated) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
-    LQ_CHECK_ARG(column && *column, "the id column needs a name");
+    LQ__CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(column && *column, "the id column needs a name");
     int rc = replace(&t->id, column);
     if (rc == LQ_OK) t->id_generated = generated != 0;
     return rc;
@@ -60,10 +60,10 @@ int lq_table_set_id(lq_table *t, const char *column, int generated) {
 
 int lq_table_set_column(lq_table *t, int role, const char *column) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(t, "table is NULL");
     if (role < LQ_ROLE_PAYLOAD || role > LQ_ROLE_HEADERS)
         return lq__error(LQ_MISUSE, "unknown role %d", role);
-    LQ_CHECK_ARG(!column || *column, "a column name is empty");
+    LQ__CHECK_ARG(!column || *column, "a column name is empty");
     if (role == LQ_ROLE_LOCKED_UNTIL && column && t->advisory)
         return lq__error(LQ_MISUSE, "a table takes one form: it has an advisory lock template, "
                                     "so it cannot also have a locked_until column");
@@ -72,7 +72,7 @@ int lq_table_set_column(lq_table *t, int role, const char *column) {
 
 int lq_table_set_fifo(lq_table *t, int fifo) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(t, "table is NULL");
     if (fifo && t->advisory)
         return lq__error(LQ_MISUSE, "FIFO groups do not combine with the advisory lock form: drop "
                                     "fifo and put the group's column into the lock key");
@@ -82,7 +82,7 @@ int lq_table_set_fifo(lq_table *t, int fifo) {
 
 int lq_table_set_advisory_lock(lq_table *t, const char *key_template) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(t, "table is NULL");
     if (!key_template) {
         lq__template_free(&t->key);
         return replace(&t->advisory, NULL);
@@ -93,7 +93,7 @@ int lq_table_set_advisory_lock(lq_table *t, const char *key_template) {
     if (t->fifo)
         return lq__error(LQ_MISUSE, "FIFO groups do not combine with the advisory lock form: drop "
                                     "fifo and put the group's column into the lock key");
-    lq_key_template parsed;
+    lq__key_template parsed;
     int rc = lq__template_parse(&parsed, key_template);
     if (rc != LQ_OK) return rc;
     rc = replace(&t->advisory, key_template);
@@ -108,7 +108,7 @@ int lq_table_set_advisory_lock(lq_table *t, const char *key_template) {
 
 int lq_table_set_isolation(lq_table *t, int isolation) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(t, "table is NULL");
     if (isolation < LQ_ISOLATION_DEFAULT || isolation > LQ_ISOLATION_SERIALIZABLE)
         return lq__error(LQ_MISUSE, "unknown isolation level %d", isolation);
     t->isolation = isolation;
@@ -117,8 +117,8 @@ int lq_table_set_isolation(lq_table *t, int isolation) {
 
 int lq_table_set_dead_letter(lq_table *t, const char *destination) {
     lq__error_clear();
-    LQ_CHECK_ARG(t, "table is NULL");
-    LQ_CHECK_ARG(!destination || *destination, "the dead-letter destination is empty");
+    LQ__CHECK_ARG(t, "table is NULL");
+    LQ__CHECK_ARG(!destination || *destination, "the dead-letter destination is empty");
     return replace(&t->dead_letter, destination);
 }
 
@@ -142,7 +142,7 @@ int lq__table_copy(lq_table **out, const lq_table *t) {
     int rc = lq_table_new(&c, t->name);
     if (rc == LQ_OK) rc = lq_table_set_id(c, t->id, t->id_generated);
     if (rc == LQ_OK && t->schema) rc = lq_table_set_schema(c, t->schema);
-    for (int role = LQ_ROLE_PAYLOAD; rc == LQ_OK && role < LQ_ROLE_COUNT; role++)
+    for (int role = LQ_ROLE_PAYLOAD; rc == LQ_OK && role < LQ__ROLE_COUNT; role++)
         if (t->columns[role]) rc = lq_table_set_column(c, role, t->columns[role]);
     if (rc == LQ_OK && t->advisory) rc = lq_table_set_advisory_lock(c, t->advisory);
     if (rc == LQ_OK) rc = lq_table_set_fifo(c, t->fifo);

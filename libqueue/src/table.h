@@ -4,25 +4,25 @@
 
 #include "template.h"
 
-#define LQ_ROLE_COUNT (LQ_ROLE_HEADERS + 1)
+#define LQ__ROLE_COUNT (LQ_ROLE_HEADERS + 1)
 
 struct lq_table {
     char *name;
     char *schema;
     char *id;
     bool id_generated;
-    char *columns[LQ_ROLE_COUNT]; /* indexed by lq_role; NULL when unset */
+    char *columns[LQ__ROLE_COUNT]; /* indexed by lq_role; NULL when unset */
     bool fifo;
     char *advisory;               /* the template's text */
-    lq_key_template key;          /* the template, parsed */
+    lq__key_template key;          /* the template, parsed */
     int isolation;
     char *dead_letter;
 };
 
 /* A deep copy, so a subscription outlives the caller's description. */
-LQ_HIDDEN int lq__table_copy(lq_table **out, const lq_table *t);
-LQ_HIDDEN bool lq__has(const lq_table *t, int role);
+LQ__HIDDEN int lq__table_copy(lq_table **out, const lq_table *t);
+LQ__HIDDEN bool lq__has(const lq_table *t, int role);
 /* "schema.name" or "name", unquoted, for messages. */
-LQ_HIDDEN const char *lq__table_label(const lq_table *t, char *buf, size_t size);
+LQ__HIDDEN const char *lq__table_label(const lq_table *t, char *buf, size_t size);
 
 #endif

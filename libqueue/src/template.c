@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int add_part(lq_key_template *t, bool is_column, lq_strbuf *text) {
+static int add_part(lq__key_template *t, bool is_column, lq__strbuf *text) {
     if (text->len == 0 && !is_column) return LQ_OK;
-    lq_key_part *parts = realloc(t->parts, (t->count + 1) * sizeof *parts);
+    lq__key_part *parts = realloc(t->parts, (t->count + 1) * sizeof *parts);
     if (!parts) return lq__error(LQ_NOMEM, "out of memory");
     t->parts = parts;
     char *s = lq__sb_take(text);
@@ -18,9 +18,9 @@ static int add_part(lq_key_template *t, bool is_column, lq_strbuf *text) {
     return LQ_OK;
 }
 
-int lq__template_parse(lq_key_template *out, const char *text) {
-    lq_key_template t = {0};
-    lq_strbuf cur = {0};
+int lq__template_parse(lq__key_template *out, const char *text) {
+    lq__key_template t = {0};
+    lq__strbuf cur = {0};
     int rc = LQ_OK;
     for (const char *p = text; *p && rc == LQ_OK; p++) {
         if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
@@ -55,15 +55,15 @@ int lq__template_parse(lq_key_template *out, const char *text) {
     return LQ_OK;
 }
 
-void lq__template_free(lq_key_template *t) {
+void lq__template_free(lq__key_template *t) {
     for (size_t i = 0; i < t->count; i++) free(t->parts[i].text);
     free(t->parts);
     t->parts = NULL;
     t->count = 0;
 }
 
-char *lq__template_render(const lq_key_template *t, lq_column_lookup lookup, void *ctx) {
-    lq_strbuf sb = {0};
+char *lq__template_render(const lq__key_template *t, lq__column_lookup lookup, void *ctx) {
+    lq__strbuf sb = {0};
     for (size_t i = 0; i < t->count; i++) {
         const char *s = t->parts[i].is_column ? lookup(ctx, t->parts[i].text) : t->parts[i].text;
         if (s) lq__sb_add(&sb, s);

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct lq_turns {
-    lq_turns *next;
+struct lq__turns {
+    lq__turns *next;
     char *path;
     int opens;
     pthread_mutex_t mu;
@@ -19,10 +19,10 @@ struct lq_turns {
 
 /* The files this process has open, a few at most: a list. */
 static pthread_mutex_t files_mu = PTHREAD_MUTEX_INITIALIZER;
-static lq_turns *files;
+static lq__turns *files;
 
-static lq_turns *turns_new(const char *path) {
-    lq_turns *t = calloc(1, sizeof *t);
+static lq__turns *turns_new(const char *path) {
+    lq__turns *t = calloc(1, sizeof *t);
     if (!t || !(t->path = lq__strdup(path))) {
         free(t);
         return NULL;
@@ -36,9 +36,9 @@ static lq_turns *turns_new(const char *path) {
     return t;
 }
 
-lq_turns *lq__turns_open(const char *path) {
+lq__turns *lq__turns_open(const char *path) {
     pthread_mutex_lock(&files_mu);
-    lq_turns *t = files;
+    lq__turns *t = files;
     while (t && strcmp(t->path, path) != 0) t = t->next;
     if (!t && (t = turns_new(path))) {
         t->next = files;
@@ -49,12 +49,12 @@ lq_turns *lq__turns_open(const char *path) {
     return t;
 }
 
-void lq__turns_close(lq_turns *t) {
+void lq__turns_close(lq__turns *t) {
     if (!t) return;
     pthread_mutex_lock(&files_mu);
     bool last = --t->opens == 0;
     if (last) {
-        lq_turns **p = &files;
+        lq__turns **p = &files;
         while (*p != t) p = &(*p)->next;
         *p = t->next;
     }
@@ -66,9 +66,9 @@ void lq__turns_close(lq_turns *t) {
     free(t);
 }
 
-uint64_t lq__turns_ended_count(lq_turns *t) { return atomic_load(&t->ended); }
+uint64_t lq__turns_ended_count(lq__turns *t) { return atomic_load(&t->ended); }
 
-void lq__turns_wait(lq_turns *t, uint64_t *seen, long us) {
+void lq__turns_wait(lq__turns *t, uint64_t *seen, long us) {
     struct timespec until = lq__deadline_in_us(us);
     pthread_mutex_lock(&t->mu);
     atomic_fetch_add(&t->waiting, 1);
@@ -78,7 +78,7 @@ void lq__turns_wait(lq_turns *t, uint64_t *seen, long us) {
     pthread_mutex_unlock(&t->mu);
 }
 
-void lq__turns_ended(lq_turns *t) {
+void lq__turns_ended(lq__turns *t) {
     atomic_fetch_add(&t->ended, 1);
     if (atomic_load(&t->waiting) == 0) return;
     pthread_mutex_lock(&t->mu);

@@ -9,20 +9,20 @@
 
 #include "internal.h"
 
-typedef struct lq_turns lq_turns;
+typedef struct lq__turns lq__turns;
 
 /* The turns of the file `path`, shared by every connection of this process
  * to it (NULL: out of memory). Each open is closed once. */
-LQ_HIDDEN lq_turns *lq__turns_open(const char *path);
-LQ_HIDDEN void lq__turns_close(lq_turns *t);
+LQ__HIDDEN lq__turns *lq__turns_open(const char *path);
+LQ__HIDDEN void lq__turns_close(lq__turns *t);
 /* The count of writes ended so far: a wait that begins with it returns at
  * once where a write ended since. */
-LQ_HIDDEN uint64_t lq__turns_ended_count(lq_turns *t);
+LQ__HIDDEN uint64_t lq__turns_ended_count(lq__turns *t);
 /* Waits up to `us` microseconds for a write of this process to end, unless
  * one ended since *seen; *seen is brought up to date. */
-LQ_HIDDEN void lq__turns_wait(lq_turns *t, uint64_t *seen, long us);
+LQ__HIDDEN void lq__turns_wait(lq__turns *t, uint64_t *seen, long us);
 /* A connection of this process let the write lock go (a commit, a
  * rollback, a write outside a transaction): the waits retry. */
-LQ_HIDDEN void lq__turns_ended(lq_turns *t);
+LQ__HIDDEN void lq__turns_ended(lq__turns *t);
 
 #endif

@@ -20,7 +20,7 @@ static void reference_text(char out[64], int64_t epoch_ms) {
 }
 
 int main(void) {
-    char text[LQ_TIME_TEXT_SIZE];
+    char text[LQ__TIME_TEXT_SIZE];
     lq__time_text(text, 0);
     CHECK_STR(text, "1970-01-01T00:00:00.000+00:00");
     lq__time_text(text, 1795000000123);
@@ -53,7 +53,7 @@ int main(void) {
     }
     CHECK(agree == total);
 
-    char earlier[LQ_TIME_TEXT_SIZE], later[LQ_TIME_TEXT_SIZE];
+    char earlier[LQ__TIME_TEXT_SIZE], later[LQ__TIME_TEXT_SIZE];
     lq__time_text(earlier, 1795000000999);
     lq__time_text(later, 1795000001000);
     CHECK(strcmp(earlier, later) < 0);

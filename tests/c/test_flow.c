@@ -3,7 +3,7 @@
 #include "flow.h"
 
 int main(void) {
-    lq_flow f;
+    lq__flow f;
     lq__flow_init(&f, 4, 7); /* workers(4), a pool of 8, row locks */
     f.holds = true;
 
@@ -114,7 +114,7 @@ int main(void) {
     CHECK(lq__flow_claim_size(&f, 0, 0) == 10);
 
     /* Subscriptions of one broker share its pool's room: a pool of 4. */
-    lq_room r = {.budget = 3};
+    lq__room r = {.budget = 3};
     CHECK(lq__room_share(&r, 0, false) == 3);
     r.taken = 3; /* one subscription holds all three */
     CHECK(lq__room_share(&r, 0, false) == 0);
@@ -133,17 +133,17 @@ int main(void) {
     CHECK(lq__room_share(&r, 1, false) == 1);
     CHECK(lq__room_share(&r, 1, false) == 1);
     /* Two starved subscriptions: a holder leaves a room for each. */
-    r = (lq_room){.budget = 7, .taken = 4, .starved = 2};
+    r = (lq__room){.budget = 7, .taken = 4, .starved = 2};
     CHECK(lq__room_share(&r, 4, false) == 1);
     CHECK(lq__room_share(&r, 0, true) == 3);
     r.taken = 6;
     CHECK(lq__room_share(&r, 6, false) <= 0);
     CHECK(lq__room_share(&r, 0, true) == 1);
     /* A holder counted starved by a stale flag does not leave room for itself. */
-    r = (lq_room){.budget = 3, .taken = 1, .starved = 1};
+    r = (lq__room){.budget = 3, .taken = 1, .starved = 1};
     CHECK(lq__room_share(&r, 1, true) == 2);
     /* Nothing left: nobody takes one, starved or not. */
-    r = (lq_room){.budget = 3, .taken = 3, .starved = 1};
+    r = (lq__room){.budget = 3, .taken = 3, .starved = 1};
     CHECK(lq__room_share(&r, 0, true) == 0);
     CHECK_DONE();
 }

@@ -5,16 +5,16 @@
 #include <stdlib.h>
 
 int main(void) {
-    lq_headers h = {0};
+    lq__headers h = {0};
     CHECK(lq__headers_set(&h, "trace", "abc") == LQ_OK);
     CHECK(lq__headers_set(&h, "quote\"d", "line\nbreak\\") == LQ_OK);
     CHECK(lq__headers_set(&h, "trace", "def") == LQ_OK);
     CHECK(h.count == 2);
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     lq__headers_to_json(&sb, &h);
     CHECK_STR(sb.data, "{\"trace\":\"def\",\"quote\\\"d\":\"line\\nbreak\\\\\"}");
 
-    lq_headers back = {0};
+    lq__headers back = {0};
     CHECK(lq__headers_from_json(&back, sb.data, sb.len) == LQ_OK);
     CHECK(back.count == 2);
     CHECK_STR(lq__headers_get(&back, "quote\"d"), "line\nbreak\\");

@@ -4,9 +4,9 @@
 #include "lease_book.h"
 
 int main(void) {
-    lq_lease_book book;
-    lq_book_entry e[4] = {{0}};
-    lq_book_entry *out[8];
+    lq__lease_book book;
+    lq__book_entry e[4] = {{0}};
+    lq__book_entry *out[8];
     lq__book_init(&book);
     CHECK(lq__book_snapshot(&book, out, 8) == 0);
     for (int i = 0; i < 4; i++) lq__book_add(&book, &e[i]);

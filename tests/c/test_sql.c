@@ -15,9 +15,9 @@ static lq_table *jobs(void) {
 }
 
 int main(void) {
-    const lq_dialect *d = &lq__sqlite_dialect;
+    const lq__dialect *d = &lq__sqlite_dialect;
     lq_table *t = jobs();
-    lq_sqlset set;
+    lq__sqlset set;
 
     /* No form column: SQLite refuses, naming the two forms it serves. */
     CHECK(lq__sqlset_build(&set, d, t) == LQ_DIALECT);
@@ -29,9 +29,9 @@ int main(void) {
     CHECK_CONTAINS(set.claim.sql, "UPDATE \"we\"\"ird\" SET \"locked_until\" = ?1");
     CHECK_CONTAINS(set.claim.sql, "\"order\" <= ?");
     CHECK_CONTAINS(set.claim.sql, "RETURNING \"id\" AS \"lq_c0\", \"payload\" AS \"lq_c1\", \"attempt\" - 1 AS \"lq_c2\"");
-    CHECK(set.claim.params[0] == LQ_P_LEASE);
+    CHECK(set.claim.params[0] == LQ__P_LEASE);
     CHECK_STR(set.ack.sql, "DELETE FROM \"we\"\"ird\" WHERE \"id\" = ?1 AND \"locked_until\" = ?2");
-    CHECK(set.ack.nparams == 2 && set.ack.params[0] == LQ_P_ID && set.ack.params[1] == LQ_P_HELD);
+    CHECK(set.ack.nparams == 2 && set.ack.params[0] == LQ__P_ID && set.ack.params[1] == LQ__P_HELD);
     CHECK_STR(set.retry.sql,
               "UPDATE \"we\"\"ird\" SET \"locked_until\" = NULL WHERE \"id\" = ?1 AND \"locked_until\" = ?2");
     CHECK_STR(set.extend.sql,
@@ -49,8 +49,8 @@ int main(void) {
               "PATH '$[1]')) AS `lq_s` JOIN `we\"ird` AS `lq_t` ON `lq_t`.`id` = `lq_s`.`lq_id` SET "
               "`lq_t`.`locked_until` = `lq_s`.`lq_held`, `lq_t`.`attempt` = `lq_t`.`attempt` + 1 "
               "WHERE (`lq_t`.`locked_until` IS NULL OR `lq_t`.`locked_until` <= ?)");
-    CHECK(set.stamp_set.nparams == 2 && set.stamp_set.params[0] == LQ_P_HELD_SET &&
-          set.stamp_set.params[1] == LQ_P_LEASE_NOW);
+    CHECK(set.stamp_set.nparams == 2 && set.stamp_set.params[0] == LQ__P_HELD_SET &&
+          set.stamp_set.params[1] == LQ__P_LEASE_NOW);
     lq__sqlset_free(&set);
     CHECK(lq__sqlset_build(&set, d, t) == LQ_OK); /* SQLite's claim stamps its rows itself */
     CHECK(set.stamp.sql == NULL && set.stamp_set.sql == NULL);
@@ -86,7 +86,7 @@ int main(void) {
     lq__sqlset_free(&set);
 
     /* The insert: roles the table has, attempt 1, the id returned. */
-    lq_stmt insert;
+    lq__stmt insert;
     CHECK(lq__sqlset_build_insert(&insert, d, t) == LQ_OK);
     CHECK_STR(insert.sql, "INSERT INTO \"we\"\"ird\" (\"attempt\", \"payload\", \"order\") VALUES "
                           "(1, ?1, ?2) RETURNING \"id\"");
@@ -99,10 +99,10 @@ int main(void) {
     CHECK_STR(insert.sql, "INSERT INTO \"we\"\"ird\" (\"attempt\", \"payload\", \"order\") VALUES "
                           "(1, ?1, ?2), (1, ?3, ?4), (1, ?5, ?6) RETURNING \"id\"");
     CHECK(insert.rows == 3 && insert.nparams == 2 && lq__stmt_values(&insert) == 6);
-    lq_value args[3 * LQ_P_COUNT] = {{0}};
-    CHECK(lq__stmt_arg(&insert, args, 0) == &args[LQ_P_PAYLOAD]);
-    CHECK(lq__stmt_arg(&insert, args, 3) == &args[LQ_P_COUNT + LQ_P_RETRY_AFTER]);
-    CHECK(lq__stmt_arg(&insert, args, 4) == &args[2 * LQ_P_COUNT + LQ_P_PAYLOAD]);
+    lq__value args[3 * LQ__P_COUNT] = {{0}};
+    CHECK(lq__stmt_arg(&insert, args, 0) == &args[LQ__P_PAYLOAD]);
+    CHECK(lq__stmt_arg(&insert, args, 3) == &args[LQ__P_COUNT + LQ__P_RETRY_AFTER]);
+    CHECK(lq__stmt_arg(&insert, args, 4) == &args[2 * LQ__P_COUNT + LQ__P_PAYLOAD]);
     free(insert.sql);
     /* Ids the messages carry are written, not returned; PostgreSQL numbers,
      * MySQL does not. */

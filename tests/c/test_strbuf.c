@@ -8,7 +8,7 @@
 
 /* lq__int_text agrees with printf, length included. */
 static void check_int_text(int64_t v) {
-    char got[LQ_INT_TEXT_SIZE], want[32];
+    char got[LQ__INT_TEXT_SIZE], want[32];
     size_t len = lq__int_text(got, v);
     int n = snprintf(want, sizeof want, "%" PRId64, v);
     CHECK_STR(got, want);
@@ -26,7 +26,7 @@ int main(void) {
         check_int_text(-p);
     }
 
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     lq__sb_add(&sb, "a");
     lq__sb_addc(&sb, '=');
     lq__sb_add_quoted(&sb, "it\"s", '"');

@@ -12,7 +12,7 @@ static const char *lookup(void *ctx, const char *column) {
 }
 
 static char *render(const char *text) {
-    lq_key_template t;
+    lq__key_template t;
     if (lq__template_parse(&t, text) != LQ_OK) return NULL;
     char *s = lq__template_render(&t, lookup, NULL);
     lq__template_free(&t);
@@ -20,7 +20,7 @@ static char *render(const char *text) {
 }
 
 int main(void) {
-    lq_key_template t;
+    lq__key_template t;
     CHECK(lq__template_parse(&t, "accounts-{account}") == LQ_OK);
     CHECK(t.count == 2);
     CHECK(!t.parts[0].is_column);

@@ -15,8 +15,8 @@ static void *end_a_write(void *arg) {
 }
 
 int main(void) {
-    lq_turns *a = lq__turns_open("/tmp/one.db"), *again = lq__turns_open("/tmp/one.db");
-    lq_turns *b = lq__turns_open("/tmp/other.db");
+    lq__turns *a = lq__turns_open("/tmp/one.db"), *again = lq__turns_open("/tmp/one.db");
+    lq__turns *b = lq__turns_open("/tmp/other.db");
     CHECK(a && b && a == again && a != b);
 
     /* A write ended since the wait's count: it returns at once. */

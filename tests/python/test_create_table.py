@@ -170,6 +170,21 @@ def test_the_dead_letter_table_is_created_and_used(db, broker) -> None:
     assert db.scalar("SELECT payload FROM jobs_dead") == b"poison"
 
 
+def test_ids_are_never_reused_so_dead_letters_keep_theirs(db, broker) -> None:
+    # A table emptied by dead letters gets new rows: their ids must not be
+    # those of the rows already in the dead-letter table.
+    table = lease_table(dead_letter="jobs_dead")
+    broker.create_table(table)
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        for payload in (b"first", b"second", b"third"):
+            broker.publish(table, payload)
+            with sub.next(timeout=5) as delivery:
+                delivery.dead_letter()
+    assert db.count("jobs") == 0
+    assert sorted(r[0] for r in db.query("SELECT payload FROM jobs_dead")) == [
+        b"first", b"second", b"third"]
+
+
 @pytest.mark.dialect("sqlite", "postgresql")
 def test_a_failure_half_way_leaves_nothing_behind(db, broker) -> None:
     # The dead-letter table exists without the payload column: the queue's

@@ -17,6 +17,7 @@
 #include "../clock.h"
 #include "../dialect.h"
 #include "../redact.h"
+#include "../stmt_cache.h"
 
 #include <mysql.h>
 #include <pthread.h>
@@ -84,18 +85,12 @@ static int ensure_thread(void) {
 /* ------------------------------------------------------------------------ */
 /* Connections. */
 
-typedef struct cached_stmt {
-    int id;
-    MYSQL_STMT *stmt;
-} cached_stmt;
-
-struct lq_conn {
+struct lq__conn {
     MYSQL *my;
     bool borrowed; /* the caller's MYSQL *: never closed here */
     bool lost;     /* a call found the connection gone: never reused */
     unsigned long max_packet; /* the session's max_allowed_packet; 0: unknown (borrowed) */
-    cached_stmt *cache;
-    int cache_count, cache_cap;
+    lq__stmt_cache cache; /* MYSQL_STMT handles */
 };
 
 static bool is_connection_error(unsigned err) {
@@ -172,7 +167,7 @@ static int error_of(int status, unsigned err, const char *state, const char *msg
     return lq__error_db(status, state, (int)err, "mysql: %s: %s%s", what, msg, hint);
 }
 
-static int conn_error(lq_conn *c, int status, const char *what) {
+static int conn_error(lq__conn *c, int status, const char *what) {
     unsigned err = mysql_errno(c->my);
     status = error_of(status, err, mysql_sqlstate(c->my), mysql_error(c->my), what);
     if (status == LQ_CONNECT || drops_connection(err)) c->lost = true;
@@ -181,7 +176,7 @@ static int conn_error(lq_conn *c, int status, const char *what) {
 
 /* Notes a lost connection after a statement's failure: the failure just set
  * this thread's error, whose native code is the connector's. */
-static int noted(lq_conn *c, int rc) {
+static int noted(lq__conn *c, int rc) {
     if (rc == LQ_CONNECT || (rc != LQ_OK && drops_connection((unsigned)lq_errcode_native())))
         c->lost = true;
     return rc;
@@ -190,11 +185,11 @@ static int noted(lq_conn *c, int rc) {
 /* What a statement sends in one packet, near enough and never less: its
  * text (which the prepare sends), each value's bytes, and room for each
  * value's type and length. */
-static size_t packet_need(const char *sql, const lq_value *values, int count, size_t *largest) {
+static size_t packet_need(const char *sql, const lq__value *values, int count, size_t *largest) {
     size_t need = strlen(sql) + 64;
     *largest = 0;
     for (int i = 0; i < count; i++) {
-        size_t n = values[i].type == LQ_V_TEXT || values[i].type == LQ_V_BLOB ? values[i].n : 0;
+        size_t n = values[i].type == LQ__V_TEXT || values[i].type == LQ__V_BLOB ? values[i].n : 0;
         if (n > *largest) *largest = n;
         need += n + 16;
     }
@@ -203,7 +198,7 @@ static size_t packet_need(const char *sql, const lq_value *values, int count, si
 
 /* A statement over the session's max_allowed_packet is refused before it is
  * sent: the server would refuse it and close the connection. */
-static int fits_packet(const lq_conn *c, const char *sql, const lq_value *values, int count) {
+static int fits_packet(const lq__conn *c, const char *sql, const lq__value *values, int count) {
     size_t largest;
     size_t need = packet_need(sql, values, count, &largest);
     if (!c->max_packet || need <= c->max_packet) return LQ_OK;
@@ -225,7 +220,7 @@ static int stmt_error(MYSQL_STMT *st, int status, const char *what) {
 }
 
 /* Runs SQL text of our own with no parameters, discarding any result. */
-static int run_plain(lq_conn *c, const char *sql) {
+static int run_plain(lq__conn *c, const char *sql) {
     if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
         return conn_error(c, LQ_BACKEND, sql);
     do {
@@ -239,7 +234,7 @@ static int run_plain(lq_conn *c, const char *sql) {
 
 /* One row of text from SQL of our own: copies of up to `n` columns (NULL
  * where SQL NULL or absent), which the caller frees. */
-static int query_row(lq_conn *c, const char *sql, char **out, unsigned n) {
+static int query_row(lq__conn *c, const char *sql, char **out, unsigned n) {
     for (unsigned i = 0; i < n; i++) out[i] = NULL;
     if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
         return conn_error(c, LQ_BACKEND, sql);
@@ -438,7 +433,7 @@ static const char *url_rest(const char *url) {
     return sep ? sep + 3 : url;
 }
 
-static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+static int my_parse_url(lq__broker_target *t, const char *url, const char *rest) {
     my_target *m = calloc(1, sizeof *m);
     if (!m) return lq__error(LQ_NOMEM, "out of memory");
     t->own = m;
@@ -522,14 +517,11 @@ static int my_parse_url(lq_broker_target *t, const char *url, const char *rest) 
 /* ------------------------------------------------------------------------ */
 /* Connecting. */
 
-static void free_cache(lq_conn *c) {
-    for (int i = 0; i < c->cache_count; i++) mysql_stmt_close(c->cache[i].stmt);
-    free(c->cache);
-    c->cache = NULL;
-    c->cache_count = c->cache_cap = 0;
-}
+static void close_stmt(void *stmt) { mysql_stmt_close(stmt); }
 
-static void my_disconnect(lq_conn *c) {
+static void free_cache(lq__conn *c) { lq__cache_clear(&c->cache, close_stmt); }
+
+static void my_disconnect(lq__conn *c) {
     if (!c) return;
     ensure_thread();
     free_cache(c);
@@ -582,7 +574,7 @@ static int set_tls(MYSQL *my, const url_params *p) {
 }
 
 /* The session every connection runs in. */
-static int setup_session(lq_conn *c, const lq_options *o) {
+static int setup_session(lq__conn *c, const lq_options *o) {
     int64_t statement_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
     char sql[512];
     int rc = run_plain(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
@@ -622,7 +614,7 @@ static int setup_session(lq_conn *c, const lq_options *o) {
     return LQ_OK;
 }
 
-static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options *o) {
+static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_options *o) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     const my_target *m = t->own;
@@ -630,7 +622,7 @@ static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options
     const char *query = t->url ? strchr(url_rest(t->url), '?') : NULL;
     rc = parse_params(&p, t->url ? t->url : "", query ? query + 1 : NULL);
     if (rc != LQ_OK) return rc;
-    lq_conn *c = calloc(1, sizeof *c);
+    lq__conn *c = calloc(1, sizeof *c);
     if (!c || !(c->my = mysql_init(NULL))) {
         free(c);
         params_free(&p);
@@ -701,17 +693,17 @@ static int my_connect(lq_conn **out, const lq_broker_target *t, const lq_options
 
 /* Back to the pool only alive and out of any transaction (a handler's
  * statement may have opened one). */
-static bool my_reusable(lq_conn *c) {
+static bool my_reusable(lq__conn *c) {
     unsigned int status = 0;
     if (c->lost || ensure_thread() != LQ_OK) return false;
     if (mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
     return !(status & SERVER_STATUS_IN_TRANS);
 }
 
-static int my_borrow(lq_conn **out, void *native) {
+static int my_borrow(lq__conn **out, void *native) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
-    lq_conn *c = calloc(1, sizeof *c);
+    lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->my = native;
     c->borrowed = true;
@@ -736,7 +728,7 @@ static bool parse_version(const char *v, bool *mariadb, int *number) {
     return true;
 }
 
-static int check_server(lq_conn *c) {
+static int check_server(lq__conn *c) {
     char *row[1];
     int rc = query_row(c, "SELECT VERSION()", row, 1);
     if (rc != LQ_OK) return rc;
@@ -778,7 +770,7 @@ static int check_server(lq_conn *c) {
     return LQ_OK;
 }
 
-static int my_check_version(lq_conn *c, const lq_table *table) {
+static int my_check_version(lq__conn *c, const lq_table *table) {
     int rc = ensure_thread();
     if (rc == LQ_OK) rc = check_server(c);
     if (rc != LQ_OK || !table) return rc;
@@ -797,7 +789,7 @@ static int my_check_version(lq_conn *c, const lq_table *table) {
 /* ------------------------------------------------------------------------ */
 /* Statement shapes. */
 
-static void my_placeholder(lq_strbuf *sb, int position) {
+static void my_placeholder(lq__strbuf *sb, int position) {
     (void)position;
     lq__sb_addc(sb, '?');
 }
@@ -805,7 +797,7 @@ static void my_placeholder(lq_strbuf *sb, int position) {
 /* A string literal that means the same whatever the server's sql_mode:
  * text with a backslash goes as hex (NO_BACKSLASH_ESCAPES decides what a
  * backslash means inside quotes). */
-static void my_literal(lq_sql *b, const char *text) {
+static void my_literal(lq__sql *b, const char *text) {
     if (!strchr(text, '\\')) {
         lq__sql_literal(b, text);
         return;
@@ -818,7 +810,7 @@ static void my_literal(lq_sql *b, const char *text) {
 
 /* The GET_LOCK name of a row: the database (the table's schema, or the
  * connection's), a dot and the rendered key; a NULL column renders as ''. */
-static void lock_name(lq_sql *b, const lq_table *t) {
+static void lock_name(lq__sql *b, const lq_table *t) {
     lq__sql_add(b, "CONCAT_WS('', LOWER(");
     if (t->schema) my_literal(b, t->schema);
     else lq__sql_add(b, "DATABASE()");
@@ -840,7 +832,7 @@ static void lock_name(lq_sql *b, const lq_table *t) {
 
 /* GET_LOCK takes names of 1 to 64 characters: a longer one is replaced by
  * its SHA-256 (64 hex digits). */
-static void guarded_lock_name(lq_sql *b, const lq_table *t) {
+static void guarded_lock_name(lq__sql *b, const lq_table *t) {
     lq__sql_add(b, "IF(CHAR_LENGTH(");
     lock_name(b, t);
     lq__sql_add(b, ") BETWEEN 1 AND 64, ");
@@ -859,15 +851,15 @@ static void guarded_lock_name(lq_sql *b, const lq_table *t) {
  * transaction ends: at its commit in the lease form, at the settlement in
  * the row lock form. The count it returns is 0 when the group has nothing
  * to take. */
-static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_fifo_guard(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->guard, &lq__mysql_dialect, t);
     lq__sql_add(&b, "SELECT COUNT(*) FROM ");
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_col(&b, LQ_ROLE_GROUP);
     lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_GROUP);
+    lq__sql_param(&b, LQ__P_GROUP);
     if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(&b, " AND ");
         lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
@@ -879,8 +871,8 @@ static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
 
 /* Row lock and lease: a locking read that skips rows other claims hold. In
  * the lease form the core stamps each row it returns, in its transaction. */
-static int build_locking_claim(lq_sqlset *set, const lq_table *t, bool lease) {
-    lq_sql b;
+static int build_locking_claim(lq__sqlset *set, const lq_table *t, bool lease) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
     lq__sql_locking_read(&b, lease);
     return lq__sql_finish(&b);
@@ -889,8 +881,8 @@ static int build_locking_claim(lq_sqlset *set, const lq_table *t, bool lease) {
 /* Advisory: candidates whose lock names no session holds; then, on the
  * connection that took the name, a take that counts the attempt and a read
  * of the row as it was (an UPDATE returns no rows here). */
-static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
     lq__sql_add(&b, "SELECT ");
     lq__sql_id(&b);
@@ -921,7 +913,7 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_add(&b, " WHERE ");
     lq__sql_id(&b);
     lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_ID);
+    lq__sql_param(&b, LQ__P_ID);
     return lq__sql_finish(&b);
 }
 
@@ -935,17 +927,17 @@ static size_t utf8_chars(const char *s) {
 /* The rows of a settled set, from their JSON (JSON_TABLE: MySQL 8.0,
  * MariaDB 10.6; where the server lacks it the statement does not prepare and
  * acks run one by one). */
-static void my_held_set_source(lq_sql *b, bool tokens) {
+static void my_held_set_source(lq__sql *b, bool tokens) {
     lq__sql_add(b, "JSON_TABLE(");
-    lq__sql_param(b, LQ_P_HELD_SET);
+    lq__sql_param(b, LQ__P_HELD_SET);
     lq__sql_add(b, tokens ? ", '$[*]' COLUMNS (`lq_id` BIGINT PATH '$[0]', `lq_held` DATETIME(6) PATH '$[1]'))"
                           : ", '$[*]' COLUMNS (`lq_id` BIGINT PATH '$'))");
 }
 
-static int my_build_claims(lq_sqlset *set, const lq_table *t) {
-    const char *names[LQ_ROLE_COUNT + 3] = {t->name, t->schema, t->id};
+static int my_build_claims(lq__sqlset *set, const lq_table *t) {
+    const char *names[LQ__ROLE_COUNT + 3] = {t->name, t->schema, t->id};
     int count = 3;
-    for (int role = 0; role < LQ_ROLE_COUNT; role++)
+    for (int role = 0; role < LQ__ROLE_COUNT; role++)
         if (t->columns[role]) names[count++] = t->columns[role];
     for (int i = 0; i < count; i++)
         if (names[i] && utf8_chars(names[i]) > NAME_LIMIT)
@@ -964,7 +956,7 @@ static int my_build_claims(lq_sqlset *set, const lq_table *t) {
 /* Prepared statements, cached per connection by statement id. */
 
 /* A server-side statement of the text. */
-static int prepare_stmt(MYSQL_STMT **out, lq_conn *c, const char *sql) {
+static int prepare_stmt(MYSQL_STMT **out, lq__conn *c, const char *sql) {
     MYSQL_STMT *st = mysql_stmt_init(c->my);
     if (!st) return conn_error(c, LQ_NOMEM, "cannot make a statement");
     if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
@@ -979,28 +971,20 @@ static int prepare_stmt(MYSQL_STMT **out, lq_conn *c, const char *sql) {
     return LQ_OK;
 }
 
-static int cached(MYSQL_STMT **out, lq_conn *c, int id, const char *sql) {
-    for (int i = 0; i < c->cache_count; i++) {
-        if (c->cache[i].id == id) {
-            *out = c->cache[i].stmt;
-            return LQ_OK;
-        }
-    }
-    void *cache = c->cache;
-    int grown = lq__room_for_one(&cache, &c->cache_cap, c->cache_count, sizeof *c->cache, 16);
-    c->cache = cache;
-    if (grown != LQ_OK) return grown;
+static int cached(MYSQL_STMT **out, lq__conn *c, int id, const char *sql) {
+    if ((*out = lq__cache_find(&c->cache, id))) return LQ_OK;
     MYSQL_STMT *st;
     int rc = prepare_stmt(&st, c, sql);
     if (rc != LQ_OK) return rc;
-    c->cache[c->cache_count].id = id;
-    c->cache[c->cache_count].stmt = st;
-    c->cache_count++;
+    if ((rc = lq__cache_add(&c->cache, id, st)) != LQ_OK) {
+        mysql_stmt_close(st);
+        return rc;
+    }
     *out = st;
     return LQ_OK;
 }
 
-static int my_prepare(lq_conn *c, const lq_stmt *st) {
+static int my_prepare(lq__conn *c, const lq__stmt *st) {
     int rc = ensure_thread();
     MYSQL_STMT *stmt;
     return rc == LQ_OK ? noted(c, cached(&stmt, c, st->id, st->sql)) : rc;
@@ -1027,16 +1011,16 @@ static void to_mysql_time(MYSQL_TIME *out, int64_t epoch_ms) {
 }
 
 /* A token as JSON_TABLE reads a DATETIME: UTC, as the session runs. */
-static void my_held_time_text(char out[LQ_TIME_TEXT_SIZE], int64_t epoch_ms) {
+static void my_held_time_text(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms) {
     MYSQL_TIME t;
     to_mysql_time(&t, epoch_ms);
-    snprintf(out, LQ_TIME_TEXT_SIZE, "%04u-%02u-%02u %02u:%02u:%02u.%06lu", t.year % 10000,
+    snprintf(out, LQ__TIME_TEXT_SIZE, "%04u-%02u-%02u %02u:%02u:%02u.%06lu", t.year % 10000,
              t.month % 100, t.day % 100, t.hour % 100, t.minute % 100, t.second % 100,
              t.second_part % 1000000);
 }
 
 /* A DATETIME read back, in the core's text form. */
-static void time_text(char out[LQ_TIME_TEXT_SIZE], const MYSQL_TIME *t) {
+static void time_text(char out[LQ__TIME_TEXT_SIZE], const MYSQL_TIME *t) {
     char text[64];
     int64_t ms = 0;
     snprintf(text, sizeof text, "%04u-%02u-%02u %02u:%02u:%02u.%06lu", t->year % 10000,
@@ -1052,9 +1036,9 @@ typedef struct param_buf {
     MYSQL_BIND *bind;
     MYSQL_TIME *times;
     unsigned long *lengths;
-    MYSQL_BIND bind_in[LQ_MAX_PARAMS];
-    MYSQL_TIME times_in[LQ_MAX_PARAMS];
-    unsigned long lengths_in[LQ_MAX_PARAMS];
+    MYSQL_BIND bind_in[LQ__MAX_PARAMS];
+    MYSQL_TIME times_in[LQ__MAX_PARAMS];
+    unsigned long lengths_in[LQ__MAX_PARAMS];
     void *block;
 } param_buf;
 
@@ -1063,7 +1047,7 @@ static int param_buf_make(param_buf *pb, int count) {
     pb->bind = pb->bind_in;
     pb->times = pb->times_in;
     pb->lengths = pb->lengths_in;
-    if (count <= LQ_MAX_PARAMS) return LQ_OK;
+    if (count <= LQ__MAX_PARAMS) return LQ_OK;
     size_t n = (size_t)count;
     char *block = malloc(n * (sizeof *pb->bind + sizeof *pb->times + sizeof *pb->lengths));
     if (!block) return lq__error(LQ_NOMEM, "out of memory");
@@ -1074,23 +1058,23 @@ static int param_buf_make(param_buf *pb, int count) {
     return LQ_OK;
 }
 
-static void bind_value(param_buf *pb, int i, const lq_value *v) {
+static void bind_value(param_buf *pb, int i, const lq__value *v) {
     MYSQL_BIND *b = &pb->bind[i];
     memset(b, 0, sizeof *b);
     switch (v->type) {
-    case LQ_V_INT:
+    case LQ__V_INT:
         b->buffer_type = MYSQL_TYPE_LONGLONG;
         b->buffer = (void *)&v->i;
         break;
-    case LQ_V_TEXT:
-    case LQ_V_BLOB:
-        b->buffer_type = v->type == LQ_V_TEXT ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
+    case LQ__V_TEXT:
+    case LQ__V_BLOB:
+        b->buffer_type = v->type == LQ__V_TEXT ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
         b->buffer = (void *)(v->p ? v->p : "");
         pb->lengths[i] = (unsigned long)v->n;
         b->buffer_length = (unsigned long)v->n;
         b->length = &pb->lengths[i];
         break;
-    case LQ_V_TIME:
+    case LQ__V_TIME:
         to_mysql_time(&pb->times[i], v->i);
         b->buffer_type = MYSQL_TYPE_DATETIME;
         b->buffer = &pb->times[i];
@@ -1099,7 +1083,7 @@ static void bind_value(param_buf *pb, int i, const lq_value *v) {
     }
 }
 
-/* One result column: its buffer, and how it reads into an lq_value. */
+/* One result column: its buffer, and how it reads into an lq__value. */
 typedef enum col_kind { COL_INT, COL_TIME, COL_TEXT, COL_BLOB, COL_NUMBER } col_kind;
 
 typedef struct result_col {
@@ -1109,7 +1093,7 @@ typedef struct result_col {
     char *data;
     unsigned long length;
     my_bool is_null, error;
-    char text[LQ_TIME_TEXT_SIZE];
+    char text[LQ__TIME_TEXT_SIZE];
 } result_col;
 
 static col_kind kind_of(const MYSQL_FIELD *f) {
@@ -1139,12 +1123,12 @@ static col_kind kind_of(const MYSQL_FIELD *f) {
 }
 
 /* Reads a stored result row by row into the callback. */
-static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq_row_fn on_row, void *ctx) {
+static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq__row_fn on_row, void *ctx) {
     unsigned n = mysql_num_fields(meta);
     MYSQL_FIELD *fields = mysql_fetch_fields(meta);
     MYSQL_BIND *binds = calloc(n ? n : 1, sizeof *binds);
     result_col *cols = calloc(n ? n : 1, sizeof *cols);
-    lq_value *values = calloc(n ? n : 1, sizeof *values);
+    lq__value *values = calloc(n ? n : 1, sizeof *values);
     int rc = binds && cols && values ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     for (unsigned i = 0; rc == LQ_OK && i < n; i++) {
         MYSQL_BIND *b = &binds[i];
@@ -1180,17 +1164,17 @@ static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq_row_fn on_row, void *ct
         }
         for (unsigned i = 0; i < n; i++) {
             result_col *col = &cols[i];
-            lq_value *v = &values[i];
+            lq__value *v = &values[i];
             memset(v, 0, sizeof *v);
             if (col->is_null) continue;
             switch (col->kind) {
             case COL_INT:
-                v->type = LQ_V_INT;
+                v->type = LQ__V_INT;
                 v->i = col->i;
                 break;
             case COL_TIME:
                 time_text(col->text, &col->time);
-                v->type = LQ_V_TEXT;
+                v->type = LQ__V_TEXT;
                 v->p = col->text;
                 v->n = strlen(col->text);
                 break;
@@ -1198,7 +1182,7 @@ static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq_row_fn on_row, void *ct
                 unsigned long room = binds[i].buffer_length - 1;
                 unsigned long len = col->length < room ? col->length : room;
                 col->data[len] = '\0';
-                v->type = col->kind == COL_BLOB ? LQ_V_BLOB : LQ_V_TEXT;
+                v->type = col->kind == COL_BLOB ? LQ__V_BLOB : LQ__V_TEXT;
                 v->p = col->data;
                 v->n = len;
                 if (col->kind == COL_NUMBER) v->i = (int64_t)strtod(col->data, NULL);
@@ -1215,8 +1199,8 @@ static int read_rows(MYSQL_STMT *st, MYSQL_RES *meta, lq_row_fn on_row, void *ct
 }
 
 /* Runs a prepared statement with bound values; rows go to on_row. */
-static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq_value *values, int count,
-                    lq_row_fn on_row, void *ctx, int64_t *insert_id) {
+static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq__value *values, int count,
+                    lq__row_fn on_row, void *ctx, int64_t *insert_id) {
     param_buf pb;
     int rc = param_buf_make(&pb, count);
     if (rc != LQ_OK) return rc;
@@ -1246,18 +1230,18 @@ static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq_value *values, in
     return rc;
 }
 
-static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
-                   lq_row_fn on_row, void *ctx) {
+static int my_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__value *args,
+                   lq__row_fn on_row, void *ctx) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     int count = lq__stmt_values(st);
-    lq_value in_place[LQ_MAX_PARAMS];
-    lq_value *values = count <= LQ_MAX_PARAMS ? in_place : malloc((size_t)count * sizeof *values);
+    lq__value in_place[LQ__MAX_PARAMS];
+    lq__value *values = count <= LQ__MAX_PARAMS ? in_place : malloc((size_t)count * sizeof *values);
     bool given_id = false;
     if (!values) rc = lq__error(LQ_NOMEM, "out of memory");
     for (int i = 0; rc == LQ_OK && i < count; i++) {
         values[i] = *lq__stmt_arg(st, args, i);
-        if (st->params[i % st->nparams] == LQ_P_ID) given_id = true;
+        if (st->params[i % st->nparams] == LQ__P_ID) given_id = true;
     }
     /* Checked before the prepare too, so a refused statement sends nothing. */
     if (rc == LQ_OK) rc = fits_packet(c, st->sql, count ? values : NULL, count);
@@ -1271,7 +1255,7 @@ static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
     /* No INSERT .. RETURNING: the new row's id comes as a one-column row,
      * the id the message carried or the one the database generated. */
     if (rc == LQ_OK && insert && on_row && mysql_stmt_field_count(stmt) == 0) {
-        lq_value v = {.type = LQ_V_INT, .i = given_id ? args[LQ_P_ID].i : id};
+        lq__value v = {.type = LQ__V_INT, .i = given_id ? args[LQ__P_ID].i : id};
         rc = on_row(ctx, &v, 1);
     }
     if (values != in_place) free(values);
@@ -1279,18 +1263,18 @@ static int my_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
     return rc;
 }
 
-static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
+static int my_execute(int64_t *changes, lq__conn *c, const char *sql, const char *const *params,
                       int count) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     if (changes) *changes = 0;
-    if (count > LQ_MAX_PARAMS)
-        return lq__error(LQ_MISUSE, "a statement takes at most %d parameters here", LQ_MAX_PARAMS);
-    lq_value values[LQ_MAX_PARAMS];
+    if (count > LQ__MAX_PARAMS)
+        return lq__error(LQ_MISUSE, "a statement takes at most %d parameters here", LQ__MAX_PARAMS);
+    lq__value values[LQ__MAX_PARAMS];
     for (int i = 0; i < count; i++)
         values[i] = params[i]
-                        ? (lq_value){.type = LQ_V_TEXT, .p = params[i], .n = strlen(params[i])}
-                        : (lq_value){.type = LQ_V_NULL};
+                        ? (lq__value){.type = LQ__V_TEXT, .p = params[i], .n = strlen(params[i])}
+                        : (lq__value){.type = LQ__V_NULL};
     if ((rc = fits_packet(c, sql, count ? values : NULL, count)) != LQ_OK) return rc;
     if (count == 0) {
         /* Text protocol: any statement (SAVEPOINT too), one result or more. */
@@ -1327,7 +1311,7 @@ static int my_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
     return rc;
 }
 
-static int my_begin(lq_conn *c, int isolation) {
+static int my_begin(lq__conn *c, int isolation) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     /* The session runs at READ COMMITTED; another level is set for the next
@@ -1347,12 +1331,12 @@ static int my_begin(lq_conn *c, int isolation) {
     return run_plain(c, "START TRANSACTION");
 }
 
-static int my_commit(lq_conn *c) {
+static int my_commit(lq__conn *c) {
     int rc = ensure_thread();
     return rc == LQ_OK ? run_plain(c, "COMMIT") : rc;
 }
 
-static int my_commit_chain(bool *chained, lq_conn *c) {
+static int my_commit_chain(bool *chained, lq__conn *c) {
     unsigned int status = 0;
     *chained = false;
     int rc = ensure_thread();
@@ -1362,7 +1346,7 @@ static int my_commit_chain(bool *chained, lq_conn *c) {
     return rc;
 }
 
-static int my_rollback(lq_conn *c) {
+static int my_rollback(lq__conn *c) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     /* Also after a deadlock (1213), which rolled back the transaction
@@ -1378,22 +1362,22 @@ typedef struct int_answer {
     bool seen;
 } int_answer;
 
-static int on_int_answer(void *ctx, const lq_value *cols, int count) {
+static int on_int_answer(void *ctx, const lq__value *cols, int count) {
     int_answer *a = ctx;
-    if (count >= 1 && cols[0].type == LQ_V_INT) {
+    if (count >= 1 && cols[0].type == LQ__V_INT) {
         a->value = cols[0].i;
         a->seen = true;
     }
     return LQ_OK;
 }
 
-static int ask(int64_t *answer, lq_conn *c, int id, const char *sql, const char *key) {
+static int ask(int64_t *answer, lq__conn *c, int id, const char *sql, const char *key) {
     MYSQL_STMT *st;
     int rc = ensure_thread();
     if (rc == LQ_OK) rc = noted(c, cached(&st, c, id, sql));
     if (rc != LQ_OK) return rc;
-    lq_value v[2] = {{.type = LQ_V_TEXT, .p = key, .n = strlen(key)},
-                     {.type = LQ_V_TEXT, .p = key, .n = strlen(key)}};
+    lq__value v[2] = {{.type = LQ__V_TEXT, .p = key, .n = strlen(key)},
+                     {.type = LQ__V_TEXT, .p = key, .n = strlen(key)}};
     int_answer a = {0, false};
     rc = noted(c, run_stmt(NULL, st, v, (int)mysql_stmt_param_count(st), on_int_answer, &a, NULL));
     if (rc == LQ_OK && !a.seen) rc = lq__error(LQ_BACKEND, "mysql: a lock call returned no answer");
@@ -1404,7 +1388,7 @@ static int ask(int64_t *answer, lq_conn *c, int id, const char *sql, const char 
 /* GET_LOCK is re-entrant within a session: taking a name this session holds
  * already would count it twice, and one release would leave it held. So a
  * name held by anyone, this session included, is not taken. */
-static int my_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target,
+static int my_try_lock_key(bool *taken, lq__conn *c, const lq__broker_target *target,
                            const char *key) {
     (void)target;
     int64_t answer = 0;
@@ -1419,7 +1403,7 @@ static int my_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *targ
 
 /* Confirmed when the release freed the name for other sessions: released,
  * and no longer held by this one (a count left over is not a release). */
-static bool my_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
+static bool my_unlock_key(lq__conn *c, const lq__broker_target *target, const char *key) {
     (void)target;
     int64_t answer = 0;
     if (!c) return false;
@@ -1434,7 +1418,7 @@ static bool my_unlock_key(lq_conn *c, const lq_broker_target *target, const char
 
 /* No CREATE INDEX IF NOT EXISTS in MySQL: the index is part of the table's
  * CREATE TABLE IF NOT EXISTS, which is also atomic. */
-static const lq_ddl_types my_ddl = {
+static const lq__ddl_types my_ddl = {
     .id_generated = "BIGINT AUTO_INCREMENT PRIMARY KEY",
     .id_plain = "BIGINT PRIMARY KEY",
     .bytes = "LONGBLOB NOT NULL",
@@ -1446,17 +1430,17 @@ static const lq_ddl_types my_ddl = {
     .index_in_table = true,
 };
 
-static void my_schema_query(lq_sql *b) {
+static void my_schema_query(lq__sql *b) {
     lq__sql_add(b, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
 }
 
-static void my_columns_query(lq_sql *b) {
+static void my_columns_query(lq__sql *b) {
     lq__sql_add(b, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
                    "WHERE TABLE_SCHEMA = COALESCE(");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
     lq__sql_add(b, ", DATABASE()) AND TABLE_NAME = ");
-    lq__sql_param(b, LQ_P_NAME);
+    lq__sql_param(b, LQ__P_NAME);
     lq__sql_add(b, " ORDER BY ORDINAL_POSITION");
 }
 
@@ -1484,9 +1468,9 @@ static unsigned my_type_kinds(const char *type) {
 
 /* MariaDB has INSERT .. RETURNING (10.5; its floor here is 10.6); MySQL has
  * none, and its LAST_INSERT_ID names only a multi-row insert's first row. */
-static bool my_insert_rows_returning(lq_conn *c) { return server_is_mariadb(c->my); }
+static bool my_insert_rows_returning(lq__conn *c) { return server_is_mariadb(c->my); }
 
-const lq_dialect lq__mysql_dialect = {
+const lq__dialect lq__mysql_dialect = {
     .name = "mysql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
     .single_writer = false,

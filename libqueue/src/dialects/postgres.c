@@ -4,6 +4,7 @@
  * stops answering becomes an error, not a hang. */
 #include "../clock.h"
 #include "../dialect.h"
+#include "../stmt_cache.h"
 
 #include <libpq-fe.h>
 #include <poll.h>
@@ -19,22 +20,16 @@
 enum { OID_BOOL = 16, OID_BYTEA = 17, OID_INT8 = 20, OID_INT2 = 21, OID_INT4 = 23,
        OID_TIMESTAMP = 1114, OID_TIMESTAMPTZ = 1184 };
 
-typedef struct prepared {
-    int id;
-    char name[24]; /* its name on the server: lq_<id> */
-} prepared;
-
-struct lq_conn {
+struct lq__conn {
     PGconn *pg;
     bool borrowed;
     bool broken;         /* a deadline passed mid-statement: never reuse */
     int64_t deadline_ms; /* the client's own wait for any answer */
-    prepared *names; /* the statement ids prepared on this connection */
-    int count, cap;
+    lq__stmt_cache prepared; /* each statement's name on the server: lq_<id> */
 };
 
 /* Maps a failed result (or a dead connection) to a status and message. */
-static int pg_error(lq_conn *c, PGresult *res, int status, const char *what) {
+static int pg_error(lq__conn *c, PGresult *res, int status, const char *what) {
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *msg = res ? PQresultErrorMessage(res) : NULL;
     if (!msg || !*msg) msg = PQerrorMessage(c->pg);
@@ -61,7 +56,7 @@ static int pg_error(lq_conn *c, PGresult *res, int status, const char *what) {
  * the deadline from the clock less that first poll's bound, so a server that
  * answers in dribbles still meets one: at most a second early, which the
  * two seconds deadline_ms keeps over the statement timeout absorb. */
-static bool wait_socket(lq_conn *c, short events, int64_t *deadline) {
+static bool wait_socket(lq__conn *c, short events, int64_t *deadline) {
     struct pollfd pfd = {.fd = PQsocket(c->pg), .events = events};
     if (pfd.fd < 0) return false;
     int64_t first = c->deadline_ms > 1000 ? 1000 : c->deadline_ms;
@@ -81,7 +76,7 @@ static bool wait_socket(lq_conn *c, short events, int64_t *deadline) {
  * server that stops answering becomes an error, not a hang. On a passed
  * deadline the query is cancelled and the connection is marked broken, so
  * the pool closes it. Returns the first result (the caller clears it). */
-static PGresult *await_result(lq_conn *c, int *status) {
+static PGresult *await_result(lq__conn *c, int *status) {
     int64_t deadline = 0;
     PGresult *first = NULL, *res;
     int flushed;
@@ -121,7 +116,7 @@ broken:
 }
 
 /* Runs a query sent by `sent` (a PQsend* result) to its end. */
-static PGresult *finish(lq_conn *c, int sent, int *status) {
+static PGresult *finish(lq__conn *c, int sent, int *status) {
     if (!sent) {
         c->broken = PQstatus(c->pg) != CONNECTION_OK;
         *status = pg_error(c, NULL, LQ_BACKEND, "cannot send a statement");
@@ -130,9 +125,9 @@ static PGresult *finish(lq_conn *c, int sent, int *status) {
     return await_result(c, status);
 }
 
-static int pg_check_version(lq_conn *c, const lq_table *table);
+static int pg_check_version(lq__conn *c, const lq_table *table);
 
-static int pg_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+static int pg_parse_url(lq__broker_target *t, const char *url, const char *rest) {
     (void)rest;
     /* libpq parses the URL itself, with its parameters and environment; the
      * password is kept only to scrub it from messages. */
@@ -145,14 +140,14 @@ static int pg_parse_url(lq_broker_target *t, const char *url, const char *rest) 
     return LQ_OK;
 }
 
-static void pg_disconnect(lq_conn *c) {
+static void pg_disconnect(lq__conn *c) {
     if (!c) return;
     if (!c->borrowed) PQfinish(c->pg);
-    free(c->names);
+    lq__cache_clear(&c->prepared, free);
     free(c);
 }
 
-static int pg_connect(lq_conn **out, const lq_broker_target *target, const lq_options *o) {
+static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_options *o) {
     char connect_timeout[32], user_timeout[32];
     int64_t connect_ms = lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS);
     int64_t statement_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
@@ -164,7 +159,7 @@ static int pg_connect(lq_conn **out, const lq_broker_target *target, const lq_op
                           "application_name", "dbname", NULL};
     const char *values[] = {connect_timeout, "1", "10", "5", "3", user_timeout,
                             "libqueue", target->url, NULL};
-    lq_conn *c = calloc(1, sizeof *c);
+    lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->pg = PQconnectdbParams(keys, values, 1);
     if (!c->pg) {
@@ -203,13 +198,13 @@ static int pg_connect(lq_conn **out, const lq_broker_target *target, const lq_op
 }
 
 /* Only an idle, healthy session goes back to the pool. */
-static bool pg_reusable(lq_conn *c) {
+static bool pg_reusable(lq__conn *c) {
     return !c->broken && PQstatus(c->pg) == CONNECTION_OK &&
            PQtransactionStatus(c->pg) == PQTRANS_IDLE;
 }
 
-static int pg_borrow(lq_conn **out, void *native) {
-    lq_conn *c = calloc(1, sizeof *c);
+static int pg_borrow(lq__conn **out, void *native) {
+    lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->pg = native;
     c->borrowed = true;
@@ -218,7 +213,7 @@ static int pg_borrow(lq_conn **out, void *native) {
     return LQ_OK;
 }
 
-static int pg_check_version(lq_conn *c, const lq_table *table) {
+static int pg_check_version(lq__conn *c, const lq_table *table) {
     int v = PQserverVersion(c->pg);
     char shown[32];
     snprintf(shown, sizeof shown, "%d.%d", v / 10000, v >= 100000 ? v % 10000 : (v / 100) % 100);
@@ -236,11 +231,11 @@ static int pg_check_version(lq_conn *c, const lq_table *table) {
     return LQ_OK;
 }
 
-static void pg_placeholder(lq_strbuf *sb, int position) { lq__sb_addf(sb, "$%d", position); }
+static void pg_placeholder(lq__strbuf *sb, int position) { lq__sb_addf(sb, "$%d", position); }
 
 /* Row lock: the claim's transaction holds the row until the settlement. */
-static int build_row_lock_claim(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_row_lock_claim(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
     lq__sql_locking_read(&b, false);
     return lq__sql_finish(&b);
@@ -248,8 +243,8 @@ static int build_row_lock_claim(lq_sqlset *set, const lq_table *t) {
 
 /* Lease: one statement locks the claimable rows, stamps their lease and
  * counts their attempt, and returns them as they were. */
-static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
     lq__sql_add(&b, "WITH \"lq_claimed\" AS (");
     lq__sql_locking_read(&b, true);
@@ -258,7 +253,7 @@ static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_add(&b, " AS \"lq_row\" SET ");
     lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_LEASE);
+    lq__sql_param(&b, LQ__P_LEASE);
     if (lq__has(t, LQ_ROLE_ATTEMPT)) {
         lq__sql_add(&b, ", ");
         lq__sql_col(&b, LQ_ROLE_ATTEMPT);
@@ -277,7 +272,7 @@ static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
 }
 
 /* The rendered advisory key: concat() reads NULL as ''. */
-static void key_expression(lq_sql *b, const lq_table *t) {
+static void key_expression(lq__sql *b, const lq_table *t) {
     lq__sql_add(b, "concat(''");
     for (size_t i = 0; i < t->key.count; i++) {
         lq__sql_add(b, ", ");
@@ -290,8 +285,8 @@ static void key_expression(lq_sql *b, const lq_table *t) {
 /* Advisory: candidates whose keys no other session holds (a shared
  * transaction-level try conflicts with another session's lock), then a take
  * per row on the connection that holds its key. */
-static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
     lq__sql_add(&b, "SELECT \"lq_id\", \"lq_key\" FROM (SELECT ");
     lq__sql_id(&b);
@@ -305,7 +300,7 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " OFFSET 0) AS \"lq_candidates\" WHERE "
                     "pg_try_advisory_xact_lock_shared(hashtextextended(\"lq_key\", 0)) LIMIT ");
-    lq__sql_param(&b, LQ_P_LIMIT);
+    lq__sql_param(&b, LQ__P_LIMIT);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
 
@@ -315,11 +310,11 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
 /* FIFO: the claim's transaction first takes a lock on the hash of the table
  * and group, held until it ends, so claims of one group on other brokers take
  * nothing meanwhile. */
-static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_fifo_guard(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->guard, &lq__postgres_dialect, t);
     lq__sql_add(&b, "SELECT pg_try_advisory_xact_lock(hashtextextended(");
-    lq__sql_param(&b, LQ_P_GUARD);
+    lq__sql_param(&b, LQ__P_GUARD);
     lq__sql_add(&b, ", 0))::int");
     return lq__sql_finish(&b);
 }
@@ -327,21 +322,21 @@ static int build_fifo_guard(lq_sqlset *set, const lq_table *t) {
 /* A set comes as a bigint[], which costs the server less to read than JSON
  * elements and timestamp text: ids, or in the lease form pairs of id and
  * token (epoch milliseconds, exact through to_timestamp's microseconds). */
-static void pg_held_set_source(lq_sql *b, bool tokens) {
+static void pg_held_set_source(lq__sql *b, bool tokens) {
     if (!tokens) {
         lq__sql_add(b, "(SELECT unnest(");
-        lq__sql_param(b, LQ_P_HELD_SET);
+        lq__sql_param(b, LQ__P_HELD_SET);
         lq__sql_add(b, "::bigint[]) AS \"lq_id\")");
         return;
     }
     lq__sql_add(b, "(SELECT \"lq_a\"[2 * \"lq_i\" - 1] AS \"lq_id\", "
                    "to_timestamp(\"lq_a\"[2 * \"lq_i\"] / 1000.0) AS \"lq_held\" FROM (SELECT ");
-    lq__sql_param(b, LQ_P_HELD_SET);
+    lq__sql_param(b, LQ__P_HELD_SET);
     lq__sql_add(b, "::bigint[] AS \"lq_a\") AS \"lq_v\", "
                    "generate_series(1, cardinality(\"lq_a\") / 2) AS \"lq_i\")");
 }
 
-static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
+static int pg_build_claims(lq__sqlset *set, const lq_table *t) {
     if (t->schema && strlen(t->schema) > 63)
         return lq__error(LQ_DIALECT, "postgresql: schema name \"%s\" is over 63 bytes", t->schema);
     if (strlen(t->name) > 63)
@@ -355,39 +350,28 @@ static int pg_build_claims(lq_sqlset *set, const lq_table *t) {
     }
 }
 
-/* The server-side name of a statement: lq_<its id>. */
-static void statement_name(char name[24], const lq_stmt *st) {
-    memcpy(name, "lq_", 3);
-    lq__int_text(name + 3, st->id);
-}
-
 /* Prepares a statement on the connection at its first use; *name is its
- * server-side name, valid until the connection prepares another. */
-static int ensure_prepared(const char **name, lq_conn *c, const lq_stmt *st) {
-    for (int i = 0; i < c->count; i++) {
-        if (c->names[i].id == st->id) {
-            *name = c->names[i].name;
-            return LQ_OK;
-        }
-    }
-    void *names = c->names;
-    int grown = lq__room_for_one(&names, &c->cap, c->count, sizeof *c->names, 16);
-    c->names = names;
-    if (grown != LQ_OK) return grown;
-    prepared *p = &c->names[c->count];
-    p->id = st->id;
-    statement_name(p->name, st);
+ * server-side name, lq_<its id>, which lives as long as the connection. */
+static int ensure_prepared(const char **name, lq__conn *c, const lq__stmt *st) {
+    if ((*name = lq__cache_find(&c->prepared, st->id))) return LQ_OK;
+    char *made = malloc(4 + LQ__INT_TEXT_SIZE);
+    if (!made) return lq__error(LQ_NOMEM, "out of memory");
+    memcpy(made, "lq_", 3);
+    lq__int_text(made + 3, st->id);
     int rc = LQ_OK;
-    PGresult *res = finish(c, PQsendPrepare(c->pg, p->name, st->sql, 0, NULL), &rc);
-    if (!res) return rc;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_SCHEMA, "cannot prepare");
-    PQclear(res);
-    c->count++;
-    *name = p->name;
+    PGresult *res = finish(c, PQsendPrepare(c->pg, made, st->sql, 0, NULL), &rc);
+    if (res && PQresultStatus(res) != PGRES_COMMAND_OK) rc = pg_error(c, res, LQ_SCHEMA, "cannot prepare");
+    else if (res) PQclear(res);
+    if (rc == LQ_OK) rc = lq__cache_add(&c->prepared, st->id, made);
+    if (rc != LQ_OK) {
+        free(made);
+        return rc;
+    }
+    *name = made;
     return LQ_OK;
 }
 
-static int pg_prepare(lq_conn *c, const lq_stmt *st) {
+static int pg_prepare(lq__conn *c, const lq__stmt *st) {
     const char *name;
     return ensure_prepared(&name, c, st);
 }
@@ -406,28 +390,28 @@ static uint32_t read_be32(const char *p) {
 }
 
 /* Reads one binary column into a value the core understands. */
-static void read_column(lq_value *v, const PGresult *res, int row, int col, char *time_buf) {
+static void read_column(lq__value *v, const PGresult *res, int row, int col, char *time_buf) {
     memset(v, 0, sizeof *v);
     if (PQgetisnull(res, row, col)) return;
     const char *p = PQgetvalue(res, row, col);
     int n = PQgetlength(res, row, col);
     switch (PQftype(res, col)) {
-    case OID_INT8: v->type = LQ_V_INT; v->i = (int64_t)read_be64(p); break;
-    case OID_INT4: v->type = LQ_V_INT; v->i = (int32_t)read_be32(p); break;
-    case OID_INT2: v->type = LQ_V_INT; v->i = (int16_t)(((unsigned char)p[0] << 8) | (unsigned char)p[1]); break;
-    case OID_BOOL: v->type = LQ_V_INT; v->i = p[0] != 0; break;
+    case OID_INT8: v->type = LQ__V_INT; v->i = (int64_t)read_be64(p); break;
+    case OID_INT4: v->type = LQ__V_INT; v->i = (int32_t)read_be32(p); break;
+    case OID_INT2: v->type = LQ__V_INT; v->i = (int16_t)(((unsigned char)p[0] << 8) | (unsigned char)p[1]); break;
+    case OID_BOOL: v->type = LQ__V_INT; v->i = p[0] != 0; break;
     case OID_TIMESTAMP:
     case OID_TIMESTAMPTZ: {
         int64_t ms = (int64_t)read_be64(p) / 1000 + PG_EPOCH_OFFSET_MS;
         lq__time_text(time_buf, ms);
-        v->type = LQ_V_TEXT;
+        v->type = LQ__V_TEXT;
         v->p = time_buf;
         v->n = strlen(time_buf);
         break;
     }
-    case OID_BYTEA: v->type = LQ_V_BLOB; v->p = p; v->n = (size_t)n; break;
+    case OID_BYTEA: v->type = LQ__V_BLOB; v->p = p; v->n = (size_t)n; break;
     default: /* text, varchar, json (a cast to text), jsonb after ::text */
-        v->type = LQ_V_TEXT;
+        v->type = LQ__V_TEXT;
         v->p = p;
         v->n = (size_t)n;
     }
@@ -439,9 +423,9 @@ typedef struct pg_args {
     const char **values;
     int *lengths, *formats;
     char (*numbers)[32];
-    const char *values_in[LQ_MAX_PARAMS];
-    int lengths_in[LQ_MAX_PARAMS], formats_in[LQ_MAX_PARAMS];
-    char numbers_in[LQ_MAX_PARAMS][32];
+    const char *values_in[LQ__MAX_PARAMS];
+    int lengths_in[LQ__MAX_PARAMS], formats_in[LQ__MAX_PARAMS];
+    char numbers_in[LQ__MAX_PARAMS][32];
     void *block;
 } pg_args;
 
@@ -451,7 +435,7 @@ static int pg_args_make(pg_args *a, int count) {
     a->lengths = a->lengths_in;
     a->formats = a->formats_in;
     a->numbers = a->numbers_in;
-    if (count <= LQ_MAX_PARAMS) return LQ_OK;
+    if (count <= LQ__MAX_PARAMS) return LQ_OK;
     size_t n = (size_t)count;
     char *block = malloc(n * (sizeof *a->values + 2 * sizeof(int) + sizeof *a->numbers));
     if (!block) return lq__error(LQ_NOMEM, "out of memory");
@@ -463,17 +447,17 @@ static int pg_args_make(pg_args *a, int count) {
     return LQ_OK;
 }
 
-static void pg_args_bind(pg_args *a, int i, const lq_value *v) {
+static void pg_args_bind(pg_args *a, int i, const lq__value *v) {
     a->lengths[i] = 0;
     a->formats[i] = 0;
     switch (v->type) {
-    case LQ_V_INT:
+    case LQ__V_INT:
         lq__int_text(a->numbers[i], v->i);
         a->values[i] = a->numbers[i];
         break;
-    case LQ_V_TIME: lq__time_text(a->numbers[i], v->i); a->values[i] = a->numbers[i]; break;
-    case LQ_V_TEXT: a->values[i] = v->p; break; /* NUL-terminated: text format */
-    case LQ_V_BLOB:
+    case LQ__V_TIME: lq__time_text(a->numbers[i], v->i); a->values[i] = a->numbers[i]; break;
+    case LQ__V_TEXT: a->values[i] = v->p; break; /* NUL-terminated: text format */
+    case LQ__V_BLOB:
         a->values[i] = v->p ? v->p : "";
         a->lengths[i] = (int)v->n;
         a->formats[i] = 1;
@@ -486,7 +470,7 @@ static void pg_args_bind(pg_args *a, int i, const lq_value *v) {
  * prepared on the connection at first use, or where a caller's own
  * connection keeps no statements of ours (it could not tell our names from
  * its own) or the statement runs once (id 0), sent as unnamed text. */
-static PGresult *run_stmt(lq_conn *c, const lq_stmt *st, int count, const char *const *values,
+static PGresult *run_stmt(lq__conn *c, const lq__stmt *st, int count, const char *const *values,
                           const int *lengths, const int *formats, int result_format, int *status) {
     bool once = c->borrowed || st->id == 0;
     const char *name = NULL;
@@ -496,8 +480,8 @@ static PGresult *run_stmt(lq_conn *c, const lq_stmt *st, int count, const char *
     return finish(c, sent, status);
 }
 
-static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
-                   lq_row_fn on_row, void *ctx) {
+static int pg_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__value *args,
+                   lq__row_fn on_row, void *ctx) {
     int count = lq__stmt_values(st);
     pg_args a;
     int rc = pg_args_make(&a, count);
@@ -511,8 +495,8 @@ static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
         return pg_error(c, res, LQ_BACKEND, "a statement failed");
     if (changes) *changes = atoll(PQcmdTuples(res));
     int rows = PQntuples(res), cols = PQnfields(res);
-    lq_value row[LQ_COL_COUNT + 4];
-    char times[LQ_COL_COUNT + 4][LQ_TIME_TEXT_SIZE];
+    lq__value row[LQ__COL_COUNT + 4];
+    char times[LQ__COL_COUNT + 4][LQ__TIME_TEXT_SIZE];
     if (cols > (int)(sizeof row / sizeof row[0])) cols = (int)(sizeof row / sizeof row[0]);
     for (int r = 0; r < rows && rc == LQ_OK && on_row; r++) {
         for (int i = 0; i < cols; i++) read_column(&row[i], res, r, i, times[i]);
@@ -522,7 +506,7 @@ static int pg_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_val
     return rc;
 }
 
-static int pg_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
+static int pg_execute(int64_t *changes, lq__conn *c, const char *sql, const char *const *params,
                       int count) {
     int rc = LQ_OK;
     PGresult *res = finish(c, PQsendQueryParams(c->pg, sql, count, NULL, params, NULL, NULL, 0), &rc);
@@ -538,7 +522,7 @@ static int pg_execute(int64_t *changes, lq_conn *c, const char *sql, const char 
 /* A statement of ours with no parameters (BEGIN, COMMIT, LISTEN): the
  * simple protocol sends it in one message, where the extended one takes a
  * parse, bind, describe, execute and sync. */
-static int run_plain(lq_conn *c, const char *sql) {
+static int run_plain(lq__conn *c, const char *sql) {
     int rc = LQ_OK;
     PGresult *res = finish(c, PQsendQuery(c->pg, sql), &rc);
     if (!res) return rc;
@@ -547,7 +531,7 @@ static int run_plain(lq_conn *c, const char *sql) {
     return LQ_OK;
 }
 
-static int pg_begin(lq_conn *c, int isolation) {
+static int pg_begin(lq__conn *c, int isolation) {
     switch (isolation) {
     case LQ_ISOLATION_READ_COMMITTED: return run_plain(c, "BEGIN ISOLATION LEVEL READ COMMITTED");
     case LQ_ISOLATION_REPEATABLE_READ: return run_plain(c, "BEGIN ISOLATION LEVEL REPEATABLE READ");
@@ -556,10 +540,10 @@ static int pg_begin(lq_conn *c, int isolation) {
     }
 }
 
-static int pg_commit(lq_conn *c) { return run_plain(c, "COMMIT"); }
+static int pg_commit(lq__conn *c) { return run_plain(c, "COMMIT"); }
 
 /* COMMIT AND CHAIN came with PostgreSQL 12; before it, a plain commit. */
-static int pg_commit_chain(bool *chained, lq_conn *c) {
+static int pg_commit_chain(bool *chained, lq__conn *c) {
     *chained = false;
     if (PQserverVersion(c->pg) < 120000) return pg_commit(c);
     int rc = run_plain(c, "COMMIT AND CHAIN");
@@ -567,26 +551,26 @@ static int pg_commit_chain(bool *chained, lq_conn *c) {
     return rc;
 }
 
-static int pg_rollback(lq_conn *c) {
+static int pg_rollback(lq__conn *c) {
     if (PQtransactionStatus(c->pg) == PQTRANS_IDLE) return LQ_OK;
     return run_plain(c, "ROLLBACK");
 }
 
-static int pg_notify(lq_conn *c, const char *channel, const char *payload) {
+static int pg_notify(lq__conn *c, const char *channel, const char *payload) {
     const char *params[2] = {channel, payload};
     return pg_execute(NULL, c, "SELECT pg_notify($1, $2)", params, 2);
 }
 
-static void pg_notify_call(lq_sql *b) {
+static void pg_notify_call(lq__sql *b) {
     lq__sql_add(b, "pg_notify(");
-    lq__sql_param(b, LQ_P_CHANNEL);
+    lq__sql_param(b, LQ__P_CHANNEL);
     lq__sql_add(b, ", COALESCE(");
-    lq__sql_param(b, LQ_P_MSG_GROUP);
+    lq__sql_param(b, LQ__P_MSG_GROUP);
     lq__sql_add(b, ", ''))");
 }
 
-static int pg_listen(lq_conn *c, const char *channel) {
-    lq_strbuf sb = {0};
+static int pg_listen(lq__conn *c, const char *channel) {
+    lq__strbuf sb = {0};
     lq__sb_add(&sb, "LISTEN ");
     lq__sb_add_quoted(&sb, channel, '"');
     char *sql = lq__sb_take(&sb);
@@ -596,7 +580,7 @@ static int pg_listen(lq_conn *c, const char *channel) {
     return rc;
 }
 
-static int pg_wait_notes(lq_conn *c, int64_t timeout_ms,
+static int pg_wait_notes(lq__conn *c, int64_t timeout_ms,
                          void (*on_note)(void *ctx, const char *channel, const char *payload),
                          void *ctx) {
     struct pollfd pfd = {.fd = PQsocket(c->pg), .events = POLLIN};
@@ -614,11 +598,11 @@ static int pg_wait_notes(lq_conn *c, int64_t timeout_ms,
 
 /* The advisory lock calls, prepared on a connection at first use like the
  * statements of a subscription: negative ids, which no built statement has. */
-static const lq_stmt try_lock_stmt = {.sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", .id = -1};
-static const lq_stmt unlock_stmt = {.sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0))", .id = -2};
+static const lq__stmt try_lock_stmt = {.sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", .id = -1};
+static const lq__stmt unlock_stmt = {.sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0))", .id = -2};
 
 /* A 0/1 answer from an advisory lock function. */
-static int lock_call(bool *result, lq_conn *c, const lq_stmt *st, const char *key) {
+static int lock_call(bool *result, lq__conn *c, const lq__stmt *st, const char *key) {
     const char *params[1] = {key};
     int rc = LQ_OK;
     PGresult *res = run_stmt(c, st, 1, params, NULL, NULL, 0, &rc);
@@ -630,12 +614,12 @@ static int lock_call(bool *result, lq_conn *c, const lq_stmt *st, const char *ke
     return LQ_OK;
 }
 
-static int pg_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target, const char *key) {
+static int pg_try_lock_key(bool *taken, lq__conn *c, const lq__broker_target *target, const char *key) {
     (void)target;
     return lock_call(taken, c, &try_lock_stmt, key);
 }
 
-static bool pg_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
+static bool pg_unlock_key(lq__conn *c, const lq__broker_target *target, const char *key) {
     (void)target;
     bool released = false;
     if (!c || lock_call(&released, c, &unlock_stmt, key) != LQ_OK)
@@ -645,7 +629,7 @@ static bool pg_unlock_key(lq_conn *c, const lq_broker_target *target, const char
 
 /* ---- tables ---- */
 
-static const lq_ddl_types pg_ddl = {
+static const lq__ddl_types pg_ddl = {
     .id_generated = "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
     .id_plain = "BIGINT PRIMARY KEY",
     .bytes = "BYTEA NOT NULL DEFAULT ''",
@@ -657,25 +641,25 @@ static const lq_ddl_types pg_ddl = {
     .partial_index = true,
 };
 
-static void pg_schema_query(lq_sql *b) {
+static void pg_schema_query(lq__sql *b) {
     lq__sql_add(b, "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = ");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
 }
 
 /* The table an unqualified name resolves to is the first on the search path
  * (pg_table_is_visible), as in the statements that use it. */
-static void pg_columns_query(lq_sql *b) {
+static void pg_columns_query(lq__sql *b) {
     lq__sql_add(b, "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, NULL) "
                    "FROM pg_catalog.pg_attribute a "
                    "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
                    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
                    "WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped "
                    "AND c.relname = ");
-    lq__sql_param(b, LQ_P_NAME);
+    lq__sql_param(b, LQ__P_NAME);
     lq__sql_add(b, " AND CASE WHEN ");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
     lq__sql_add(b, "::text IS NULL THEN pg_catalog.pg_table_is_visible(c.oid) ELSE n.nspname = ");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
     lq__sql_add(b, " END ORDER BY a.attnum");
 }
 
@@ -700,13 +684,13 @@ static unsigned pg_type_kinds(const char *type) {
 
 /* Concurrent CREATE TABLE IF NOT EXISTS of one name can fail on the catalog's
  * unique index: creators take turns on a transaction lock. */
-static void pg_ddl_lock_query(lq_sql *b) {
+static void pg_ddl_lock_query(lq__sql *b) {
     lq__sql_add(b, "SELECT pg_advisory_xact_lock(hashtext(");
-    lq__sql_param(b, LQ_P_NAME);
+    lq__sql_param(b, LQ__P_NAME);
     lq__sql_add(b, "))");
 }
 
-const lq_dialect lq__postgres_dialect = {
+const lq__dialect lq__postgres_dialect = {
     .name = "postgresql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
     .single_writer = false,
@@ -723,9 +707,9 @@ const lq_dialect lq__postgres_dialect = {
     .check_version = pg_check_version,
     .quote = '"',
     .placeholder = pg_placeholder,
-    .row_casts = {[LQ_COL_ID] = "::bigint", [LQ_COL_ATTEMPT] = "::bigint",
-                  [LQ_COL_GROUP] = "::text", [LQ_COL_PKEY] = "::text",
-                  [LQ_COL_HEADERS] = "::text", [LQ_COL_PRIORITY] = "::bigint"},
+    .row_casts = {[LQ__COL_ID] = "::bigint", [LQ__COL_ATTEMPT] = "::bigint",
+                  [LQ__COL_GROUP] = "::text", [LQ__COL_PKEY] = "::text",
+                  [LQ__COL_HEADERS] = "::text", [LQ__COL_PRIORITY] = "::bigint"},
     .build_claims = pg_build_claims,
     .held_set_source = pg_held_set_source,
     .held_set_array = true,

@@ -5,6 +5,7 @@
 #include "../clock.h"
 #include "../dialect.h"
 #include "../keys.h"
+#include "../stmt_cache.h"
 #include "../write_turns.h"
 
 #include <libgen.h>
@@ -16,23 +17,17 @@
 
 #define SQLITE_FLOOR 3035000 /* UPDATE .. RETURNING */
 
-typedef struct cached_stmt {
-    int id;
-    sqlite3_stmt *stmt;
-} cached_stmt;
-
-struct lq_conn {
+struct lq__conn {
     sqlite3 *db;
     bool borrowed; /* the caller's connection: never closed here */
     int64_t statement_timeout_ms;
     int64_t deadline; /* monotonic ms; the progress handler stops a statement past it */
     int64_t lock_wait_since; /* monotonic ms: the current wait for a lock began */
-    lq_turns *turns;         /* the file's write turns in this process (NULL: borrowed) */
+    lq__turns *turns;         /* the file's write turns in this process (NULL: borrowed) */
     uint64_t turns_seen;     /* writes ended when the current wait last looked */
     int64_t lock_wait_ms;    /* the bound of a lock wait: statement_timeout_ms, less for a restart */
     int restart_at;          /* log pages at which this connection next tries a restart */
-    cached_stmt *cache;
-    int cache_count, cache_cap;
+    lq__stmt_cache cache; /* sqlite3_stmt handles */
 };
 
 static int db_error(int status, sqlite3 *db, int rc, const char *what) {
@@ -48,7 +43,7 @@ static int db_error(int status, sqlite3 *db, int rc, const char *what) {
 }
 
 static int on_progress(void *arg) {
-    lq_conn *c = arg;
+    lq__conn *c = arg;
     return c->deadline && lq__mono_ms() > c->deadline;
 }
 
@@ -62,7 +57,7 @@ static int on_progress(void *arg) {
 static int on_busy(void *arg, int count) {
     static const long steps_us[] = {50, 100, 200, 500, 1000, 2000, 5000};
     enum { STEPS = sizeof steps_us / sizeof steps_us[0] };
-    lq_conn *c = arg;
+    lq__conn *c = arg;
     int64_t now = lq__mono_ms();
     if (count == 0) {
         c->lock_wait_since = now;
@@ -85,7 +80,7 @@ static int on_busy(void *arg, int count) {
 enum { CHECKPOINT_PAGES = 1000, RESTART_PAGES = 4000, RESTART_WAIT_MS = 100 };
 
 static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int pages) {
-    lq_conn *c = arg;
+    lq__conn *c = arg;
     if (pages < CHECKPOINT_PAGES) return SQLITE_OK;
     bool restart = pages >= RESTART_PAGES && pages >= c->restart_at;
     c->lock_wait_ms = restart ? RESTART_WAIT_MS : c->statement_timeout_ms;
@@ -99,11 +94,11 @@ static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int pages) {
 /* After a statement: where the connection is out of any transaction and the
  * statement may have written (or ended a transaction), the write lock is
  * free: this process's waits for it retry. */
-static void turn_over(lq_conn *c, bool wrote) {
+static void turn_over(lq__conn *c, bool wrote) {
     if (c->turns && wrote && sqlite3_get_autocommit(c->db)) lq__turns_ended(c->turns);
 }
 
-static int run_plain(lq_conn *c, const char *sql) {
+static int run_plain(lq__conn *c, const char *sql) {
     c->deadline = lq__mono_ms() + c->statement_timeout_ms;
     int rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
     c->deadline = 0;
@@ -119,9 +114,9 @@ typedef struct sqlite_target {
     char *path, *realpath;
 } sqlite_target;
 
-static const sqlite_target *file_of(const lq_broker_target *t) { return t->own; }
+static const sqlite_target *file_of(const lq__broker_target *t) { return t->own; }
 
-static int sqlite_parse_url(lq_broker_target *t, const char *url, const char *rest) {
+static int sqlite_parse_url(lq__broker_target *t, const char *url, const char *rest) {
     if (strncmp(rest, "//", 2) == 0) rest += 2;
     if (!*rest || strchr(rest, '?'))
         return lq__error(LQ_MISUSE, "\"%s\": a SQLite URL names a file, as sqlite:///abs/path.db "
@@ -141,7 +136,7 @@ static int sqlite_parse_url(lq_broker_target *t, const char *url, const char *re
      * advisory key space, so two spellings of one file share their keys. */
     char *dir_copy = lq__strdup(rest), *base_copy = lq__strdup(rest);
     char resolved[PATH_MAX];
-    lq_strbuf sb = {0};
+    lq__strbuf sb = {0};
     if (dir_copy && base_copy && realpath(dirname(dir_copy), resolved))
         lq__sb_addf(&sb, "%s/%s", resolved, basename(base_copy));
     else
@@ -160,20 +155,21 @@ static void sqlite_free_target(void *own) {
     free(t);
 }
 
-static void sqlite_disconnect(lq_conn *c) {
+static void finalize(void *stmt) { sqlite3_finalize(stmt); }
+
+static void sqlite_disconnect(lq__conn *c) {
     if (!c) return;
-    for (int i = 0; i < c->cache_count; i++) sqlite3_finalize(c->cache[i].stmt);
-    free(c->cache);
+    lq__cache_clear(&c->cache, finalize);
     if (!c->borrowed) sqlite3_close_v2(c->db);
     lq__turns_close(c->turns);
     free(c);
 }
 
 /* A connection left inside a transaction never goes back to the pool. */
-static bool sqlite_reusable(lq_conn *c) { return sqlite3_get_autocommit(c->db) != 0; }
+static bool sqlite_reusable(lq__conn *c) { return sqlite3_get_autocommit(c->db) != 0; }
 
-static int sqlite_borrow(lq_conn **out, void *native) {
-    lq_conn *c = calloc(1, sizeof *c);
+static int sqlite_borrow(lq__conn **out, void *native) {
+    lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->db = native;
     c->borrowed = true;
@@ -182,8 +178,8 @@ static int sqlite_borrow(lq_conn **out, void *native) {
     return LQ_OK;
 }
 
-static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const lq_options *o) {
-    lq_conn *c = calloc(1, sizeof *c);
+static int sqlite_connect(lq__conn **out, const lq__broker_target *target, const lq_options *o) {
+    lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
     c->statement_timeout_ms = c->lock_wait_ms = lq__opt_int(o, LQ_OPT_STATEMENT_TIMEOUT_MS);
     if (!(c->turns = lq__turns_open(file_of(target)->realpath))) {
@@ -219,7 +215,7 @@ static int sqlite_connect(lq_conn **out, const lq_broker_target *target, const l
     return LQ_OK;
 }
 
-static int sqlite_check_version(lq_conn *c, const lq_table *table) {
+static int sqlite_check_version(lq__conn *c, const lq_table *table) {
     (void)c;
     (void)table;
     int v = sqlite3_libversion_number();
@@ -229,20 +225,20 @@ static int sqlite_check_version(lq_conn *c, const lq_table *table) {
     return LQ_OK;
 }
 
-static void sqlite_placeholder(lq_strbuf *sb, int position) { lq__sb_addf(sb, "?%d", position); }
+static void sqlite_placeholder(lq__strbuf *sb, int position) { lq__sb_addf(sb, "?%d", position); }
 
 /* The lease claim: one UPDATE .. RETURNING that leases a row for every
  * worker asked for. SQLite's single writer keeps two claims apart; the rows
  * come back in no order, so they carry their claim-order keys. */
-static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__sqlite_dialect, t);
     lq__sql_add(&b, "UPDATE ");
     lq__sql_table(&b);
     lq__sql_add(&b, " SET ");
     lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ_P_LEASE);
+    lq__sql_param(&b, LQ__P_LEASE);
     if (lq__has(t, LQ_ROLE_ATTEMPT)) {
         lq__sql_add(&b, ", ");
         lq__sql_col(&b, LQ_ROLE_ATTEMPT);
@@ -263,14 +259,14 @@ static int build_lease_claim(lq_sqlset *set, const lq_table *t) {
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " LIMIT ");
     if (t->fifo) lq__sql_add(&b, "1");
-    else lq__sql_param(&b, LQ_P_LIMIT);
+    else lq__sql_param(&b, LQ__P_LIMIT);
     lq__sql_add(&b, ") RETURNING ");
     lq__sql_row_columns(&b, " - 1");
     return lq__sql_finish(&b);
 }
 
 /* The advisory key of a row, rendered by the database. */
-static void key_expression(lq_sql *b, const lq_table *t) {
+static void key_expression(lq__sql *b, const lq_table *t) {
     lq__sql_add(b, "CAST(");
     if (t->key.count == 0) lq__sql_add(b, "''");
     for (size_t i = 0; i < t->key.count; i++) {
@@ -288,8 +284,8 @@ static void key_expression(lq_sql *b, const lq_table *t) {
 
 /* The advisory claim: candidates with their keys, then a take per row that
  * counts the attempt and reads the row as it was. */
-static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
-    lq_sql b;
+static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__sqlite_dialect, t);
     lq__sql_add(&b, "SELECT ");
     lq__sql_id(&b);
@@ -312,15 +308,15 @@ static int build_advisory_claim(lq_sqlset *set, const lq_table *t) {
 
 /* The rows of a settled set, from their JSON; tokens compare as the text
  * the lease column keeps. */
-static void sqlite_held_set_source(lq_sql *b, bool tokens) {
+static void sqlite_held_set_source(lq__sql *b, bool tokens) {
     lq__sql_add(b, tokens ? "(SELECT json_extract(value, '$[0]') AS \"lq_id\", json_extract(value, "
                             "'$[1]') AS \"lq_held\" FROM json_each("
                           : "(SELECT value AS \"lq_id\" FROM json_each(");
-    lq__sql_param(b, LQ_P_HELD_SET);
+    lq__sql_param(b, LQ__P_HELD_SET);
     lq__sql_add(b, "))");
 }
 
-static int sqlite_build_claims(lq_sqlset *set, const lq_table *t) {
+static int sqlite_build_claims(lq__sqlset *set, const lq_table *t) {
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);
     case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
@@ -333,74 +329,66 @@ static int sqlite_build_claims(lq_sqlset *set, const lq_table *t) {
 }
 
 /* The connection's prepared copy of a statement, prepared on first use. */
-static int cached(sqlite3_stmt **out, lq_conn *c, const lq_stmt *st) {
-    for (int i = 0; i < c->cache_count; i++) {
-        if (c->cache[i].id == st->id) {
-            *out = c->cache[i].stmt;
-            return LQ_OK;
-        }
-    }
-    void *cache = c->cache;
-    int grown = lq__room_for_one(&cache, &c->cache_cap, c->cache_count, sizeof *c->cache, 16);
-    c->cache = cache;
-    if (grown != LQ_OK) return grown;
+static int cached(sqlite3_stmt **out, lq__conn *c, const lq__stmt *st) {
+    if ((*out = lq__cache_find(&c->cache, st->id))) return LQ_OK;
     sqlite3_stmt *stmt;
     int rc = sqlite3_prepare_v3(c->db, st->sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL);
     if (rc != SQLITE_OK) return db_error(LQ_SCHEMA, c->db, rc, "cannot prepare a statement");
-    c->cache[c->cache_count].id = st->id;
-    c->cache[c->cache_count].stmt = stmt;
-    c->cache_count++;
+    if ((rc = lq__cache_add(&c->cache, st->id, stmt)) != LQ_OK) {
+        sqlite3_finalize(stmt);
+        return rc;
+    }
     *out = stmt;
     return LQ_OK;
 }
 
 /* A statement prepared for one run, finalized after it. */
-static int prepare_once(sqlite3_stmt **out, lq_conn *c, const lq_stmt *st) {
+static int prepare_once(sqlite3_stmt **out, lq__conn *c, const lq__stmt *st) {
     int rc = sqlite3_prepare_v2(c->db, st->sql, -1, out, NULL);
     return rc == SQLITE_OK ? LQ_OK : db_error(LQ_SCHEMA, c->db, rc, "cannot prepare a statement");
 }
 
-static int sqlite_prepare(lq_conn *c, const lq_stmt *st) {
+static int sqlite_prepare(lq__conn *c, const lq__stmt *st) {
     sqlite3_stmt *stmt;
     return cached(&stmt, c, st);
 }
 
-static int bind_value(sqlite3_stmt *stmt, int index, const lq_value *v) {
-    char text[LQ_TIME_TEXT_SIZE];
+static int bind_value(sqlite3_stmt *stmt, int index, const lq__value *v) {
+    char text[LQ__TIME_TEXT_SIZE];
     switch (v->type) {
-    case LQ_V_INT: return sqlite3_bind_int64(stmt, index, v->i);
-    case LQ_V_TEXT: return sqlite3_bind_text64(stmt, index, v->p, v->n, SQLITE_STATIC, SQLITE_UTF8);
-    case LQ_V_BLOB: return sqlite3_bind_blob64(stmt, index, v->p ? v->p : "", v->n, SQLITE_STATIC);
-    case LQ_V_TIME:
+    case LQ__V_INT: return sqlite3_bind_int64(stmt, index, v->i);
+    case LQ__V_TEXT: return sqlite3_bind_text64(stmt, index, v->p, v->n, SQLITE_STATIC, SQLITE_UTF8);
+    case LQ__V_BLOB: return sqlite3_bind_blob64(stmt, index, v->p ? v->p : "", v->n, SQLITE_STATIC);
+    case LQ__V_TIME:
         lq__time_text(text, v->i);
         return sqlite3_bind_text(stmt, index, text, -1, SQLITE_TRANSIENT);
     default: return sqlite3_bind_null(stmt, index);
     }
 }
 
-static void read_column(lq_value *v, sqlite3_stmt *stmt, int i) {
+static void read_column(lq__value *v, sqlite3_stmt *stmt, int i) {
     memset(v, 0, sizeof *v);
     switch (sqlite3_column_type(stmt, i)) {
     case SQLITE_INTEGER:
-        v->type = LQ_V_INT;
+        v->type = LQ__V_INT;
         v->i = sqlite3_column_int64(stmt, i);
         break;
     case SQLITE_BLOB:
-        v->type = LQ_V_BLOB;
+        v->type = LQ__V_BLOB;
         v->p = sqlite3_column_blob(stmt, i);
         v->n = (size_t)sqlite3_column_bytes(stmt, i);
         break;
-    case SQLITE_NULL: v->type = LQ_V_NULL; break;
+    case SQLITE_NULL: v->type = LQ__V_NULL; break;
     default:
-        v->type = LQ_V_TEXT;
+        v->type = LQ__V_TEXT;
         v->p = sqlite3_column_text(stmt, i);
         v->n = (size_t)sqlite3_column_bytes(stmt, i);
         if (sqlite3_column_type(stmt, i) == SQLITE_FLOAT) v->i = sqlite3_column_int64(stmt, i);
     }
 }
 
-static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq_value *args,
-                       lq_row_fn on_row, void *ctx) {
+static int sqlite_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__value *args,
+                       lq__row_fn on_row, void *ctx) {
     sqlite3_stmt *stmt;
     /* A statement that runs once (id 0) is prepared for this call only. */
     bool once = st->id == 0;
@@ -417,7 +405,7 @@ static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq
     }
     c->deadline = lq__mono_ms() + c->statement_timeout_ms;
     int result = LQ_OK;
-    lq_value row[LQ_COL_COUNT + 4];
+    lq__value row[LQ__COL_COUNT + 4];
     for (;;) {
         int step = sqlite3_step(stmt);
         if (step == SQLITE_DONE) break;
@@ -442,7 +430,7 @@ static int sqlite_exec(int64_t *changes, lq_conn *c, const lq_stmt *st, const lq
     return result;
 }
 
-static int sqlite_execute(int64_t *changes, lq_conn *c, const char *sql, const char *const *params,
+static int sqlite_execute(int64_t *changes, lq__conn *c, const char *sql, const char *const *params,
                           int count) {
     sqlite3_stmt *stmt;
     int rc = sqlite3_prepare_v2(c->db, sql, -1, &stmt, NULL);
@@ -460,37 +448,37 @@ static int sqlite_execute(int64_t *changes, lq_conn *c, const char *sql, const c
     return result;
 }
 
-static int sqlite_begin(lq_conn *c, int isolation) {
+static int sqlite_begin(lq__conn *c, int isolation) {
     (void)isolation; /* SQLite serialises writers: one level */
     return run_plain(c, "BEGIN IMMEDIATE");
 }
 
-static int sqlite_commit(lq_conn *c) { return run_plain(c, "COMMIT"); }
+static int sqlite_commit(lq__conn *c) { return run_plain(c, "COMMIT"); }
 
-static int sqlite_rollback(lq_conn *c) {
+static int sqlite_rollback(lq__conn *c) {
     if (sqlite3_get_autocommit(c->db)) return LQ_OK;
     return run_plain(c, "ROLLBACK");
 }
 
-static int sqlite_try_lock_key(bool *taken, lq_conn *c, const lq_broker_target *target,
+static int sqlite_try_lock_key(bool *taken, lq__conn *c, const lq__broker_target *target,
                                const char *key) {
     (void)c;
     return lq__keys_try_lock(taken, file_of(target)->realpath, key);
 }
 
-static bool sqlite_unlock_key(lq_conn *c, const lq_broker_target *target, const char *key) {
+static bool sqlite_unlock_key(lq__conn *c, const lq__broker_target *target, const char *key) {
     (void)c;
     return lq__keys_unlock(file_of(target)->realpath, key);
 }
 
-static size_t sqlite_keys_held(const lq_broker_target *target) {
+static size_t sqlite_keys_held(const lq__broker_target *target) {
     return lq__keys_held(file_of(target)->realpath);
 }
 
 /* ---- tables ---- */
 
-static const lq_ddl_types sqlite_ddl = {
-    .id_generated = "INTEGER PRIMARY KEY",
+static const lq__ddl_types sqlite_ddl = {
+    .id_generated = "INTEGER PRIMARY KEY AUTOINCREMENT", /* ids never reused: dead letters keep theirs */
     .id_plain = "INTEGER PRIMARY KEY",
     .bytes = "BLOB NOT NULL DEFAULT x''",
     .integer = "INTEGER NOT NULL DEFAULT",
@@ -501,16 +489,16 @@ static const lq_ddl_types sqlite_ddl = {
     .partial_index = true,
 };
 
-static void sqlite_schema_query(lq_sql *b) {
+static void sqlite_schema_query(lq__sql *b) {
     lq__sql_add(b, "SELECT 1 FROM pragma_database_list WHERE name = ");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
 }
 
-static void sqlite_columns_query(lq_sql *b) {
+static void sqlite_columns_query(lq__sql *b) {
     lq__sql_add(b, "SELECT name, type FROM pragma_table_info(");
-    lq__sql_param(b, LQ_P_NAME);
+    lq__sql_param(b, LQ__P_NAME);
     lq__sql_add(b, ", ");
-    lq__sql_param(b, LQ_P_SCHEMA);
+    lq__sql_param(b, LQ__P_SCHEMA);
     lq__sql_add(b, ")");
 }
 
@@ -537,7 +525,7 @@ static unsigned sqlite_type_kinds(const char *type) {
     return 0;
 }
 
-const lq_dialect lq__sqlite_dialect = {
+const lq__dialect lq__sqlite_dialect = {
     .name = "sqlite",
     .forms = (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
     .single_writer = true,

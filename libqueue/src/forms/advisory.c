@@ -18,7 +18,7 @@ typedef struct candidates {
     int count, cap;
 } candidates;
 
-static int on_candidate(void *arg, const lq_value *cols, int count) {
+static int on_candidate(void *arg, const lq__value *cols, int count) {
     candidates *c = arg;
     if (count < 2) return lq__error(LQ_BACKEND, "the candidate query returned %d columns", count);
     void *items = c->items;
@@ -38,7 +38,7 @@ typedef struct take_ctx {
     lq_delivery *taken;
 } take_ctx;
 
-static int on_taken(void *arg, const lq_value *cols, int count) {
+static int on_taken(void *arg, const lq__value *cols, int count) {
     take_ctx *ctx = arg;
     if (ctx->taken) return LQ_OK;
     return lq__delivery_from_row(&ctx->taken, ctx->s, cols, count);
@@ -50,7 +50,7 @@ static int on_taken(void *arg, const lq_value *cols, int count) {
  * own where the lock lives in the session, taken without waiting and only
  * while the pool keeps one to spare for the handlers (a claim shrinks
  * rather than waits when the pool is short). */
-static int key_connection(lq_conn **out, lq_subscription *s, lq_conn *shared, bool shared_free) {
+static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, bool shared_free) {
     if (!s->broker->dialect->advisory_holds_connection || shared_free) {
         *out = shared;
         return LQ_OK;
@@ -61,16 +61,16 @@ static int key_connection(lq_conn **out, lq_subscription *s, lq_conn *shared, bo
 
 /* Locks one candidate's key and takes its row; NULL in *out when the key is
  * held elsewhere or the row was settled since it was read. */
-static int take_candidate(lq_delivery **out, lq_subscription *s, lq_conn *conn,
-                          const candidate *c, lq_value *args) {
-    const lq_dialect *d = s->broker->dialect;
-    const lq_broker_target *target = &s->broker->target;
+static int take_candidate(lq_delivery **out, lq_subscription *s, lq__conn *conn,
+                          const candidate *c, lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    const lq__broker_target *target = &s->broker->target;
     bool locked;
     *out = NULL;
     int rc = d->try_lock_key(&locked, conn, target, c->key);
     if (rc != LQ_OK || !locked) return rc;
     take_ctx take = {s, NULL};
-    args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = c->id};
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
     int64_t changes = 0;
     rc = d->exec(&changes, conn, &s->sql.take, args, on_taken, &take);
     if (rc == LQ_OK && s->sql.take_read.sql && changes == 1)
@@ -95,7 +95,7 @@ typedef struct set_take_ctx {
     int n;
 } set_take_ctx;
 
-static int on_set_taken(void *arg, const lq_value *cols, int count) {
+static int on_set_taken(void *arg, const lq__value *cols, int count) {
     set_take_ctx *ctx = arg;
     lq_delivery *d;
     int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
@@ -108,22 +108,22 @@ static int on_set_taken(void *arg, const lq_value *cols, int count) {
     }
     lq__delivery_unref(d);
     return lq__error(LQ_BACKEND, "the take of a set returned row %lld, which it was not asked for",
-                     (long long)cols[LQ_COL_ID].i);
+                     (long long)cols[LQ__COL_ID].i);
 }
 
 /* Where keys live in the process: locks the keys of up to `limit`
  * candidates, then takes their rows in one statement (one write rather
  * than one per row), and adds them to `out` in candidate order. A key whose
  * row was settled since it was read is let go. */
-static int take_together(lq_claimed *out, lq_subscription *s, lq_conn *conn, candidates *c,
-                         int limit, lq_value *args) {
-    const lq_dialect *d = s->broker->dialect;
-    const lq_broker_target *target = &s->broker->target;
+static int take_together(lq__claimed *out, lq_subscription *s, lq__conn *conn, candidates *c,
+                         int limit, lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    const lq__broker_target *target = &s->broker->target;
     int *at = malloc((size_t)limit * sizeof *at);
     lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
     int rc = at && taken ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     int n = 0;
-    lq_strbuf set = {0};
+    lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
         bool locked;
         rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
@@ -136,7 +136,7 @@ static int take_together(lq_claimed *out, lq_subscription *s, lq_conn *conn, can
     if (n && !text && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
     if (rc == LQ_OK && n) {
         set_take_ctx ctx = {s, c, at, taken, n};
-        args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = text, .n = strlen(text)};
+        args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = text, .n = strlen(text)};
         rc = d->exec(NULL, conn, &s->sql.take_set, args, on_set_taken, &ctx);
     }
     free(text);
@@ -161,15 +161,15 @@ static int take_together(lq_claimed *out, lq_subscription *s, lq_conn *conn, can
     return rc;
 }
 
-int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
-    const lq_dialect *d = s->broker->dialect;
-    lq_pool *pool = &s->broker->pool;
-    lq_conn *shared;
+int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__pool *pool = &s->broker->pool;
+    lq__conn *shared;
     int rc = lq__pool_acquire(&shared, pool);
     if (rc != LQ_OK) return rc;
-    lq_value args[LQ_P_COUNT] = {0};
-    if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
-    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = lq__now_ms()};
+    lq__value args[LQ__P_COUNT] = {0};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     /* Read past the rows whose keys this process holds, so later rows of
      * other keys are found without waiting for a poll. (Keys held by other
      * sessions are filtered by the query where the database knows them.) */
@@ -178,14 +178,14 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
      * reads the same first rows): their keys are then held, and the claim
      * goes on to the next row rather than coming back empty. */
     int64_t beside = !s->flow.one_claim && s->workers > 1 ? s->workers - 1 : 0;
-    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit + held + beside};
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit + held + beside};
     candidates c = {0};
     rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
     bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
     bool together = s->sql.take_set.sql && !holds && c.count > 1;
     if (rc == LQ_OK && together) rc = take_together(out, s, shared, &c, limit, args);
     for (int i = 0; rc == LQ_OK && !together && i < c.count && out->count < limit; i++) {
-        lq_conn *conn;
+        lq__conn *conn;
         if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
         lq_delivery *taken;
         rc = take_candidate(&taken, s, conn, &c.items[i], args);
@@ -209,7 +209,7 @@ int lq__advisory_claim(lq_claimed *out, lq_subscription *s, int limit) {
 
 void lq__advisory_release(lq_delivery *dv) {
     lq_subscription *s = dv->sub;
-    const lq_dialect *d = s->broker->dialect;
+    const lq__dialect *d = s->broker->dialect;
     bool confirmed = true;
     if (dv->key) {
         confirmed = d->unlock_key(dv->conn, &s->broker->target, dv->key);

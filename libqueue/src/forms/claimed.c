@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void lq__claimed_add(lq_claimed *c, lq_delivery *d) {
+void lq__claimed_add(lq__claimed *c, lq_delivery *d) {
     d->queue_next = NULL;
     if (c->tail) c->tail->queue_next = d;
     else c->head = d;
@@ -14,7 +14,7 @@ void lq__claimed_add(lq_claimed *c, lq_delivery *d) {
 }
 
 /* Frees deliveries nobody took (their rows come back by the form's rule). */
-void lq__claimed_free(lq_claimed *c) {
+void lq__claimed_free(lq__claimed *c) {
     lq_delivery *d = c->head;
     while (d) {
         lq_delivery *next = d->queue_next;
@@ -24,20 +24,20 @@ void lq__claimed_free(lq_claimed *c) {
     memset(c, 0, sizeof *c);
 }
 
-static int read_flag(void *ctx, const lq_value *cols, int count) {
-    *(bool *)ctx = count > 0 && cols[0].type == LQ_V_INT && cols[0].i != 0;
+static int read_flag(void *ctx, const lq__value *cols, int count) {
+    *(bool *)ctx = count > 0 && cols[0].type == LQ__V_INT && cols[0].i != 0;
     return LQ_OK;
 }
 
-int lq__fifo_guard(bool *taken, lq_subscription *s, lq_conn *conn) {
+int lq__fifo_guard(bool *taken, lq_subscription *s, lq__conn *conn) {
     *taken = true;
     if (!s->sql.guard.sql) return LQ_OK;
     char key[512];
     size_t n = strlen(lq__table_label(s->table, key, sizeof key));
     snprintf(key + n, sizeof key - n, ":%s", s->group);
-    lq_value args[LQ_P_COUNT] = {0};
-    args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
-    args[LQ_P_GUARD] = (lq_value){.type = LQ_V_TEXT, .p = key, .n = strlen(key)};
+    lq__value args[LQ__P_COUNT] = {0};
+    args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_GUARD] = (lq__value){.type = LQ__V_TEXT, .p = key, .n = strlen(key)};
     *taken = false;
     return s->broker->dialect->exec(NULL, conn, &s->sql.guard, args, read_flag, taken);
 }

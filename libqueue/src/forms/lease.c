@@ -57,7 +57,7 @@ static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) 
 }
 
 typedef struct claim_ctx {
-    lq_claimed *out;
+    lq__claimed *out;
     lq_subscription *s;
     int64_t token;
 } claim_ctx;
@@ -65,20 +65,20 @@ typedef struct claim_ctx {
 /* The rows a claim locked, stamped in one statement: it changes every row,
  * since the claim's transaction holds their locks; if not, the claim fails
  * and its transaction rolls back. */
-static int stamp_set(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args,
+static int stamp_set(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
                      int64_t now) {
-    const lq_dialect *d = s->broker->dialect;
-    lq_strbuf sb = {0};
+    const lq__dialect *d = s->broker->dialect;
+    lq__strbuf sb = {0};
     for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) {
         dv->token = row_expiry(s, now, dv->id);
         lq__held_set_add(&sb, d, true, dv->id, dv->token);
     }
     char *json = lq__held_set_take(&sb, d);
     if (!json) return lq__error(LQ_NOMEM, "out of memory");
-    args[LQ_P_HELD_SET] = (lq_value){.type = LQ_V_TEXT, .p = json, .n = strlen(json)};
+    args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = json, .n = strlen(json)};
     int64_t changes = 0;
     int rc = d->exec(&changes, conn, &s->sql.stamp_set, args, NULL, NULL);
-    args[LQ_P_HELD_SET] = (lq_value){0};
+    args[LQ__P_HELD_SET] = (lq__value){0};
     free(json);
     if (rc == LQ_OK && changes != out->count)
         rc = lq__error(LQ_BACKEND, "the lease stamps of %d locked rows changed %lld", out->count,
@@ -89,18 +89,18 @@ static int stamp_set(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_valu
 /* Where the claim is a locking read, stamp each row it locked, in its
  * transaction (all in one statement where the dialect can); a row another
  * claim stamped since is passed over. */
-static int stamp_claimed(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_value *args,
+static int stamp_claimed(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
                          int64_t now) {
     if (out->count > 1 && s->sql.stamp_set.sql) return stamp_set(out, s, conn, args, now);
-    lq_claimed stamped = {0};
+    lq__claimed stamped = {0};
     int rc = LQ_OK;
     lq_delivery *d = out->head;
     while (d) {
         lq_delivery *next = d->queue_next;
         int64_t changes = 0;
         int64_t token = row_expiry(s, now, d->id);
-        args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
-        args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = token};
+        args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
+        args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = token};
         if (rc == LQ_OK) rc = s->broker->dialect->exec(&changes, conn, &s->sql.stamp, args, NULL, NULL);
         if (rc == LQ_OK && changes == 1) {
             d->token = token;
@@ -115,7 +115,7 @@ static int stamp_claimed(lq_claimed *out, lq_subscription *s, lq_conn *conn, lq_
     return rc;
 }
 
-static int on_claimed_row(void *arg, const lq_value *cols, int count) {
+static int on_claimed_row(void *arg, const lq__value *cols, int count) {
     claim_ctx *ctx = arg;
     lq_delivery *d;
     int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
@@ -134,7 +134,7 @@ static int by_claim_order(const void *a, const void *b) {
 }
 
 /* Some databases return a claim's rows in no order: put them in claim order. */
-static int sort_claimed(lq_claimed *c) {
+static int sort_claimed(lq__claimed *c) {
     if (c->count < 2) return LQ_OK;
     lq_delivery **all = malloc((size_t)c->count * sizeof *all);
     if (!all) return lq__error(LQ_NOMEM, "out of memory");
@@ -148,19 +148,19 @@ static int sort_claimed(lq_claimed *c) {
     return LQ_OK;
 }
 
-int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
-    lq_conn *conn;
+int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
     int64_t now = lq__now_ms();
     claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
-    lq_value args[LQ_P_COUNT] = {0};
-    if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
-    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
-    args[LQ_P_LEASE_NOW] = (lq_value){.type = LQ_V_TIME, .i = now};
-    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = limit};
-    args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = ctx.token};
-    const lq_dialect *d = s->broker->dialect;
+    lq__value args[LQ__P_COUNT] = {0};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
+    args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = ctx.token};
+    const lq__dialect *d = s->broker->dialect;
     if (d->claim_writes_lease && !s->sql.guard.sql) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     } else {
@@ -192,15 +192,15 @@ int lq__lease_claim(lq_claimed *out, lq_subscription *s, int limit) {
 }
 
 /* Extends one delivery's lease; the new expiry becomes its token. */
-static int extend_one(lq_subscription *s, lq_conn *conn, lq_delivery *d) {
+static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     int rc = LQ_OK;
     pthread_mutex_lock(&d->mu);
     if (!d->settled && !d->in_set) { /* a set's ack binds the token it holds */
         int64_t until = row_expiry(s, lq__now_ms(), d->id);
-        lq_value args[LQ_P_COUNT] = {0};
-        args[LQ_P_ID] = (lq_value){.type = LQ_V_INT, .i = d->id};
-        args[LQ_P_HELD] = (lq_value){.type = LQ_V_TIME, .i = d->token};
-        args[LQ_P_LEASE] = (lq_value){.type = LQ_V_TIME, .i = until};
+        lq__value args[LQ__P_COUNT] = {0};
+        args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
+        args[LQ__P_HELD] = (lq__value){.type = LQ__V_TIME, .i = d->token};
+        args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = until};
         int64_t changes = 0;
         rc = s->broker->dialect->exec(&changes, conn, &s->sql.extend, args, NULL, NULL);
         if (rc == LQ_OK && changes == 1) {
@@ -218,7 +218,7 @@ static int extend_one(lq_subscription *s, lq_conn *conn, lq_delivery *d) {
 int lq__lease_extend(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     size_t n = s->book.count;
-    lq_book_entry **entries = n ? malloc(n * sizeof *entries) : NULL;
+    lq__book_entry **entries = n ? malloc(n * sizeof *entries) : NULL;
     if (n && !entries) {
         pthread_mutex_unlock(&s->mu);
         return lq__error(LQ_NOMEM, "out of memory");
@@ -228,7 +228,7 @@ int lq__lease_extend(lq_subscription *s) {
     pthread_mutex_unlock(&s->mu);
 
     int rc = LQ_OK;
-    lq_conn *conn = NULL;
+    lq__conn *conn = NULL;
     if (n) rc = lq__pool_acquire(&conn, &s->broker->pool);
     for (size_t i = 0; i < n; i++) {
         lq_delivery *d = (lq_delivery *)entries[i];

@@ -8,11 +8,11 @@
 #include <string.h>
 
 typedef struct claim_ctx {
-    lq_claimed *out;
+    lq__claimed *out;
     lq_subscription *s;
 } claim_ctx;
 
-static int on_claimed_row(void *arg, const lq_value *cols, int count) {
+static int on_claimed_row(void *arg, const lq__value *cols, int count) {
     claim_ctx *ctx = arg;
     lq_delivery *d;
     int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
@@ -21,8 +21,8 @@ static int on_claimed_row(void *arg, const lq_value *cols, int count) {
 }
 
 /* The rows of a batch claim share the claim's transaction. */
-static int share_transaction(lq_claimed *out, lq_conn *conn) {
-    lq_shared_tx *tx = calloc(1, sizeof *tx);
+static int share_transaction(lq__claimed *out, lq__conn *conn) {
+    lq__shared_tx *tx = calloc(1, sizeof *tx);
     if (!tx) return lq__error(LQ_NOMEM, "out of memory");
     pthread_mutex_init(&tx->mu, NULL);
     tx->conn = conn;
@@ -33,17 +33,17 @@ static int share_transaction(lq_claimed *out, lq_conn *conn) {
 
 /* One row per claim, each settling in its own transaction; or a batch
  * subscription's batch, sharing one. */
-int lq__row_lock_claim(lq_claimed *out, lq_subscription *s, int limit) {
-    const lq_dialect *d = s->broker->dialect;
+int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    const lq__dialect *d = s->broker->dialect;
     /* A worker's settlement may have opened the transaction already. */
-    lq_conn *conn = lq__subscription_take_chained(s);
+    lq__conn *conn = lq__subscription_take_chained(s);
     bool begun = conn != NULL;
     int rc = begun ? LQ_OK : lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
-    lq_value args[LQ_P_COUNT] = {0};
-    if (s->group) args[LQ_P_GROUP] = (lq_value){.type = LQ_V_TEXT, .p = s->group, .n = strlen(s->group)};
-    args[LQ_P_NOW] = (lq_value){.type = LQ_V_TIME, .i = lq__now_ms()};
-    args[LQ_P_LIMIT] = (lq_value){.type = LQ_V_INT, .i = s->batch ? limit : 1};
+    lq__value args[LQ__P_COUNT] = {0};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = s->batch ? limit : 1};
     claim_ctx ctx = {out, s};
     bool guarded = true;
     if (!begun) rc = d->begin(conn, s->table->isolation);
