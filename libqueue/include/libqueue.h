@@ -135,9 +135,14 @@ typedef enum lq_option {
                                        push handler's return in the lease form hands its
                                        ack to a thread that commits the acks gathered
                                        meanwhile together, and the worker moves on */
-    LQ_OPT_COALESCE_WAIT_US = 31    /* how long a coalesced settlement waits for the other
+    LQ_OPT_COALESCE_WAIT_US = 31,   /* how long a coalesced settlement waits for the other
                                        deliveries in work to settle with it, at most;
                                        default 1000 (1 ms), 0 = never */
+    LQ_OPT_MAX_PAYLOAD_BYTES = 32,  /* a row whose payload is longer is dead-lettered
+                                       unread, with a warning naming its size: the claim
+                                       reads its size, not the payload; needs a dead-letter
+                                       destination; default 0 = no limit */
+    LQ_OPT_MAX_HEADERS_BYTES = 33   /* the same for the headers' JSON; default 0 */
 } lq_option;
 
 typedef enum lq_option_type {

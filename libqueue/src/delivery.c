@@ -113,6 +113,12 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value
     d->partition_key = text_of(col[LQ__COL_PKEY]);
     d->priority = col[LQ__COL_PRIORITY]->i;
     d->due = text_of(col[LQ__COL_DUE]);
+    const lq_table *t = s->table;
+    const lq__value *payload_bytes = col[LQ__COL_PAYLOAD_SIZE], *headers_bytes = col[LQ__COL_HEADERS_SIZE];
+    if (t->max_payload && payload_bytes->type == LQ__V_INT && payload_bytes->i > t->max_payload)
+        d->oversize_payload = payload_bytes->i;
+    if (t->max_headers && headers_bytes->type == LQ__V_INT && headers_bytes->i > t->max_headers)
+        d->oversize_headers = headers_bytes->i;
     bool missing = (col[LQ__COL_GROUP]->type != LQ__V_NULL && !d->group) ||
                    (col[LQ__COL_PKEY]->type != LQ__V_NULL && !d->partition_key) ||
                    (col[LQ__COL_DUE]->type != LQ__V_NULL && !d->due);

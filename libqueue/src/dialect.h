@@ -167,6 +167,8 @@ typedef struct lq__dialect {
     void (*columns_query)(lq__sql *b);
     /* Column names match whatever their case (SQLite, MySQL). */
     bool columns_fold_case;
+    /* The size in bytes of a role's column, as an SQL expression. */
+    void (*byte_length)(lq__sql *b, int role);
     /* The LQ__KIND_* bits of the values a declared type holds. */
     unsigned (*type_kinds)(const char *type);
     /* Run first in the creating transaction, with LQ__P_NAME naming the table:

@@ -123,12 +123,35 @@ static bool read_hex4(reader *r, unsigned *out) {
     return true;
 }
 
+/* The code point of a \uXXXX escape (its "\u" read), joined with the low
+ * half that follows a high surrogate. A half without its other is U+FFFD,
+ * and what follows it is read on its own. */
+static bool read_code_point(reader *r, unsigned *cp) {
+    if (!read_hex4(r, cp)) return false;
+    if (*cp < 0xD800 || *cp >= 0xE000) return true;
+    unsigned low;
+    reader next = *r;
+    if (*cp < 0xDC00 && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u') {
+        next.p += 2;
+        if (read_hex4(&next, &low) && low >= 0xDC00 && low < 0xE000) {
+            *r = next;
+            *cp = 0x10000 + ((*cp - 0xD800) << 10) + (low - 0xDC00);
+            return true;
+        }
+    }
+    *cp = 0xFFFD;
+    return true;
+}
+
+/* A JSON string. A NUL in it, raw or \u0000, fails: a header is a C string,
+ * and cutting it there would give another name or value. */
 static char *read_string(reader *r) {
     lq__strbuf sb = {0};
     if (r->p >= r->end || *r->p != '"') return NULL;
     r->p++;
     while (r->p < r->end && *r->p != '"') {
         char c = *r->p++;
+        if (c == '\0') goto fail;
         if (c != '\\') {
             lq__sb_addc(&sb, c);
             continue;
@@ -137,23 +160,19 @@ static char *read_string(reader *r) {
         c = *r->p++;
         unsigned cp;
         switch (c) {
+        case '"':
+        case '\\':
+        case '/': lq__sb_addc(&sb, c); break;
         case 'n': lq__sb_addc(&sb, '\n'); break;
         case 't': lq__sb_addc(&sb, '\t'); break;
         case 'r': lq__sb_addc(&sb, '\r'); break;
         case 'b': lq__sb_addc(&sb, '\b'); break;
         case 'f': lq__sb_addc(&sb, '\f'); break;
         case 'u':
-            if (!read_hex4(r, &cp)) goto fail;
-            if (cp >= 0xD800 && cp < 0xDC00 && r->end - r->p >= 6 && r->p[0] == '\\' &&
-                r->p[1] == 'u') {
-                unsigned low;
-                r->p += 2;
-                if (!read_hex4(r, &low)) goto fail;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-            }
+            if (!read_code_point(r, &cp) || cp == 0) goto fail;
             add_utf8(&sb, cp);
             break;
-        default: lq__sb_addc(&sb, c);
+        default: goto fail; /* not a JSON escape */
         }
     }
     if (r->p >= r->end) goto fail;
@@ -164,16 +183,54 @@ fail:
     return NULL;
 }
 
-/* A bare value (number, true, false, null) kept as its text. */
+/* The index past the digits from s[i]. */
+static size_t skip_digits(const char *s, size_t n, size_t i) {
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    return i;
+}
+
+/* Whether s[0..n) is a JSON number. */
+static bool is_number(const char *s, size_t n) {
+    size_t i = 0;
+    if (i < n && s[i] == '-') i++;
+    size_t whole = i;
+    i = skip_digits(s, n, i);
+    if (i == whole || (s[whole] == '0' && i > whole + 1)) return false; /* no leading zero */
+    if (i < n && s[i] == '.') {
+        size_t fraction = ++i;
+        i = skip_digits(s, n, i);
+        if (i == fraction) return false;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        size_t exponent = i;
+        i = skip_digits(s, n, i);
+        if (i == exponent) return false;
+    }
+    return i == n;
+}
+
+static bool is_word(const char *s, size_t n, const char *word) {
+    return n == strlen(word) && memcmp(s, word, n) == 0;
+}
+
+/* A bare value kept as its text: a number, true, false or null. Anything
+ * else fails, an object or an array among them: read as text up to its
+ * first ',' or '}', it would lose the rest of the headers. */
 static char *read_bare(reader *r) {
     const char *start = r->p;
-    while (r->p < r->end && *r->p != ',' && *r->p != '}' && *r->p != ' ' && *r->p != '\n')
+    while (r->p < r->end && *r->p != ',' && *r->p != '}' && *r->p != ' ' && *r->p != '\t' &&
+           *r->p != '\n' && *r->p != '\r')
         r->p++;
-    if (r->p == start) return NULL;
-    char *s = malloc((size_t)(r->p - start) + 1);
+    size_t n = (size_t)(r->p - start);
+    if (!is_number(start, n) && !is_word(start, n, "true") && !is_word(start, n, "false") &&
+        !is_word(start, n, "null"))
+        return NULL;
+    char *s = malloc(n + 1);
     if (!s) return NULL;
-    memcpy(s, start, (size_t)(r->p - start));
-    s[r->p - start] = '\0';
+    memcpy(s, start, n);
+    s[n] = '\0';
     return s;
 }
 
@@ -183,7 +240,7 @@ int lq__headers_from_json(lq__headers *h, const char *json, size_t len) {
     if (r.p >= r.end || *r.p != '{') goto bad;
     r.p++;
     skip_space(&r);
-    if (r.p < r.end && *r.p == '}') return LQ_OK;
+    if (r.p < r.end && *r.p == '}') goto end;
     for (;;) {
         skip_space(&r);
         char *name = read_string(&r);
@@ -205,9 +262,14 @@ int lq__headers_from_json(lq__headers *h, const char *json, size_t len) {
             r.p++;
             continue;
         }
-        if (r.p < r.end && *r.p == '}') return LQ_OK;
+        if (r.p < r.end && *r.p == '}') goto end;
         goto bad;
     }
+end:
+    /* Nothing but whitespace after the object. */
+    r.p++;
+    skip_space(&r);
+    if (r.p == r.end) return LQ_OK;
 bad:
     lq__headers_clear(h);
     return lq__error(LQ_BACKEND, "the headers column holds something other than a JSON object");

@@ -31,6 +31,8 @@ static const option_spec specs[] = {
     {LQ_OPT_THREAD_CONNECTIONS, "thread_connections", LQ_OPTION_INT, 1, 64, 1},
     {LQ_OPT_COALESCE, "coalesce", LQ_OPTION_INT, -1, 1, -1},
     {LQ_OPT_COALESCE_WAIT_US, "coalesce_wait_us", LQ_OPTION_INT, 0, 1000000, 1000},
+    {LQ_OPT_MAX_PAYLOAD_BYTES, "max_payload_bytes", LQ_OPTION_INT, 0, INT32_MAX, 0},
+    {LQ_OPT_MAX_HEADERS_BYTES, "max_headers_bytes", LQ_OPTION_INT, 0, INT32_MAX, 0},
 };
 
 #define SPEC_COUNT (sizeof specs / sizeof specs[0])

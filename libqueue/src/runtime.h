@@ -60,6 +60,8 @@ struct lq_delivery {
     char *group, *partition_key;
     lq__headers headers;
     int64_t token; /* the lease expiry the row holds (lease form) */
+    /* Past the subscription's size limits: the size read in its place. */
+    int64_t oversize_payload, oversize_headers;
     char *key;     /* the advisory key held (advisory form) */
     lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
@@ -162,6 +164,8 @@ LQ__HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
 /* Wakes the subscriptions of a table (and group) after a publish. */
 LQ__HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
 LQ__HIDDEN void lq__subscription_wake(lq_subscription *s);
+/* The size limits a claim's statements bind, into args. */
+LQ__HIDDEN void lq__claim_limits(const lq_subscription *s, lq__value *args);
 /* Room came free in the pool: the claimers of the broker's subscriptions
  * (but `except`) that wait for room look again. Holds no subscription's mu. */
 LQ__HIDDEN void lq__broker_wake_room(lq_broker *b, const lq_subscription *except);

@@ -216,12 +216,36 @@ static const int row_roles[LQ__COL_COUNT] = {
     [LQ__COL_GROUP] = LQ_ROLE_GROUP,       [LQ__COL_PKEY] = LQ_ROLE_PARTITION_KEY,
     [LQ__COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ__COL_PRIORITY] = LQ_ROLE_PRIORITY,
     [LQ__COL_DUE] = LQ_ROLE_RETRY_AFTER,
+    [LQ__COL_PAYLOAD_SIZE] = LQ_ROLE_PAYLOAD, [LQ__COL_HEADERS_SIZE] = LQ_ROLE_HEADERS,
 };
+
+/* The limit on a column's size the table's copy sets, or 0. */
+static int64_t size_limit(const lq_table *t, int col) {
+    if (col == LQ__COL_PAYLOAD || col == LQ__COL_PAYLOAD_SIZE) return t->max_payload;
+    if (col == LQ__COL_HEADERS || col == LQ__COL_HEADERS_SIZE) return t->max_headers;
+    return 0;
+}
+
+static bool is_size(int col) { return col == LQ__COL_PAYLOAD_SIZE || col == LQ__COL_HEADERS_SIZE; }
 
 void lq__row_layout(const lq_table *t, int at[LQ__COL_COUNT]) {
     int next = 0;
-    for (int i = 0; i < LQ__COL_COUNT; i++)
-        at[i] = i == LQ__COL_ID || lq__has(t, row_roles[i]) ? next++ : -1;
+    for (int i = 0; i < LQ__COL_COUNT; i++) {
+        bool has = i == LQ__COL_ID || lq__has(t, row_roles[i]);
+        at[i] = has && (!is_size(i) || size_limit(t, i)) ? next++ : -1;
+    }
+}
+
+/* A column within its limit: CASE WHEN <its size> <= <the limit> THEN <it>
+ * END, so a row past it is claimed without its value ever being read. */
+static void limited_col(lq__sql *b, int col) {
+    lq__sql_add(b, "CASE WHEN ");
+    b->dialect->byte_length(b, row_roles[col]);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, col == LQ__COL_PAYLOAD ? LQ__P_MAX_PAYLOAD : LQ__P_MAX_HEADERS);
+    lq__sql_add(b, " THEN ");
+    lq__sql_col(b, row_roles[col]);
+    lq__sql_add(b, " END");
 }
 
 void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
@@ -233,6 +257,8 @@ void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
         if (i) lq__sql_add(b, ", ");
         if (cast) lq__sql_add(b, "(");
         if (i == LQ__COL_ID) lq__sql_id(b);
+        else if (is_size(i)) b->dialect->byte_length(b, row_roles[i]);
+        else if (size_limit(b->table, i)) limited_col(b, i);
         else lq__sql_col(b, row_roles[i]);
         if (i == LQ__COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
         if (cast) {

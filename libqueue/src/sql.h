@@ -29,6 +29,8 @@ typedef enum lq__param {
     LQ__P_CHANNEL,     /* the table's notification channel */
     LQ__P_SCHEMA,      /* a schema's name, looked up in the catalog */
     LQ__P_NAME,        /* a table's name, looked up in the catalog */
+    LQ__P_MAX_PAYLOAD, /* claims: the largest payload read (max_payload_bytes) */
+    LQ__P_MAX_HEADERS, /* and the largest headers' JSON */
     LQ__P_COUNT
 } lq__param;
 
@@ -52,7 +54,10 @@ typedef struct lq__stmt {
  * those the table has (lq__row_layout: where each is); a role the table lacks
  * reads as NULL in the delivery. */
 enum { LQ__COL_ID, LQ__COL_PAYLOAD, LQ__COL_ATTEMPT, LQ__COL_GROUP, LQ__COL_PKEY, LQ__COL_HEADERS,
-       LQ__COL_PRIORITY, LQ__COL_DUE, LQ__COL_COUNT };
+       LQ__COL_PRIORITY, LQ__COL_DUE,
+       /* Where the table's copy limits them: the byte sizes, the values
+        * themselves then read only when within the limits. */
+       LQ__COL_PAYLOAD_SIZE, LQ__COL_HEADERS_SIZE, LQ__COL_COUNT };
 
 /* Every statement a subscription runs, built once when it opens. */
 typedef struct lq__sqlset {

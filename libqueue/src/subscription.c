@@ -104,6 +104,27 @@ void lq__subscription_wake(lq_subscription *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Rows past max_payload_bytes or max_headers_bytes reach no handler: their
+ * values were never read, and they go to the dead letters at once, so a
+ * sender cannot make a worker hold more, nor keep a row coming back. */
+static void dead_letter_oversized(lq_delivery *list) {
+    while (list) {
+        lq_delivery *d = list;
+        list = d->queue_next;
+        d->queue_next = NULL;
+        const lq_table *t = d->sub->table;
+        bool payload = d->oversize_payload != 0;
+        lq__log(LQ_LOG_WARNING, "row %lld: its %s of %lld bytes passes %s (%lld); dead-lettered "
+                "unread", (long long)d->id, payload ? "payload" : "headers",
+                (long long)(payload ? d->oversize_payload : d->oversize_headers),
+                payload ? "max_payload_bytes" : "max_headers_bytes",
+                (long long)(payload ? t->max_payload : t->max_headers));
+        if (lq__settle(d, LQ__DEAD_LETTER, 0) != LQ_OK)
+            lq__log_error(LQ_LOG_WARNING, "dead-lettering a row over its size limit");
+        lq__delivery_unref(d);
+    }
+}
+
 /* What the table and options declare must fit together before any statement
  * is built. */
 static int check_declaration(lq_subscription *s) {
@@ -118,6 +139,11 @@ static int check_declaration(lq_subscription *s) {
         return lq__error(LQ_DIALECT, "table %s: %s has no read uncommitted level that locks "
                                      "rows; declare read committed or stricter",
                          label, s->broker->dialect->name);
+    if ((t->max_payload || t->max_headers) && !t->dead_letter)
+        return lq__error(LQ_MISUSE, "table %s: max_payload_bytes and max_headers_bytes send the "
+                                    "rows over them to the dead letters: the table needs a "
+                                    "dead-letter destination",
+                         label);
     if (lq__has(t, LQ_ROLE_GROUP) && !s->group)
         return lq__error(LQ_MISUSE, "table %s has a group column: name the group to read (option group)",
                          label);
@@ -263,6 +289,10 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     }
 
     int rc = lq__table_copy(&s->table, table);
+    if (rc == LQ_OK) {
+        s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
+        s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
+    }
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
         !(s->group = lq__strdup(lq__opt_str(o, LQ_OPT_GROUP))))
         rc = lq__error(LQ_NOMEM, "out of memory");
@@ -290,6 +320,11 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     }
     *out = s;
     return LQ_OK;
+}
+
+void lq__claim_limits(const lq_subscription *s, lq__value *args) {
+    args[LQ__P_MAX_PAYLOAD] = (lq__value){.type = LQ__V_INT, .i = s->table->max_payload};
+    args[LQ__P_MAX_HEADERS] = (lq__value){.type = LQ__V_INT, .i = s->table->max_headers};
 }
 
 static int run_claim(lq__claimed *got, lq_subscription *s, int limit) {
@@ -545,10 +580,21 @@ static void claim_turn(lq_subscription *s, bool own) {
     s->claim_extra -= extra; /* now counted in held, as far as rows came */
     s->held += held_by(s, &got);
     bool room_freed = account_room(s);
-    for (lq_delivery *d = got.head; d; d = d->queue_next) {
+    lq_delivery *oversized = NULL;
+    lq__claimed kept = {0};
+    for (lq_delivery *d = got.head, *next; d; d = next) {
+        next = d->queue_next;
+        d->queue_next = NULL;
         if (s->form == LQ_FORM_LEASE) lq__book_add(&s->book, &d->entry); /* the keeper extends it */
         d->lane = lane_of(s, d);
+        if (d->oversize_payload || d->oversize_headers) {
+            d->queue_next = oversized;
+            oversized = d;
+        } else {
+            lq__claimed_add(&kept, d);
+        }
     }
+    got = kept;
     if (got.count) {
         if (s->queue_tail) s->queue_tail->queue_next = got.head;
         else s->queue_head = got.head;
@@ -565,6 +611,11 @@ static void claim_turn(lq_subscription *s, bool own) {
     if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
         pthread_mutex_unlock(&s->mu);
         lq__broker_wake_room(s->broker, s);
+        pthread_mutex_lock(&s->mu);
+    }
+    if (oversized) {
+        pthread_mutex_unlock(&s->mu);
+        dead_letter_oversized(oversized);
         pthread_mutex_lock(&s->mu);
     }
 }

@@ -17,6 +17,9 @@ struct lq_table {
     lq__key_template key;          /* the template, parsed */
     int isolation;
     char *dead_letter;
+    /* A subscription's copy only: rows over these sizes are claimed by their
+     * size alone (0: no limit; the statements bind the limits). */
+    int64_t max_payload, max_headers;
 };
 
 /* A deep copy, so a subscription outlives the caller's description. */

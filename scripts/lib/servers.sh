@@ -11,17 +11,60 @@ lq_free_port() {
     "${LQ_PYTHON:-/usr/bin/python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# A throwaway CA and a server certificate signed by it, for the name localhost
+# and the address 127.0.0.1, under $LQ_SERVERS/tls; and a second CA that signs
+# nothing the servers use (a client trusting only it must refuse them). Both
+# servers take the certificate; each gets a copy of the key it owns alone
+# (PostgreSQL refuses a key that others may read). Exports LQ_TEST_TLS_CA and
+# LQ_TEST_TLS_OTHER_CA. Made once per $LQ_SERVERS.
+lq_make_tls() {
+    local dir=$LQ_SERVERS/tls ca
+    if [[ ! -f $dir/server.pem ]]; then
+        command -v openssl >/dev/null 2>&1 || { echo "openssl is not installed"; return 1; }
+        mkdir -p "$dir"
+        for ca in ca other-ca; do
+            openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=libqueue test $ca" \
+                -keyout "$dir/$ca.key" -out "$dir/$ca.pem" >"$dir/openssl.log" 2>&1 ||
+                { cat "$dir/openssl.log"; return 1; }
+        done
+        printf '%s\n' "basicConstraints = CA:FALSE" "keyUsage = digitalSignature, keyEncipherment" \
+            "extendedKeyUsage = serverAuth" "subjectAltName = DNS:localhost, IP:127.0.0.1" \
+            >"$dir/server.ext"
+        { openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+              -keyout "$dir/server.key" -out "$dir/server.csr" &&
+          openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+              -CAcreateserial -days 30 -extfile "$dir/server.ext" -out "$dir/server.pem"
+        } >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log"; return 1; }
+        chmod 600 "$dir"/*.key
+        chmod 755 "$dir"
+        chmod 644 "$dir"/*.pem
+    fi
+    export LQ_TEST_TLS_CA=$dir/ca.pem LQ_TEST_TLS_OTHER_CA=$dir/other-ca.pem
+}
+
+# lq_tls_key <folder> <user>: a copy of the server key in <folder>, owned by
+# <user> with mode 0600; prints its path.
+lq_tls_key() {
+    install -m 600 "$LQ_SERVERS/tls/server.key" "$1/server.key" || return 1
+    [[ $(id -u) == 0 ]] && { chown "$2": "$1/server.key" || return 1; }
+    echo "$1/server.key"
+}
+
 lq_pg_bin() {
     local dir
     for dir in /usr/lib/postgresql/*/bin; do [[ -x $dir/initdb ]] && { echo "$dir"; return; }; done
     return 1
 }
 
-# Starts PostgreSQL as the postgres user (initdb refuses root) and exports
-# LQ_TEST_PG_URL for the suites.
+# Starts PostgreSQL as the postgres user (initdb refuses root), with TLS on
+# (lq_make_tls) and plain connections still accepted, and exports
+# LQ_TEST_PG_URL for the suites. That URL asks for a plain connection
+# (sslmode=disable): libpq's default, prefer, would take TLS now that the
+# server offers it, and the suites and benchmarks run as before.
 lq_start_postgres() {
-    local bin data=$LQ_SERVERS/pg
+    local bin data=$LQ_SERVERS/pg key
     bin=$(lq_pg_bin) || { echo "no PostgreSQL server installed"; return 1; }
+    lq_make_tls || return 1
     LQ_PG_PORT=${LQ_PG_PORT:-$(lq_free_port)}
     local run=()
     [[ $(id -u) == 0 ]] && run=(runuser -u postgres --)
@@ -29,13 +72,15 @@ lq_start_postgres() {
     chown postgres: "$data" 2>/dev/null || true
     "${run[@]}" "$bin/initdb" -D "$data/db" -U postgres -A trust --no-sync -E UTF8 >"$data/initdb.log" 2>&1 ||
         { cat "$data/initdb.log"; return 1; }
+    key=$(lq_tls_key "$data" postgres) || return 1
     "${run[@]}" "$bin/pg_ctl" -D "$data/db" -l "$data/server.log" -w -t 60 start \
         -o "-c listen_addresses=127.0.0.1 -p $LQ_PG_PORT -c unix_socket_directories=$data \
-            -c max_connections=200 -c shared_buffers=128MB -c fsync=on -c synchronous_commit=on" \
+            -c max_connections=200 -c shared_buffers=128MB -c fsync=on -c synchronous_commit=on \
+            -c ssl=on -c ssl_cert_file=$LQ_SERVERS/tls/server.pem -c ssl_key_file=$key" \
         >/dev/null || { cat "$data/server.log"; return 1; }
     "${run[@]}" "$bin/psql" -q -h 127.0.0.1 -p "$LQ_PG_PORT" -U postgres -d postgres \
         -c "CREATE DATABASE lqtest" >/dev/null || return 1
-    export LQ_TEST_PG_URL="postgresql://postgres@127.0.0.1:$LQ_PG_PORT/lqtest"
+    export LQ_TEST_PG_URL="postgresql://postgres@127.0.0.1:$LQ_PG_PORT/lqtest?sslmode=disable"
     echo "postgresql on 127.0.0.1:$LQ_PG_PORT"
 }
 
@@ -56,16 +101,19 @@ lq_stop_servers() {
 
 # Starts a private MariaDB: its own datadir, socket and pid file under
 # $LQ_SERVERS/mariadb, TCP on loopback only (a free port, or $LQ_MARIADB_PORT),
-# no binary log. Creates database lqtest and a user lq (password lq) with
-# every privilege (the suites create and drop a database per test), and
-# exports LQ_TEST_MARIADB_URL and LQ_MARIADB_SOCKET.
+# no binary log, TLS offered (lq_make_tls) and plain connections accepted.
+# Creates database lqtest and a user lq (password lq) with every privilege,
+# and the right to grant them (the suites create and drop a database per test,
+# and hand a role of their own its grants), and exports LQ_TEST_MARIADB_URL
+# and LQ_MARIADB_SOCKET.
 lq_start_mariadb() {
-    local dir=$LQ_SERVERS/mariadb user=root
+    local dir=$LQ_SERVERS/mariadb user=root key
     LQ_MARIADB_PORT=${LQ_MARIADB_PORT:-$(lq_free_port)}
     command -v mariadbd >/dev/null 2>&1 || [[ -x /usr/sbin/mariadbd ]] ||
         { echo "no MariaDB server installed"; return 1; }
     local server
     server=$(command -v mariadbd 2>/dev/null || echo /usr/sbin/mariadbd)
+    lq_make_tls || return 1
     mkdir -p "$dir"
     # mariadbd runs as the mysql user where there is one (it refuses root
     # without --user=root).
@@ -78,11 +126,13 @@ lq_start_mariadb() {
     mariadb-install-db --no-defaults --datadir="$dir/data" --user="$user" --skip-test-db \
         --auth-root-authentication-method=socket >"$dir/install.log" 2>&1 ||
         { cat "$dir/install.log"; return 1; }
+    key=$(lq_tls_key "$dir" "$user") || return 1
     "$server" --no-defaults --datadir="$dir/data" --user="$user" \
         --port="$LQ_MARIADB_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
         --socket="$dir/mysqld.sock" --pid-file="$dir/mariadbd.pid" --log-error="$dir/server.log" \
         --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=128M \
         --max-connections=500 --max-allowed-packet=64M --skip-log-bin \
+        --ssl-cert="$LQ_SERVERS/tls/server.pem" --ssl-key="$key" --ssl-ca="$LQ_SERVERS/tls/ca.pem" \
         </dev/null >/dev/null 2>&1 &
     local i
     for ((i = 0; i < 600; i++)); do
@@ -94,8 +144,8 @@ lq_start_mariadb() {
         CREATE DATABASE lqtest;
         CREATE USER 'lq'@'127.0.0.1' IDENTIFIED BY 'lq';
         CREATE USER 'lq'@'localhost' IDENTIFIED BY 'lq';
-        GRANT ALL ON *.* TO 'lq'@'127.0.0.1';
-        GRANT ALL ON *.* TO 'lq'@'localhost';" || return 1
+        GRANT ALL ON *.* TO 'lq'@'127.0.0.1' WITH GRANT OPTION;
+        GRANT ALL ON *.* TO 'lq'@'localhost' WITH GRANT OPTION;" || return 1
     export LQ_MARIADB_SOCKET=$dir/mysqld.sock
     export LQ_TEST_MARIADB_URL="mysql://lq:lq@127.0.0.1:$LQ_MARIADB_PORT/lqtest"
     echo "mariadb on 127.0.0.1:$LQ_MARIADB_PORT"

@@ -557,8 +557,15 @@ static int set_tls(MYSQL *my, const url_params *p) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         if (files[i].value) failed |= mysql_optionsv(my, files[i].option, files[i].value);
     switch (p->ssl) {
-    case SSL_PREFERRED: /* TLS where the server offers it, unverified */
     case SSL_REQUIRED:
+        /* Unverified, Connector/C logs in before it finds the server has no
+         * TLS (the connection is refused after): no login that would send
+         * the password itself may run then. */
+        failed |= mysql_optionsv(my, MARIADB_OPT_RESTRICTED_AUTH,
+                                 "mysql_native_password,caching_sha2_password,client_ed25519,"
+                                 "sha256_password");
+        /* fall through */
+    case SSL_PREFERRED: /* TLS where the server offers it, unverified */
         failed |= mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes);
         failed |= mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &no);
         break;
@@ -659,8 +666,14 @@ static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_optio
         else
             snprintf(where, sizeof where, "%s:%u", m->host ? m->host : "localhost",
                      m->port ? m->port : 3306);
-        char what[340];
-        snprintf(what, sizeof what, "cannot connect to %s", where);
+        char what[440];
+        /* CR_PLUGIN_NOT_ALLOWED: under ssl_mode REQUIRED, a login that would
+         * send the password itself, to a server that started no TLS. */
+        bool plain_login = ssl == SSL_REQUIRED && mysql_errno(c->my) == 5010;
+        snprintf(what, sizeof what, "cannot connect to %s%s", where,
+                 plain_login ? " (ssl_mode REQUIRED: the server started no TLS and asked for a "
+                               "login that sends the password; refused before sending it)"
+                             : "");
         /* Whatever the error (an unknown database too), the database could
          * not be reached. */
         rc = error_of(LQ_CONNECT, mysql_errno(c->my), mysql_sqlstate(c->my), mysql_error(c->my),
@@ -1444,6 +1457,12 @@ static void my_columns_query(lq__sql *b) {
     lq__sql_add(b, " ORDER BY ORDINAL_POSITION");
 }
 
+static void my_byte_length(lq__sql *b, int role) {
+    lq__sql_add(b, "LENGTH(");
+    lq__sql_col(b, role);
+    lq__sql_add(b, ")");
+}
+
 static bool type_in(const char *type, const char *const *names) {
     for (; *names; names++)
         if (strcasecmp(type, *names) == 0) return true;
@@ -1509,6 +1528,7 @@ const lq__dialect lq__mysql_dialect = {
     .columns_query = my_columns_query,
     .columns_fold_case = true,
     .type_kinds = my_type_kinds,
+    .byte_length = my_byte_length,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,
 };

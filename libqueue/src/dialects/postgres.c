@@ -663,6 +663,13 @@ static void pg_columns_query(lq__sql *b) {
     lq__sql_add(b, " END ORDER BY a.attnum");
 }
 
+/* jsonb has no octet_length of its own: its text's. */
+static void pg_byte_length(lq__sql *b, int role) {
+    lq__sql_add(b, "octet_length(");
+    lq__sql_col(b, role);
+    lq__sql_add(b, role == LQ_ROLE_HEADERS ? "::text)" : ")");
+}
+
 static bool type_is(const char *type, const char *const *names) {
     for (; *names; names++)
         if (strcmp(type, *names) == 0) return true;
@@ -709,7 +716,8 @@ const lq__dialect lq__postgres_dialect = {
     .placeholder = pg_placeholder,
     .row_casts = {[LQ__COL_ID] = "::bigint", [LQ__COL_ATTEMPT] = "::bigint",
                   [LQ__COL_GROUP] = "::text", [LQ__COL_PKEY] = "::text",
-                  [LQ__COL_HEADERS] = "::text", [LQ__COL_PRIORITY] = "::bigint"},
+                  [LQ__COL_HEADERS] = "::text", [LQ__COL_PRIORITY] = "::bigint",
+                  [LQ__COL_PAYLOAD_SIZE] = "::bigint", [LQ__COL_HEADERS_SIZE] = "::bigint"},
     .build_claims = pg_build_claims,
     .held_set_source = pg_held_set_source,
     .held_set_array = true,
@@ -730,6 +738,7 @@ const lq__dialect lq__postgres_dialect = {
     .schema_query = pg_schema_query,
     .columns_query = pg_columns_query,
     .type_kinds = pg_type_kinds,
+    .byte_length = pg_byte_length,
     .ddl_lock_query = pg_ddl_lock_query,
     .try_lock_key = pg_try_lock_key,
     .unlock_key = pg_unlock_key,

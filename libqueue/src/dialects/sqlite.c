@@ -502,6 +502,13 @@ static void sqlite_columns_query(lq__sql *b) {
     lq__sql_add(b, ")");
 }
 
+/* Bytes, also of a text value (length() of text counts characters). */
+static void sqlite_byte_length(lq__sql *b, int role) {
+    lq__sql_add(b, "length(CAST(");
+    lq__sql_col(b, role);
+    lq__sql_add(b, " AS BLOB))");
+}
+
 static bool type_has(const char *type, const char *word) {
     size_t n = strlen(word);
     for (const char *p = type; *p; p++)
@@ -557,6 +564,7 @@ const lq__dialect lq__sqlite_dialect = {
     .columns_query = sqlite_columns_query,
     .columns_fold_case = true,
     .type_kinds = sqlite_type_kinds,
+    .byte_length = sqlite_byte_length,
     .try_lock_key = sqlite_try_lock_key,
     .unlock_key = sqlite_unlock_key,
     .keys_held = sqlite_keys_held,

@@ -170,6 +170,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__value args[LQ__P_COUNT] = {0};
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
+    lq__claim_limits(s, args);
     /* Read past the rows whose keys this process holds, so later rows of
      * other keys are found without waiting for a poll. (Keys held by other
      * sessions are filtered by the query where the database knows them.) */

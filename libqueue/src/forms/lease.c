@@ -160,6 +160,7 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
     args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = ctx.token};
+    lq__claim_limits(s, args);
     const lq__dialect *d = s->broker->dialect;
     if (d->claim_writes_lease && !s->sql.guard.sql) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);

@@ -44,6 +44,7 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = s->batch ? limit : 1};
+    lq__claim_limits(s, args);
     claim_ctx ctx = {out, s};
     bool guarded = true;
     if (!begun) rc = d->begin(conn, s->table->isolation);
