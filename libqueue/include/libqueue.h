@@ -335,7 +335,10 @@ typedef struct lq_delivery lq_delivery;
 
 /* A push handler. It runs on one of the subscription's threads with a
  * delivery it borrows for the call. It may settle the delivery; if it does
- * not, returning LQ_OK acks it and any other value retries it. */
+ * not, returning LQ_OK acks it and any other value retries it. A handle kept
+ * past the call (or a pulled one past lq_delivery_free) is stale: used, it
+ * fails with LQ_MISUSE and touches no other row, while the library still
+ * keeps its memory for later deliveries, as it usually does; keep none. */
 typedef int (*lq_handler_fn)(lq_delivery *delivery, void *userdata);
 
 /* A push handler of a batch subscription (option batch = n): up to n

@@ -3,6 +3,7 @@
  * caller still holds pulled deliveries lives until they are freed. */
 #include "runtime.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,10 +49,40 @@ static lq_delivery *delivery_block(lq_subscription *s, size_t payload_size) {
         }
     }
     memset(d, 0, sizeof *d);
+    /* Process-wide, so a block malloc gives again at a freed one's address
+     * does not take its generation either; 0 is never used. */
+    static atomic_uint generations = 1;
+    unsigned g;
+    while (!(g = atomic_fetch_add(&generations, 1) & 0xFFFF)) continue;
+    d->generation = (uint16_t)g;
     d->sub = s; /* counted in its live deliveries; a reference once made */
     d->payload_room = room;
     pthread_mutex_init(&d->mu, NULL);
     return d;
+}
+
+#define HANDLE_SHIFT 48
+
+lq_delivery *lq__handle_of(lq_delivery *d) {
+    uintptr_t p = (uintptr_t)d;
+    if (!d || p >> HANDLE_SHIFT) return d;
+    return (lq_delivery *)(p | (uintptr_t)d->generation << HANDLE_SHIFT);
+}
+
+lq_delivery *lq__delivery_of(const lq_delivery *handle) {
+    uintptr_t h = (uintptr_t)handle;
+    lq_delivery *d = (lq_delivery *)(h & (((uintptr_t)1 << HANDLE_SHIFT) - 1));
+    unsigned tag = (unsigned)(h >> HANDLE_SHIFT);
+    if (!tag) return (lq_delivery *)handle; /* not tagged: addresses past 48 bits */
+    return d->generation == tag ? d : NULL;
+}
+
+/* A handle whose delivery is gone: settled and let go, its block serving
+ * another row now. */
+static int stale(void) {
+    return lq__error(LQ_MISUSE, "a delivery handle kept past its delivery's life (a pushed "
+                                "delivery lives until its handler returns, a pulled one until "
+                                "lq_delivery_free): nothing was done");
 }
 
 /* Frees what a delivery owns, and keeps its block for the next claim
@@ -178,26 +209,32 @@ void lq__delivery_unref(lq_delivery *d) {
     if (d) lq__deliveries_unref(&d, 1);
 }
 
-void lq_delivery_free(lq_delivery *d) {
+void lq_delivery_free(lq_delivery *handle) {
     lq__error_clear();
+    lq_delivery *d = lq__delivery_of(handle);
     if (!d) return;
     if (!d->settled && !d->in_set && lq__settle(d, LQ__RELEASE, 0) != LQ_OK)
         lq__log_error(LQ_LOG_WARNING, "releasing an unsettled delivery");
     lq__delivery_unref(d);
 }
 
-int64_t lq_delivery_id(const lq_delivery *d) { return d ? d->id : 0; }
-const void *lq_delivery_payload(const lq_delivery *d) { return d ? d->payload : NULL; }
-size_t lq_delivery_payload_size(const lq_delivery *d) { return d ? d->payload_size : 0; }
-int lq_delivery_attempt(const lq_delivery *d) { return d ? d->attempt : 0; }
-const char *lq_delivery_group(const lq_delivery *d) { return d ? d->group : NULL; }
-const char *lq_delivery_partition_key(const lq_delivery *d) { return d ? d->partition_key : NULL; }
-size_t lq_delivery_header_count(const lq_delivery *d) { return d ? d->headers.count : 0; }
+/* The getters read NULL or 0 from a NULL or stale handle. */
+#define LIVE(h) lq_delivery *d = (h) ? lq__delivery_of(h) : NULL
 
-int lq_delivery_header_at(const char **name_out, const char **value_out, const lq_delivery *d,
+int64_t lq_delivery_id(const lq_delivery *h) { LIVE(h); return d ? d->id : 0; }
+const void *lq_delivery_payload(const lq_delivery *h) { LIVE(h); return d ? d->payload : NULL; }
+size_t lq_delivery_payload_size(const lq_delivery *h) { LIVE(h); return d ? d->payload_size : 0; }
+int lq_delivery_attempt(const lq_delivery *h) { LIVE(h); return d ? d->attempt : 0; }
+const char *lq_delivery_group(const lq_delivery *h) { LIVE(h); return d ? d->group : NULL; }
+const char *lq_delivery_partition_key(const lq_delivery *h) { LIVE(h); return d ? d->partition_key : NULL; }
+size_t lq_delivery_header_count(const lq_delivery *h) { LIVE(h); return d ? d->headers.count : 0; }
+
+int lq_delivery_header_at(const char **name_out, const char **value_out, const lq_delivery *h,
                           size_t index) {
     lq__error_clear();
-    LQ__CHECK_ARG(d, "delivery is NULL");
+    LQ__CHECK_ARG(h, "delivery is NULL");
+    LIVE(h);
+    if (!d) return stale();
     if (index >= d->headers.count)
         return lq__error(LQ_MISUSE, "header %zu of %zu", index, d->headers.count);
     if (name_out) *name_out = d->headers.names[index];
@@ -205,64 +242,82 @@ int lq_delivery_header_at(const char **name_out, const char **value_out, const l
     return LQ_OK;
 }
 
-const char *lq_delivery_header(const lq_delivery *d, const char *name) {
+const char *lq_delivery_header(const lq_delivery *h, const char *name) {
+    LIVE(h);
     return d && name ? lq__headers_get(&d->headers, name) : NULL;
 }
 
-int64_t lq_delivery_lease_expiry_ms(const lq_delivery *d) {
+int64_t lq_delivery_lease_expiry_ms(const lq_delivery *h) {
+    LIVE(h);
     if (!d) return 0;
-    lq_delivery *m = (lq_delivery *)d;
-    pthread_mutex_lock(&m->mu);
-    int64_t token = m->token;
-    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_lock(&d->mu);
+    int64_t token = d->token;
+    pthread_mutex_unlock(&d->mu);
     return token;
 }
 
-int lq_delivery_ack(lq_delivery *d) {
-    lq__error_clear();
-    LQ__CHECK_ARG(d, "delivery is NULL");
-    return lq__settle(d, LQ__ACK, 0);
+/* Settles the delivery of a handle, or says it is stale. */
+static int settle_handle(lq_delivery *h, lq__outcome outcome, int64_t delay_ms) {
+    LQ__CHECK_ARG(h, "delivery is NULL");
+    LIVE(h);
+    return d ? lq__settle(d, outcome, delay_ms) : stale();
 }
 
-int lq_delivery_retry(lq_delivery *d) {
+int lq_delivery_ack(lq_delivery *h) {
     lq__error_clear();
-    LQ__CHECK_ARG(d, "delivery is NULL");
-    return lq__settle(d, LQ__RETRY, 0);
+    return settle_handle(h, LQ__ACK, 0);
 }
 
-int lq_delivery_retry_after(lq_delivery *d, int64_t delay_ms) {
+int lq_delivery_retry(lq_delivery *h) {
     lq__error_clear();
-    LQ__CHECK_ARG(d, "delivery is NULL");
+    return settle_handle(h, LQ__RETRY, 0);
+}
+
+int lq_delivery_retry_after(lq_delivery *h, int64_t delay_ms) {
+    lq__error_clear();
     int rc = lq__check_delay(delay_ms, __func__);
-    if (rc != LQ_OK) return rc;
-    return lq__settle(d, LQ__RETRY_AFTER, delay_ms);
+    return rc == LQ_OK ? settle_handle(h, LQ__RETRY_AFTER, delay_ms) : rc;
 }
 
-void lq_delivery_handled(lq_delivery *d) {
+int lq_delivery_dead_letter(lq_delivery *h) {
+    lq__error_clear();
+    return settle_handle(h, LQ__DEAD_LETTER, 0);
+}
+
+void lq_delivery_handled(lq_delivery *h) {
+    LIVE(h);
     if (d && d->sub) lq__subscription_settling(d->sub, &d, 1);
 }
 
-int lq_deliveries_ack(int *statuses, lq_delivery *const *dvs, size_t count) {
+int lq_deliveries_ack(int *statuses, lq_delivery *const *handles, size_t count) {
     lq__error_clear();
-    LQ__CHECK_ARG(dvs || count == 0, "deliveries is NULL");
-    for (size_t i = 0; i < count; i++) {
-        LQ__CHECK_ARG(dvs[i], "a delivery is NULL");
-        if (dvs[i]->sub != dvs[0]->sub)
-            return lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
+    LQ__CHECK_ARG(handles || count == 0, "deliveries is NULL");
+    lq_delivery **dvs = count ? malloc(count * sizeof *dvs) : NULL;
+    if (count && !dvs) return lq__error(LQ_NOMEM, "out of memory");
+    int rc = LQ_OK;
+    for (size_t i = 0; rc == LQ_OK && i < count; i++) {
+        if (!handles[i]) {
+            rc = lq__error(LQ_MISUSE, "%s: a delivery is NULL", __func__);
+            break;
+        }
+        if (!(dvs[i] = lq__delivery_of(handles[i]))) {
+            rc = stale();
+            break;
+        }
+        if (dvs[i]->sub != dvs[0]->sub) {
+            rc = lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
+            break;
+        }
         pthread_mutex_lock(&dvs[i]->mu);
         bool settled = dvs[i]->settled || dvs[i]->in_set;
         pthread_mutex_unlock(&dvs[i]->mu);
         if (settled)
-            return lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
-                             (long long)dvs[i]->id);
+            rc = lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
+                           (long long)dvs[i]->id);
     }
-    return lq__settle_acks(statuses, dvs, count, false);
-}
-
-int lq_delivery_dead_letter(lq_delivery *d) {
-    lq__error_clear();
-    LQ__CHECK_ARG(d, "delivery is NULL");
-    return lq__settle(d, LQ__DEAD_LETTER, 0);
+    if (rc == LQ_OK) rc = lq__settle_acks(statuses, dvs, count, false);
+    free(dvs);
+    return rc;
 }
 
 int lq__delivery_begin(lq_delivery *d) {
@@ -284,11 +339,13 @@ int lq__delivery_begin(lq_delivery *d) {
     return rc;
 }
 
-int lq_delivery_exec(int64_t *changes_out, lq_delivery *d, const char *sql,
+int lq_delivery_exec(int64_t *changes_out, lq_delivery *h, const char *sql,
                      const char *const *params, size_t count) {
     lq__error_clear();
-    LQ__CHECK_ARG(d && sql, "an argument is NULL");
+    LQ__CHECK_ARG(h && sql, "an argument is NULL");
     if (changes_out) *changes_out = 0;
+    LIVE(h);
+    if (!d) return stale();
     const lq__dialect *dialect = d->sub->broker->dialect;
     pthread_mutex_lock(&d->mu);
     int rc = LQ_OK;

@@ -12,9 +12,33 @@
 /* Query parameters whose values are secrets (libpq's and Connector/C's). */
 static const char *const secret_params[] = {"password", "sslpassword", "tls_passphrase", NULL};
 
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A parameter's name is compared decoded (tls%5Fpassphrase is
+ * tls_passphrase, as the parsers read it); one too long for any secret name
+ * is none. */
 static bool is_secret_param(const char *name, size_t n) {
+    char decoded[32];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k == sizeof decoded - 1) return false;
+        int hi, lo;
+        if (name[i] == '%' && i + 2 < n && (hi = hex_value(name[i + 1])) >= 0 &&
+            (lo = hex_value(name[i + 2])) >= 0) {
+            decoded[k++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            decoded[k++] = name[i];
+        }
+    }
+    decoded[k] = '\0';
     for (const char *const *p = secret_params; *p; p++)
-        if (strlen(*p) == n && strncasecmp(name, *p, n) == 0) return true;
+        if (strcasecmp(decoded, *p) == 0) return true;
     return false;
 }
 
@@ -40,10 +64,10 @@ char *lq__redact_url(const char *url) {
     const char *slashes = strstr(url, "://");
     if (slashes) {
         const char *authority = slashes + 3;
-        size_t span = strcspn(authority, "?#");
+        size_t span = strcspn(authority, "?");
         /* The user info ends at the last '@' before the query (a password may
-         * hold one, or a '/', percent-encoded or not: better too much hidden
-         * than a password shown). */
+         * hold one, or a '/' or '#', percent-encoded or not: better too much
+         * hidden than a password shown). */
         const char *at = NULL;
         for (const char *p = authority; p < authority + span; p++)
             if (*p == '@') at = p;

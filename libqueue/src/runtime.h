@@ -69,6 +69,7 @@ struct lq_delivery {
     lq__shared_tx *shared; /* a row lock batch's transaction, instead of conn */
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
+    uint16_t generation; /* of its block's uses: in the handles given out (lq__handle_of) */
     bool settled;
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
@@ -164,6 +165,14 @@ LQ__HIDDEN void lq__broker_detach(lq_broker *b, lq_subscription *s);
 /* Wakes the subscriptions of a table (and group) after a publish. */
 LQ__HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group);
 LQ__HIDDEN void lq__subscription_wake(lq_subscription *s);
+/* Handles: a delivery as callers see it carries its block's generation in
+ * the pointer's top 16 bits (user space addresses fit in 48), so a handle
+ * kept past its delivery's life is told from the row its block serves next
+ * (lq__delivery_of gives NULL for it), as long as the block is kept for
+ * deliveries. Where addresses do not fit, handles are the plain pointers,
+ * unchecked. */
+LQ__HIDDEN lq_delivery *lq__handle_of(lq_delivery *d);
+LQ__HIDDEN lq_delivery *lq__delivery_of(const lq_delivery *handle);
 /* The size limits a claim's statements bind, into args. */
 LQ__HIDDEN void lq__claim_limits(const lq_subscription *s, lq__value *args);
 /* Room came free in the pool: the claimers of the broker's subscriptions

@@ -794,15 +794,18 @@ static void await_rows(lq_subscription *s) {
 static void *batch_worker_main(void *arg) {
     lq_subscription *s = ((worker_arg *)arg)->s;
     free(arg);
-    lq_delivery **batch = malloc((size_t)s->batch * sizeof *batch);
+    /* The deliveries, and the handles the handler gets (lq__handle_of). */
+    lq_delivery **batch = malloc(2 * (size_t)s->batch * sizeof *batch);
+    lq_delivery **handles = batch ? batch + s->batch : NULL;
     pthread_mutex_lock(&s->mu);
     while (batch) {
         while (!s->stopping && !s->queue_head) await_rows(s);
         if (s->stopping) break;
         size_t n = take_many(s, batch, (size_t)s->batch);
         pthread_mutex_unlock(&s->mu);
+        for (size_t i = 0; i < n; i++) handles[i] = lq__handle_of(batch[i]);
         running_handler_of = s;
-        int status = s->batch_handler(batch, n, s->userdata);
+        int status = s->batch_handler(handles, n, s->userdata);
         running_handler_of = NULL;
         if (status == LQ_OK) lq__settle_acks(NULL, batch, n, s->coalesce);
         for (size_t i = 0; i < n; i++) settle_unsettled(batch[i], status);
@@ -862,7 +865,7 @@ static void *handler_thread_main(void *arg) {
         }
 
         running_handler_of = s;
-        int status = s->handler(d, s->userdata);
+        int status = s->handler(lq__handle_of(d), s->userdata);
         running_handler_of = NULL;
         chained.settling_for = chains ? s : NULL;
         finish_delivery(d, status);
@@ -979,6 +982,7 @@ int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count
     }
     if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
     if (rc == LQ_OK) *count_out = take_many(s, out, capacity);
+    for (size_t i = 0; i < *count_out; i++) out[i] = lq__handle_of(out[i]);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -1005,6 +1009,7 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
         lq_delivery_free(*out); /* back to the queue */
         *out = NULL;
     }
+    *out = lq__handle_of(*out);
     return rc;
 }
 

@@ -51,6 +51,29 @@ static int handler(lq_delivery *d, void *userdata) {
 
 /* Counts the rows of every batch whose payload reads as published, NUL
  * after it. */
+/* A handler that keeps its delivery's handle past its call (a misuse), and
+ * the next handler's try to ack through it. */
+static lq_delivery *_Atomic kept;
+static atomic_int stale_ack = -1, kept_calls;
+static _Atomic uintptr_t first_block, second_block;
+
+static int keeping_handler(lq_delivery *d, void *userdata) {
+    (void)userdata;
+    if (atomic_fetch_add(&kept_calls, 1) == 0) {
+        atomic_store(&kept, d);
+        atomic_store(&first_block, (uintptr_t)d & (((uintptr_t)1 << 48) - 1));
+    } else {
+        atomic_store(&second_block, (uintptr_t)d & (((uintptr_t)1 << 48) - 1));
+        atomic_store(&stale_ack, lq_delivery_ack(atomic_load(&kept)));
+    }
+    return LQ_OK;
+}
+
+static void wait_for(atomic_int *value, int at_least) {
+    for (int i = 0; i < 1000 && atomic_load(value) < at_least; i++)
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+}
+
 static atomic_int batched_rows;
 
 static int batch_handler(lq_delivery *const *deliveries, size_t count, void *userdata) {
@@ -296,6 +319,34 @@ int main(int argc, char **argv) {
     CHECK(lq_subscription_open(&s, b, bad, NULL) == LQ_SCHEMA);
     CHECK_CONTAINS(lq_errmsg(), "nope");
     lq_table_free(bad);
+
+    /* A pushed delivery's handle kept past its handler is stale: acking it
+     * from the next row's handler, whose delivery took over its block, is
+     * refused and changes nothing (that row is acked by its own return). */
+    sql("DELETE FROM jobs");
+    lq_options *keep_opts;
+    lq_options_new(&keep_opts);
+    lq_options_set_int(keep_opts, LQ_OPT_COALESCE, 0); /* settled at once: the block comes back */
+    lq_options_set_int(keep_opts, LQ_OPT_POLL_INTERVAL_MS, 20);
+    CHECK(lq_subscription_open(&s, b, t, keep_opts) == LQ_OK);
+    CHECK(lq_subscription_run(s, keeping_handler, NULL) == LQ_OK);
+    lq_message_set_payload(m, "first!", 6); /* as long as the second: one block fits both */
+    CHECK(lq_publish(NULL, b, t, &m, 1) == LQ_OK);
+    wait_for(&kept_calls, 1);
+    for (int i = 0; i < 1000 && lq_subscription_stat(s, LQ_STAT_IN_WORK) > 0; i++)
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    nanosleep(&(struct timespec){0, 50000000}, NULL); /* its block back among the spares */
+    lq_message_set_payload(m, "second", 6);
+    CHECK(lq_publish(NULL, b, t, &m, 1) == LQ_OK);
+    wait_for(&kept_calls, 2);
+    for (int i = 0; i < 1000 && count_rows("SELECT count(*) FROM jobs") > 0; i++)
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    CHECK(atomic_load(&second_block) == atomic_load(&first_block)); /* the block was reused */
+    CHECK(atomic_load(&stale_ack) == LQ_MISUSE);
+    CHECK(count_rows("SELECT count(*) FROM jobs") == 0);
+    CHECK(lq_delivery_id(atomic_load(&kept)) == 0); /* getters read nothing through it */
+    lq_subscription_close(s);
+    lq_options_free(keep_opts);
 
     /* Broker options that cannot hold are refused, with the numbers. */
     lq_broker *refused;

@@ -32,6 +32,8 @@ def with_password(url: str, password: str = MARK) -> str:
      "postgresql://h/db?sslmode=require&password=***&sslpassword=***"),
     ("mysql://a:b@c@h/db", "mysql://a:***@h/db"),
     ("postgresql://user@h/db", "postgresql://user@h/db"),
+    ("mysql://u:pa#ss@h/db", "mysql://u:***@h/db"),
+    ("mysql://h/db?tls%5Fpassphrase=s3cret&x=1", "mysql://h/db?tls%5Fpassphrase=***&x=1"),
     ("sqlite:jobs.db", "sqlite:jobs.db"),
 ])
 def test_redact_url(url: str, shown: str) -> None:

@@ -1,0 +1,259 @@
+--- libqueue.broker: Broker, a connection pool on a database URL
+-- (libqueue.open): create_table, publishing (the messages a publish writes,
+-- built from Lua fields) and subscribe; and redact_url.
+
+local C = require("libqueue.core")
+C.internal()
+local log = require("libqueue.log")
+local build_options = require("libqueue.options").build_options
+local table_ptr = require("libqueue.table").table_ptr
+local new_subscription = require("libqueue.subscription").new
+
+local core = C.core
+local raise, argerror, check_type, misuse, closed, own =
+      C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own
+local drain_log, done = log.drain_log, log.done
+
+local type, pairs, ipairs, setmetatable, tostring, assert =
+      type, pairs, ipairs, setmetatable, tostring, assert
+local math_type, tointeger = math.type, math.tointeger
+local format = string.format
+
+local B = {}
+
+local Broker = {}
+Broker.__index = Broker
+Broker.__name = "libqueue.broker"
+B.Broker = Broker
+
+--- The URL as it may be shown: the password of its user info and of its
+-- password, sslpassword and tls_passphrase parameters as "***".
+local function redact_url(url)
+  check_type(url, "string", 1, "redact_url")
+  return assert(core.lq_redact_url(url))
+end
+B.redact_url = redact_url
+
+--- Opens a broker on a URL ("sqlite:///abs/path.db", "sqlite:relative.db").
+-- Options by name: pool_size, connect_timeout_ms, statement_timeout_ms,
+-- acquire_timeout_ms, connection_limit, listen_notify (see libqueue.h).
+-- Returns the broker, or nil, message, code.
+function B.open(url, opts)
+  check_type(url, "string", 1, "open")
+  local ok, options, code = build_options(opts, "open")
+  if not ok then return nil, options, code end
+  local ptr, msg, code2, sqlstate, native = core.lq_broker_open(url, options and options.ptr)
+  if options then options:free() end
+  drain_log()
+  if not ptr then return nil, msg, code2, sqlstate, native end
+  -- Only the URL as it may be shown is kept: its password is "***".
+  return setmetatable({ _ptr = ptr, url = redact_url(url), dialect = core.lq_broker_dialect(ptr) },
+                      Broker)
+end
+
+--- Closes the broker (idempotent): no new publishes or subscriptions; open
+-- subscriptions go on until they are closed.
+function Broker:close()
+  local ptr = self._ptr
+  if ptr then
+    self._ptr = nil
+    core.lq_broker_close(ptr)
+  end
+  return true
+end
+Broker.__gc = Broker.close
+Broker.__close = Broker.close
+function Broker:__tostring()
+  return format("libqueue.broker(%s%s)", self.url, self._ptr and "" or ", closed")
+end
+
+--- Makes the database ready for a table: creates it, its claim-order index
+-- and its dead-letter table when missing, then checks that every column the
+-- description names exists with a fitting type. Safe at every start, from
+-- several processes at once. opts: verify_only (create nothing; a missing
+-- table fails too). Returns true, or nil, message, code ("LQ_SCHEMA" names
+-- each column missing or of the wrong type; nothing is changed).
+function Broker:create_table(tbl, opts)
+  local tptr = table_ptr(tbl, 1, "create_table")
+  local flags = 0
+  if opts ~= nil then
+    check_type(opts, "table", 2, "create_table")
+    for k in pairs(opts) do
+      if k ~= "verify_only" then return misuse(format("create_table: unknown option '%s'", tostring(k))) end
+    end
+    if opts.verify_only then flags = core.LQ_CREATE_VERIFY_ONLY end
+  end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, core.lq_table_create(ptr, tptr, flags))
+end
+
+---------------------------------------------------------------------------
+-- Publishing
+
+local MESSAGE_FIELDS = { payload = true, id = true, group = true, partition_key = true,
+                         priority = true, delay_ms = true, headers = true }
+
+local function integer_field(value, name)
+  local n = type(value) == "number" and tointeger(value)
+  if not n then
+    raise(format("message field '%s' must be an integer, got %s", name,
+                 math_type(value) or type(value)))
+  end
+  return n
+end
+
+local function string_field(value, name)
+  if type(value) ~= "string" then
+    raise(format("message field '%s' must be a string, got %s", name, type(value)))
+  end
+  return value
+end
+
+--- An Owned lq_message with `fields` set, or nil, message, code.
+local function build_message(tbl, fields)
+  for key in pairs(fields) do
+    if not MESSAGE_FIELDS[key] then
+      return misuse(format("unknown message field '%s'", tostring(key)))
+    end
+  end
+  local ptr, msg, code = core.lq_message_new()
+  if not ptr then return nil, msg, code end
+  local message = own(ptr, core.lq_message_free)
+  local function set(fn, ...)
+    local ok, m, c, s, n = fn(ptr, ...)
+    if not ok then
+      message:free()
+      return nil, m, c, s, n
+    end
+    return true
+  end
+  local ok, m, c, s, n = true, nil, nil, nil, nil
+  local payload = fields.payload
+  if payload ~= nil then
+    string_field(payload, "payload")
+    -- An empty payload is written only to a table with a payload column, so
+    -- a table without one takes publish(tbl) or publish(tbl, "").
+    if #payload > 0 or tbl.columns.payload then
+      ok, m, c, s, n = set(core.lq_message_set_payload, payload)
+    end
+  end
+  if ok and fields.id ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_id, integer_field(fields.id, "id"))
+  end
+  if ok and fields.group ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_group, string_field(fields.group, "group"))
+  end
+  if ok and fields.partition_key ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_partition_key,
+                         string_field(fields.partition_key, "partition_key"))
+  end
+  if ok and fields.priority ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_priority, integer_field(fields.priority, "priority"))
+  end
+  if ok and fields.delay_ms ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_delay_ms, integer_field(fields.delay_ms, "delay_ms"))
+  end
+  if ok and fields.headers ~= nil then
+    if type(fields.headers) ~= "table" then
+      message:free()
+      raise(format("message field 'headers' must be a table, got %s", type(fields.headers)))
+    end
+    for name, value in pairs(fields.headers) do
+      if type(name) ~= "string" or type(value) ~= "string" then
+        message:free()
+        raise(format("header %s: names and values are strings", tostring(name)))
+      end
+      ok, m, c, s, n = set(core.lq_message_set_header, name, value)
+      if not ok then break end
+    end
+  end
+  if not ok then return nil, m, c, s, n end
+  return message
+end
+
+local function publish(self, tbl, batch, fname)
+  local tptr = table_ptr(tbl, 1, fname)
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  local messages, pointers = {}, {}
+  local function free_all()
+    for _, message in ipairs(messages) do message:free() end
+  end
+  for i, fields in ipairs(batch) do
+    local message, m, c, s, n = build_message(tbl, fields)
+    if not message then
+      free_all()
+      return nil, format("message %d: %s", i, m), c, s, n
+    end
+    messages[i] = message
+    pointers[i] = message.ptr
+  end
+  local ids, m, c, s, n = core.lq_publish(ptr, tptr, pointers)
+  free_all()
+  drain_log()
+  if not ids then return nil, m, c, s, n end
+  return ids
+end
+
+--- Writes one message; returns its id (an integer), or nil, message, code.
+-- payload: a string (bytes; NULs allowed), "" when nil. opts: group,
+-- partition_key, priority, delay_ms, headers ({name = value}), id (when the
+-- table's ids are not generated). A field the table has no column for fails
+-- with LQ_SCHEMA and writes nothing.
+function Broker:publish(tbl, payload, opts)
+  local fields = {}
+  if opts ~= nil then
+    check_type(opts, "table", 3, "publish")
+    for k, v in pairs(opts) do fields[k] = v end
+    if fields.payload ~= nil then return misuse("the payload is publish's second argument") end
+  end
+  if payload ~= nil and type(payload) ~= "string" then argerror(2, "publish", "string", payload) end
+  fields.payload = payload or ""
+  local ids, m, c, s, n = publish(self, tbl, { fields }, "publish")
+  if not ids then return nil, m, c, s, n end
+  return ids[1]
+end
+
+--- Writes many messages in one transaction (all or none); returns their ids
+-- in order. Each message is a payload string or a table of publish's fields
+-- with `payload` ({ payload = "..", group = "g" }).
+function Broker:publish_many(tbl, list)
+  check_type(list, "table", 2, "publish_many")
+  local batch = {}
+  for i, message in ipairs(list) do
+    if type(message) == "string" then
+      batch[i] = { payload = message }
+    elseif type(message) == "table" then
+      batch[i] = message
+    else
+      raise(format("bad message %d to 'publish_many' (string or table expected, got %s)",
+                   i, type(message)))
+    end
+  end
+  if #batch == 0 then table_ptr(tbl, 1, "publish_many"); return {} end
+  return publish(self, tbl, batch, "publish_many")
+end
+
+---------------------------------------------------------------------------
+-- Subscribing
+
+--- Opens a subscription on `tbl`. Options by name: workers (deliveries in
+-- work at once, claimed ahead), poll_interval_ms, lease_ms, max_attempts,
+-- workers_by_key, batch, transactional, group (required when the table has
+-- a group column). Claims nothing before the first next/deliveries/run.
+-- Returns the subscription, or nil, message, code.
+function Broker:subscribe(tbl, opts)
+  local tptr = table_ptr(tbl, 1, "subscribe")
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  local ok, options, code = build_options(opts, "subscribe")
+  if not ok then return nil, options, code end
+  local sptr, m, c, s, n = core.lq_subscription_open(ptr, tptr, options and options.ptr)
+  if options then options:free() end
+  drain_log()
+  if not sptr then return nil, m, c, s, n end
+  return new_subscription(sptr, self, tbl, opts)
+end
+
+return B

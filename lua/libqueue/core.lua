@@ -1,0 +1,125 @@
+--- libqueue.core: what every part of the module shares. Loads the SWIG
+-- module libqueue_core and checks its version, makes the enumerations and
+-- status names from the header's constants, and holds the error conventions
+-- (raise, argerror, check_type, misuse, closed) and Owned, the handle freed
+-- once. Required by every other part; holds no state of its own beyond the
+-- raw module and the list of the module's files.
+
+local core = require("libqueue_core")
+
+local C = {}
+
+--- The raw SWIG module (every function and constant of libqueue.h). Handles
+-- it returns are not garbage collected: free them with the lq_*_free/close
+-- function named in the header.
+C.core = core
+
+local type, pairs, setmetatable, error = type, pairs, setmetatable, error
+local math_type = math.type
+local format = string.format
+
+--- The sources of the module's own files (libqueue.lua, libqueue/*.lua),
+-- whose frames raise skips. Each file adds itself with internal().
+local INTERNAL = {}
+
+--- Marks the calling file as one of the module's own.
+function C.internal()
+  INTERNAL[debug.getinfo(2, "S").source] = true
+end
+C.internal()
+
+--- Raises `message` at the first caller outside the module's files, so that
+-- an argument error points at the user's line, however deep it was found.
+local function raise(message)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info or not INTERNAL[info.source] then break end
+    level = level + 1
+  end
+  error(message, level)
+end
+C.raise = raise
+
+---------------------------------------------------------------------------
+-- Version
+
+C.version = core.lq_version_string()
+C.header_version = format("%d.%d.%d", core.LQ_VERSION_MAJOR, core.LQ_VERSION_MINOR,
+                          core.LQ_VERSION_PATCH)
+if core.lq_version_number() // 10000 ~= core.LQ_VERSION_MAJOR then
+  error(format("libqueue: the linked core is version %s, the module was built for %s",
+               C.version, C.header_version), 0)
+end
+
+---------------------------------------------------------------------------
+-- Enumerations, made from the header's constants: no name is spelled here.
+
+--- name (lower case, without prefix) -> value, for each prefix.
+local function enum(prefix)
+  local by_name = {}
+  for key, value in pairs(core) do
+    if type(key) == "string" and key:sub(1, #prefix) == prefix and math_type(value) == "integer" then
+      by_name[key:sub(#prefix + 1):lower()] = value
+    end
+  end
+  return by_name
+end
+
+C.ROLES = enum("LQ_ROLE_")         -- payload = 1, attempt = 2, ...
+C.ISOLATIONS = enum("LQ_ISOLATION_")
+C.STATS = enum("LQ_STAT_")
+C.LOG_LEVELS = enum("LQ_LOG_")
+C.FORMS = {}
+for name, value in pairs(enum("LQ_FORM_")) do C.FORMS[value] = name end
+
+--- Status codes: M.status.LQ_LEASE_LOST == 12, and back: M.status[12] == "LQ_LEASE_LOST".
+C.status = {}
+for key, value in pairs(core) do
+  if type(key) == "string" and math_type(value) == "integer" and core.lq_status_name(value) == key then
+    C.status[key] = value
+    C.status[value] = key
+  end
+end
+
+---------------------------------------------------------------------------
+-- Errors: arguments of the wrong Lua type raise; failures return
+-- nil, message, code_name.
+
+function C.argerror(n, fname, expected, got)
+  raise(format("bad argument #%d to '%s' (%s expected, got %s)", n, fname, expected, type(got)))
+end
+local argerror = C.argerror
+
+function C.check_type(value, expected, n, fname)
+  if type(value) ~= expected then argerror(n, fname, expected, value) end
+end
+
+function C.misuse(message)
+  return nil, message, "LQ_MISUSE"
+end
+
+function C.closed(what)
+  return nil, what .. " is closed", "LQ_CLOSED"
+end
+
+---------------------------------------------------------------------------
+-- Handles
+
+--- A handle freed once: now by free(), else by the garbage collector.
+local Owned = {}
+Owned.__index = Owned
+Owned.__gc = function(self) self:free() end
+Owned.__close = function(self) self:free() end
+function Owned:free()
+  local ptr = self.ptr
+  if ptr then
+    self.ptr = nil
+    self.free_fn(ptr)
+  end
+end
+function C.own(ptr, free_fn)
+  return setmetatable({ ptr = ptr, free_fn = free_fn }, Owned)
+end
+
+return C

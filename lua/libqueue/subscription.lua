@@ -1,0 +1,309 @@
+--- libqueue.subscription: Subscription, a broker's subscription to a table
+-- (broker:subscribe): pulling deliveries (next, deliveries), the claims'
+-- health, run and its settlers (the module's threads that ack and retry
+-- what handlers return, lua/lq_lua_settler.c), stop, close and stat.
+
+local C = require("libqueue.core")
+C.internal()
+local log = require("libqueue.log")
+local new_delivery = require("libqueue.delivery").new
+
+local core = C.core
+local raise, argerror, check_type, misuse, closed, own =
+      C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own
+local STATS, LOG_LEVELS = C.STATS, C.LOG_LEVELS
+local emit, drain_log, done = log.emit, log.drain_log, log.done
+
+local type, setmetatable, tostring, xpcall = type, setmetatable, tostring, xpcall
+local tointeger = math.tointeger
+local format = string.format
+
+local S = {}
+
+local Subscription = {}
+Subscription.__index = Subscription
+Subscription.__name = "libqueue.subscription"
+S.Subscription = Subscription
+
+--- The deliveries a subscription opened with `opts` keeps in work at once:
+-- its lanes under workers_by_key, else its workers.
+local function workers_of(opts)
+  if opts == nil then return 1 end
+  local lanes = type(opts.workers_by_key) == "number" and tointeger(opts.workers_by_key)
+  if lanes and lanes > 0 then return lanes end
+  return type(opts.workers) == "number" and tointeger(opts.workers) or 1
+end
+
+--- A Subscription for the core's subscription `ptr`, opened by `broker` on
+-- `tbl` with `opts` (see Broker:subscribe).
+function S.new(ptr, broker, tbl, opts)
+  return setmetatable({ _ptr = ptr, broker = broker, table = tbl, workers = workers_of(opts) },
+                      Subscription)
+end
+
+--- Longest single wait in C, so that the interpreter's Ctrl-C hook runs.
+local WAIT_SLICE_MS = 500
+
+--- The next claimed delivery, waiting up to `timeout` seconds (nil: no
+-- limit). Returns the delivery, or nil, message, "LQ_TIMEOUT" when none came,
+-- nil, message, "LQ_CLOSED" once stopped. The delivery is the caller's:
+-- settle it, and release it (release(), a <close> variable, or the garbage
+-- collector; until then the core keeps its lease alive).
+function Subscription:next(timeout)
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  local left_ms = -1
+  if timeout ~= nil then
+    if type(timeout) ~= "number" then argerror(1, "next", "number", timeout) end
+    if not (timeout >= 0) then -- also NaN
+      return misuse(format("next: timeout must be >= 0 seconds, or nil for no limit; got %s",
+                           tostring(timeout)))
+    end
+    left_ms = math.ceil(timeout * 1000)
+  end
+  local wait_ms = left_ms
+  while true do
+    local slice = WAIT_SLICE_MS
+    if left_ms >= 0 and left_ms < slice then slice = left_ms end
+    local d, m, c, s, n = core.lq_subscription_next(ptr, slice)
+    drain_log()
+    if d then return new_delivery(d, self) end
+    -- A slice may end in the claims' failure: it counts once they have
+    -- failed for the whole wait, as in C.
+    local outage = c ~= "LQ_TIMEOUT" and c ~= "LQ_CLOSED" and c ~= "LQ_MISUSE"
+    if not outage and c ~= "LQ_TIMEOUT" then return nil, m, c, s, n end
+    if left_ms >= 0 then
+      left_ms = left_ms - slice
+      if left_ms <= 0 then
+        local _, hm, hc, hs, hn, failing_ms = self:health()
+        if hc and failing_ms >= wait_ms then
+          return nil, format("no delivery within %gs: claims have failed for %d ms: %s",
+                             timeout, failing_ms, hm), hc, hs, hn
+        end
+        return nil, format("no delivery within %gs", timeout), "LQ_TIMEOUT"
+      end
+    end
+  end
+end
+
+--- Whether the subscription's claims reach the database: true while they
+-- work, else nil, message, code, sqlstate, native, and how long (ms) claims
+-- have failed in a row. A pull that times out during an outage returns the
+-- failure instead of "LQ_TIMEOUT".
+function Subscription:health()
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  local ok, m, c, s, n, failing_ms = core.lq_subscription_health(ptr)
+  drain_log()
+  if ok then return true end
+  return nil, m, c, s, n, failing_ms
+end
+
+--- for delivery in sub:deliveries(timeout) do ... end
+-- Pulled deliveries until none comes within `timeout` seconds (nil: until the
+-- subscription is stopped). Each delivery is released when the loop moves on
+-- (or is left, by break or error): settle it in the loop body; use next() to
+-- keep a delivery longer. Failures other than a timeout or a stop raise.
+function Subscription:deliveries(timeout)
+  local last
+  local function release_last()
+    if last then
+      last:release()
+      last = nil
+    end
+  end
+  local function iterate()
+    release_last()
+    local d, m, c = self:next(timeout)
+    if d then
+      last = d
+      return d
+    end
+    if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then return nil end
+    raise(format("libqueue: next failed: %s (%s)", tostring(m), tostring(c)))
+  end
+  return iterate, nil, nil, setmetatable({}, { __close = release_last })
+end
+
+---------------------------------------------------------------------------
+-- run and its settlers
+
+local function describe_error(err)
+  return type(err) == "string" and err or tostring(err)
+end
+
+local SETTLE_ACK, SETTLE_RETRY, SETTLE_RETRY_AFTER =
+      core.LQ_LUA_SETTLE_ACK, core.LQ_LUA_SETTLE_RETRY, core.LQ_LUA_SETTLE_RETRY_AFTER
+
+--- Settles on this thread (run with settlers = 0, or a settler out of memory).
+local function settle_here(d, outcome, delay_ms)
+  if outcome == SETTLE_ACK then return d:ack() end
+  if outcome == SETTLE_RETRY_AFTER then return d:retry_after(delay_ms) end
+  return d:retry()
+end
+
+--- Hands d over to the settler, which settles and frees it; false (d still
+-- ours) when it could not take it.
+local function hand_over(settler, d, outcome, delay_ms)
+  if not core.lq_lua_settler_push(settler.ptr, d._ptr, outcome, delay_ms or 0) then
+    return false
+  end
+  d._ptr = nil -- the settler's now: neither released nor collected here
+  d.settled = true
+  return true
+end
+
+local function start_settler(threads, label, together)
+  local ptr = core.lq_lua_settler_new(threads, label, together)
+  return ptr and own(ptr, core.lq_lua_settler_free)
+end
+
+--- Waits for every settlement handed over, adds its counts, stops the threads.
+local function finish_settler(settler, counts)
+  if not settler then return end
+  local ptr = settler.ptr
+  core.lq_lua_settler_wait(ptr, 0)
+  counts.acked = counts.acked + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_ACKED)
+  counts.retried = counts.retried + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_RETRIED)
+  counts.settle_errors = counts.settle_errors
+                         + core.lq_lua_settler_count(ptr, core.LQ_LUA_SETTLED_ERRORS)
+  settler:free()
+end
+
+--- sub:run(fn [, { timeout = seconds, max = n, retry_delay_ms = ms, settlers = n }])
+-- Pulls deliveries and calls fn(delivery) for each, on the calling thread.
+-- Returning normally acks the delivery unless fn settled it; an error()
+-- (with its traceback) is logged at level "error" and the delivery is retried
+-- (retry_after(retry_delay_ms) when given). Those acks and retries run on
+-- `settlers` threads of the module while run pulls the next delivery. In the
+-- lease form (and the advisory form on SQLite) a thread acks what queued
+-- meanwhile together (lq_deliveries_ack: one statement and one commit), and
+-- the default is one thread; elsewhere each settles on its own, and the
+-- default is the subscription's workers (its lanes under workers_by_key).
+-- With settlers = 0 they run here, one at a time. A delivery handed over is
+-- no longer fn's: keep none past its call. A failed settlement (say
+-- LQ_LEASE_LOST) is logged as a warning. Stops after `max` deliveries, when
+-- none comes within `timeout` seconds (nil: until stopped, e.g. by fn calling
+-- sub:stop()), or when the subscription is stopped, and returns once every
+-- delivery it pulled is settled.
+-- Returns the number of deliveries handled and a table of counts
+-- { acked, retried, failed (fn raised), settled_by_handler, settle_errors },
+-- or nil, message, code if pulling failed.
+function Subscription:run(fn, opts)
+  check_type(fn, "function", 1, "run")
+  if opts ~= nil then check_type(opts, "table", 2, "run") end
+  opts = opts or {}
+  local timeout, max, retry_delay = opts.timeout, opts.max, opts.retry_delay_ms
+  if max ~= nil and not tointeger(max) then raise("run: max must be an integer") end
+  if retry_delay ~= nil then
+    retry_delay = type(retry_delay) == "number" and tointeger(retry_delay)
+    if not retry_delay then raise("run: retry_delay_ms must be an integer") end
+  end
+  -- Acks share a statement where a delivery holds no connection: the lease
+  -- form, and the advisory form on SQLite (its keys live in the process).
+  -- One thread then acks all that queued while it was busy, one commit for
+  -- them (more threads would split them, and on SQLite contend for its one
+  -- writer); else a thread per worker settles side by side.
+  local form = self.table:form()
+  local together = form == "lease" or (form == "advisory" and self.broker.dialect == "sqlite")
+  local settlers = opts.settlers
+  if settlers == nil then settlers = together and 1 or self.workers or 1 end
+  settlers = type(settlers) == "number" and tointeger(settlers)
+  if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
+  -- Closed (every handed-over delivery settled) however run is left; nil
+  -- (settle here) with no settlers or no thread to be had.
+  local settler <close> = settlers > 0
+                          and start_settler(settlers, self.table.name, together)
+                          or nil
+  local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
+  local handled = 0
+  -- Pulls at once: the core claims no more than the subscription's workers
+  -- (and the rows it looks ahead) while those queued here are in work.
+  while not max or handled < max do
+    local d, m, c, s, n = self:next(timeout)
+    if not d then
+      if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then break end
+      return nil, m, c, s, n
+    end
+    handled = handled + 1
+    -- Read first (fn may release d), from the core: d's field cache is made
+    -- only if fn reads a field.
+    local id, attempt = core.lq_delivery_id(d._ptr), core.lq_delivery_attempt(d._ptr)
+    local ok, err = xpcall(fn, debug.traceback, d)
+    if not ok then
+      counts.failed = counts.failed + 1
+      emit(LOG_LEVELS.error, format("handler failed on row %s of %s (attempt %d); %s: %s",
+                                    tostring(id), self.table.name, attempt,
+                                    d.settled and "it had settled the row"
+                                             or "the row will be retried",
+                                    describe_error(err)))
+    end
+    if d.settled then
+      counts.settled_by_handler = counts.settled_by_handler + 1
+    elseif d._ptr then
+      local outcome = ok and SETTLE_ACK or retry_delay and SETTLE_RETRY_AFTER or SETTLE_RETRY
+      if not (settler and hand_over(settler, d, outcome, retry_delay)) then
+        local done_ok, sm, sc = settle_here(d, outcome, retry_delay)
+        if done_ok then
+          if ok then counts.acked = counts.acked + 1 else counts.retried = counts.retried + 1 end
+        else
+          counts.settle_errors = counts.settle_errors + 1
+          emit(LOG_LEVELS.warning, format("%s of row %s of %s failed: %s (%s)",
+                                          ok and "ack" or "retry", tostring(id),
+                                          self.table.name, tostring(sm), tostring(sc)))
+        end
+      end
+    end
+    d:release()
+  end
+  finish_settler(settler, counts)
+  drain_log()
+  return handled, counts
+end
+
+---------------------------------------------------------------------------
+-- Lifetime and counters
+
+--- Stops claiming and returns claimed rows not handed out. Deliveries held
+-- stay valid and may still be settled. Idempotent.
+function Subscription:stop()
+  local ptr = self._ptr
+  if not ptr then return true end
+  return done(nil, core.lq_subscription_stop(ptr))
+end
+
+--- Stops and frees the subscription (idempotent). Deliveries still held stay
+-- usable.
+function Subscription:close()
+  local ptr = self._ptr
+  if ptr then
+    self._ptr = nil
+    core.lq_subscription_close(ptr)
+    drain_log()
+  end
+  return true
+end
+-- Finalizers free without draining the log (no logger runs inside the GC).
+function Subscription:__gc()
+  local ptr = self._ptr
+  if ptr then
+    self._ptr = nil
+    core.lq_subscription_close(ptr)
+  end
+end
+Subscription.__close = Subscription.close
+function Subscription:__tostring()
+  return format("libqueue.subscription(%s%s)", self.table.name, self._ptr and "" or ", closed")
+end
+
+--- A counter: "claims", "empty_claims", "delivered", "settled",
+-- "extensions", "in_work", "waiting".
+function Subscription:stat(name)
+  local which = STATS[name]
+  if not which then raise(format("unknown stat '%s'", tostring(name))) end
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  return core.lq_subscription_stat(ptr, which)
+end
+
+return S
