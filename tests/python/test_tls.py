@@ -54,7 +54,25 @@ def secret() -> str:
     return "tls-pw-" + uuid.uuid4().hex
 
 
-class PostgresTarget:
+class TlsModes:
+    """The URL parameters of each TLS mode, in a target's own names."""
+
+    MODE = CA_PARAM = VERIFIED = REQUIRED = DISABLED = ""
+
+    def verify(self) -> dict:
+        return {self.MODE: self.VERIFIED, self.CA_PARAM: CA}
+
+    def untrusted(self) -> dict:
+        return {self.MODE: self.VERIFIED, self.CA_PARAM: OTHER_CA}
+
+    def require(self) -> dict:
+        return {self.MODE: self.REQUIRED}
+
+    def plain(self) -> dict:
+        return {self.MODE: self.DISABLED}
+
+
+class PostgresTarget(TlsModes):
     """The test's schema on the PostgreSQL server, reached with a URL of the
     test's making. The server trusts loopback, so any password logs in: the
     URL's is there to be kept out of messages."""
@@ -77,17 +95,9 @@ class PostgresTarget:
         #: Marks the library's sessions in pg_stat_activity.
         self.application = "lq_tls_" + uuid.uuid4().hex[:8]
 
-    def verify(self) -> dict:
-        return {"sslmode": "verify-full", "sslrootcert": CA}
-
-    def untrusted(self) -> dict:
-        return {"sslmode": "verify-full", "sslrootcert": OTHER_CA}
-
-    def require(self) -> dict:
-        return {"sslmode": "require"}
-
-    def plain(self) -> dict:
-        return {"sslmode": "disable"}
+    #: The URL parameters of the TLS modes (TlsModes).
+    MODE, CA_PARAM = "sslmode", "sslrootcert"
+    VERIFIED, REQUIRED, DISABLED = "verify-full", "require", "disable"
 
     def url(self, params: dict, host: str = "127.0.0.1", port: Optional[int] = None) -> str:
         query = dict(params, application_name=self.application,
@@ -107,7 +117,7 @@ class PostgresTarget:
         pass
 
 
-class MariaDBTarget:
+class MariaDBTarget(TlsModes):
     """The test's database on the MariaDB server, through a user of the
     test's own whose password is the test's secret."""
 
@@ -130,17 +140,8 @@ class MariaDBTarget:
         db.execute("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'" % (self.user, self.password))
         db.execute("GRANT ALL ON %s.* TO '%s'@'127.0.0.1'" % (db.quote(db.database), self.user))
 
-    def verify(self) -> dict:
-        return {"ssl_mode": "VERIFY_IDENTITY", "ssl_ca": CA}
-
-    def untrusted(self) -> dict:
-        return {"ssl_mode": "VERIFY_IDENTITY", "ssl_ca": OTHER_CA}
-
-    def require(self) -> dict:
-        return {"ssl_mode": "REQUIRED"}
-
-    def plain(self) -> dict:
-        return {"ssl_mode": "DISABLED"}
+    MODE, CA_PARAM = "ssl_mode", "ssl_ca"
+    VERIFIED, REQUIRED, DISABLED = "VERIFY_IDENTITY", "REQUIRED", "DISABLED"
 
     def url(self, params: dict, host: str = "127.0.0.1", port: Optional[int] = None) -> str:
         # Parameters go as they are: the dialect decodes user, password and
