@@ -102,7 +102,7 @@ def test_latency_spikes(db, form, relay, log) -> None:
         return at, now_ns()
 
     figures = drain_through(db.dialect, db, form, log, spike, "latency_%dx2s" % spikes,
-                            url=relay.url(db.url), jobs=2000, stall_s=30)
+                            url=relay.url(db.url), jobs=pick(2000, 6000), stall_s=30)
     report("latency_conns[%s-%s]" % (db.dialect, form), **relay.stats())
     assert figures["errors_during_fault"] >= 1, (
         "a 4 s round trip passed a 3 s deadline and nothing was logged")
@@ -117,12 +117,14 @@ def test_connections_cut_mid_result(db, form, relay, log) -> None:
         at = now_ns()
         for i in range(cuts):
             relay.cut_mid_result(1, min_bytes=1024)
-            wait_for(lambda: relay.cuts > i, timeout=20, what="cut %d mid-result" % (i + 1))
+            wait_for(lambda: relay.cuts > i, timeout=20,
+                     what="cut %d mid-result (%d rows left)" % (i + 1, db.count("jobs")))
             time.sleep(0.3)
         return at, now_ns()
 
     figures = drain_through(db.dialect, db, form, log, cut, "cut_mid_result_x%d" % cuts,
-                            url=relay.url(db.url), jobs=2000, payload_size=2048, stall_s=30)
+                            url=relay.url(db.url), jobs=pick(2000, 8000), payload_size=2048,
+                            stall_s=30)
     stats = relay.stats()
     report("cut_conns[%s-%s]" % (db.dialect, form), **stats)
     assert stats["cuts"] == cuts
