@@ -7,10 +7,10 @@
  *   sql_check [--print]     --print: also show every statement the library builds */
 #include "bench_common.h"
 #include "bench_db.h"
-#include "dialect.h"
+#include "sql/dialect.h"
 #include "raw_common.h"
 #include "raw_sql.h"
-#include "sql.h"
+#include "sql/sql.h"
 
 #include <stdio.h>
 #include <stdlib.h>

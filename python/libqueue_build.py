@@ -1,8 +1,8 @@
 """cffi build script: the ``libqueue._lq`` extension (API mode, out of line).
 
 The cdef is generated from the public header by ``bindings/gen_cdef.py``; the
-C core (``libqueue/src/*.c``, ``src/forms/*.c``, ``src/dialects/*.c``) is
-compiled into the extension itself.
+C core (every ``.c`` under ``libqueue/src/``) is compiled into the extension
+itself.
 
 Where the sources are: the repository root is the parent of this directory,
 or ``$LQ_SOURCE_DIR`` when set (for builds from a copy of ``python/`` alone).
@@ -75,9 +75,7 @@ def core_sources() -> List[str]:
     absolute paths."""
     left_out = {os.path.join(SRC, "dialects", source)
                 for option, source in OPTIONAL_DIALECTS.items() if not dialect_enabled(option)}
-    found: List[str] = []
-    for sub in ("", "forms", "dialects"):
-        found += sorted(glob.glob(os.path.join(SRC, sub, "*.c")))
+    found = sorted(glob.glob(os.path.join(SRC, "**", "*.c"), recursive=True))
     return [path for path in found if path not in left_out]
 
 

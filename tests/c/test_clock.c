@@ -1,6 +1,6 @@
 /* The text form of times: exact, sortable, parsed back. */
 #include "check.h"
-#include "clock.h"
+#include "base/clock.h"
 
 #include <stdio.h>
 #include <time.h>

@@ -1,6 +1,6 @@
 /* The per-thread error accessors and the status names. */
 #include "check.h"
-#include "internal.h"
+#include "base/internal.h"
 
 #include <pthread.h>
 

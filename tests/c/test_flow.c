@@ -1,6 +1,7 @@
 /* The claim flow's rules, one by one. */
 #include "check.h"
-#include "flow.h"
+#include "runtime/flow.h"
+#include "core/room.h"
 
 int main(void) {
     lq__flow f;

@@ -1,6 +1,6 @@
 /* Headers: JSON round trips, escapes, and refusal of what is not an object. */
 #include "check.h"
-#include "headers.h"
+#include "base/headers.h"
 
 #include <stdlib.h>
 

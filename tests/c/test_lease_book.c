@@ -1,7 +1,7 @@
 /* The lease book: entries come and go in any order; the snapshot sees the
  * ones present, oldest first. */
 #include "check.h"
-#include "lease_book.h"
+#include "runtime/lease_book.h"
 
 int main(void) {
     lq__lease_book book;

@@ -1,7 +1,7 @@
 /* The statement builder: quoting, placeholders by symbol, and the shapes of
  * the SQLite statements for each form. */
 #include "check.h"
-#include "dialect.h"
+#include "sql/dialect.h"
 
 #include <stdlib.h>
 

@@ -2,7 +2,7 @@
 /* End to end on a real SQLite file through the public ABI: publish, pull,
  * settle, a lost lease, push workers, and a clean close. */
 #include "check.h"
-#include "runtime.h" /* the broker's interned statements */
+#include "runtime/runtime.h" /* the broker's interned statements */
 
 #include <libqueue.h>
 #include <sqlite3.h>

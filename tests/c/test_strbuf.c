@@ -1,6 +1,6 @@
 /* The text buffer: appending, quoting, and numbers as text. */
 #include "check.h"
-#include "strbuf.h"
+#include "base/strbuf.h"
 
 #include <inttypes.h>
 #include <stdint.h>

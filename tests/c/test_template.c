@@ -1,6 +1,6 @@
 /* The advisory key template: parsing and rendering. */
 #include "check.h"
-#include "template.h"
+#include "sql/template.h"
 
 #include <stdlib.h>
 

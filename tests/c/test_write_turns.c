@@ -1,8 +1,8 @@
 /* Write turns: one per file in the process, and a wait that a write's end
  * cuts short. */
 #include "check.h"
-#include "clock.h"
-#include "write_turns.h"
+#include "base/clock.h"
+#include "dialects/write_turns.h"
 
 #include <pthread.h>
 #include <time.h>

@@ -8,7 +8,7 @@
  *  - from a text all ASCII, every name and value is valid UTF-8;
  *  - headers made of the input's bytes come back the same from the writer's
  *    JSON (the writer and the reader agree on every byte). */
-#include "headers.h"
+#include "base/headers.h"
 
 #include <stdint.h>
 #include <stdio.h>

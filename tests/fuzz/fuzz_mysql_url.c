@@ -6,7 +6,7 @@
  *    unreserved ones percent-encoded, parses to other parts;
  *  - the URL a refusal's message shows has a password, or the value of a
  *    parameter whose name decodes to a secret one, other than "***". */
-#include "dialect.h"
+#include "sql/dialect.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -14,10 +14,10 @@
  * fractions holds the token exactly. Advisory keys are GET_LOCK names: the
  * database's name and the rendered key, replaced by its SHA-256 when longer
  * than GET_LOCK's 64 characters. */
-#include "../clock.h"
-#include "../dialect.h"
-#include "../redact.h"
-#include "../stmt_cache.h"
+#include "base/clock.h"
+#include "sql/dialect.h"
+#include "base/redact.h"
+#include "sql/stmt_cache.h"
 
 #include <mysql.h>
 #include <pthread.h>

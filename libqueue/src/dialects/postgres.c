@@ -2,9 +2,9 @@
  * once per connection and run with binary results; a connection carries a
  * connect timeout, a statement timeout and TCP keepalives, so a server that
  * stops answering becomes an error, not a hang. */
-#include "../clock.h"
-#include "../dialect.h"
-#include "../stmt_cache.h"
+#include "base/clock.h"
+#include "sql/dialect.h"
+#include "sql/stmt_cache.h"
 
 #include <libpq-fe.h>
 #include <poll.h>

@@ -2,11 +2,11 @@
  * statements prepared once per connection. SQLite has one writer at a time
  * and no row locks, so it serves the lease and advisory forms; its advisory
  * keys live in this process (keys.c), one key space per database file. */
-#include "../clock.h"
-#include "../dialect.h"
-#include "../keys.h"
-#include "../stmt_cache.h"
-#include "../write_turns.h"
+#include "base/clock.h"
+#include "sql/dialect.h"
+#include "dialects/keys.h"
+#include "sql/stmt_cache.h"
+#include "dialects/write_turns.h"
 
 #include <libgen.h>
 #include <limits.h>

@@ -1,0 +1,92 @@
+/* Messages: what a publish writes, built with setters and reusable. */
+#include "base/clock.h"
+#include "core/message.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int lq_message_new(lq_message **out) {
+    lq__error_clear();
+    LQ__CHECK_ARG(out, "out is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
+    *out = calloc(1, sizeof **out);
+    return *out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+void lq_message_reset(lq_message *m) {
+    if (!m) return;
+    free(m->payload);
+    free(m->group);
+    free(m->partition_key);
+    lq__headers_clear(&m->headers);
+    memset(m, 0, sizeof *m);
+}
+
+void lq_message_free(lq_message *m) {
+    lq_message_reset(m);
+    free(m);
+}
+
+static int replace(char **slot, const char *value) {
+    char *copy = NULL;
+    if (value && !(copy = lq__strdup(value))) return lq__error(LQ_NOMEM, "out of memory");
+    free(*slot);
+    *slot = copy;
+    return LQ_OK;
+}
+
+int lq_message_set_payload(lq_message *m, const void *data, size_t size) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(data || size == 0, "data is NULL");
+    void *copy = lq__memdup(data, size);
+    if (!copy) return lq__error(LQ_NOMEM, "out of memory");
+    free(m->payload);
+    m->payload = copy;
+    m->payload_size = size;
+    return LQ_OK;
+}
+
+int lq_message_set_id(lq_message *m, int64_t id) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    m->id = id;
+    m->has_id = true;
+    return LQ_OK;
+}
+
+int lq_message_set_group(lq_message *m, const char *group) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    return replace(&m->group, group);
+}
+
+int lq_message_set_partition_key(lq_message *m, const char *key) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    return replace(&m->partition_key, key);
+}
+
+int lq_message_set_priority(lq_message *m, int64_t priority) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    m->priority = priority;
+    m->has_priority = true;
+    return LQ_OK;
+}
+
+int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    int rc = lq__check_delay(delay_ms, __func__);
+    if (rc != LQ_OK) return rc;
+    m->delay_ms = delay_ms;
+    return LQ_OK;
+}
+
+int lq_message_set_header(lq_message *m, const char *name, const char *value) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m && name && value, "an argument is NULL");
+    LQ__CHECK_ARG(*name, "a header needs a name");
+    return lq__headers_set(&m->headers, name, value);
+}

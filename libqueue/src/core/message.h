@@ -1,0 +1,20 @@
+/* A message to publish. */
+#ifndef LQ_MESSAGE_H
+#define LQ_MESSAGE_H
+
+#include "base/headers.h"
+
+struct lq_message {
+    void *payload;
+    size_t payload_size;
+    int64_t id;
+    bool has_id;
+    char *group;
+    char *partition_key;
+    int64_t priority;
+    bool has_priority;
+    int64_t delay_ms;
+    lq__headers headers;
+};
+
+#endif

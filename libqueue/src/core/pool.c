@@ -1,0 +1,93 @@
+#include "core/pool.h"
+
+#include "base/clock.h"
+#include "base/redact.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int lq__pool_init(lq__pool *pool, const lq__dialect *d, const lq__broker_target *target,
+                  const lq_options *options) {
+    return lq__pool_init_sized(pool, d, target, options, (int)lq__opt_int(options, LQ_OPT_POOL_SIZE));
+}
+
+int lq__pool_init_sized(lq__pool *pool, const lq__dialect *d, const lq__broker_target *target,
+                        const lq_options *options, int size) {
+    pthread_condattr_t attr;
+    pool->dialect = d;
+    pool->target = target;
+    pool->options = options;
+    pool->size = size;
+    pool->acquire_timeout_ms = lq__opt_int(options, LQ_OPT_ACQUIRE_TIMEOUT_MS);
+    pool->idle_count = pool->open = 0;
+    atomic_init(&pool->lent, 0);
+    pool->idle = calloc((size_t)pool->size, sizeof *pool->idle);
+    if (!pool->idle) return lq__error(LQ_NOMEM, "out of memory");
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->freed, &attr);
+    pthread_condattr_destroy(&attr);
+    return LQ_OK;
+}
+
+void lq__pool_destroy(lq__pool *pool) {
+    for (int i = 0; i < pool->idle_count; i++) pool->dialect->disconnect(pool->idle[i]);
+    free(pool->idle);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->freed);
+}
+
+int lq__pool_acquire(lq__conn **out, lq__pool *pool) {
+    return lq__pool_acquire_within(out, pool, pool->acquire_timeout_ms);
+}
+
+int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms) {
+    struct timespec deadline = lq__deadline_in(timeout_ms);
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        if (pool->idle_count > 0) {
+            *out = pool->idle[--pool->idle_count];
+            atomic_fetch_add(&pool->lent, 1);
+            pthread_mutex_unlock(&pool->mu);
+            return LQ_OK;
+        }
+        if (pool->open < pool->size) {
+            pool->open++;
+            atomic_fetch_add(&pool->lent, 1);
+            pthread_mutex_unlock(&pool->mu);
+            int rc = pool->dialect->connect(out, pool->target, pool->options);
+            if (rc != LQ_OK) {
+                lq__error_redact(pool->target->password);
+                pthread_mutex_lock(&pool->mu);
+                pool->open--;
+                atomic_fetch_sub(&pool->lent, 1);
+                pthread_cond_signal(&pool->freed);
+                pthread_mutex_unlock(&pool->mu);
+            }
+            return rc;
+        }
+        if (pthread_cond_timedwait(&pool->freed, &pool->mu, &deadline) == ETIMEDOUT) {
+            int size = pool->size;
+            pthread_mutex_unlock(&pool->mu);
+            return lq__error(LQ_TIMEOUT,
+                             "no pool connection came free in %lld ms: all %d are in use "
+                             "(raise pool_size or lower the workers)",
+                             (long long)timeout_ms, size);
+        }
+    }
+}
+
+void lq__pool_release(lq__pool *pool, lq__conn *conn, bool broken) {
+    if (!conn) return;
+    if (!broken && pool->dialect->reusable) broken = !pool->dialect->reusable(conn);
+    if (broken) pool->dialect->disconnect(conn);
+    pthread_mutex_lock(&pool->mu);
+    if (broken) pool->open--;
+    else pool->idle[pool->idle_count++] = conn;
+    atomic_fetch_sub(&pool->lent, 1);
+    pthread_cond_signal(&pool->freed);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+int lq__pool_spare(lq__pool *pool) { return pool->size - atomic_load(&pool->lent); }

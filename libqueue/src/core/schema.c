@@ -1,0 +1,411 @@
+/* A queue's tables in the database: the recommended CREATE TABLE for a
+ * description (lq_table_create_sql), and lq_table_create, which creates what
+ * is missing or checks that what exists fits the description. */
+#include "core/broker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- the statements that create a table -------------------------------- */
+
+/* A column added once: a template column may also have a role. */
+typedef struct column_list {
+    const char *names[LQ__ROLE_COUNT + 16];
+    int count;
+} column_list;
+
+static bool listed(column_list *l, const char *name) {
+    for (int i = 0; i < l->count; i++)
+        if (strcmp(l->names[i], name) == 0) return true;
+    if (l->count < (int)(sizeof l->names / sizeof l->names[0])) l->names[l->count++] = name;
+    return false;
+}
+
+static void add_column(lq__sql *b, column_list *l, const char *column, const char *type,
+                       const char *suffix) {
+    if (!column || listed(l, column)) return;
+    lq__sql_add(b, ",\n  ");
+    lq__sql_ident(b, column);
+    lq__sql_add(b, " ");
+    lq__sql_add(b, type);
+    lq__sql_add(b, suffix);
+}
+
+/* The claim order, (group, priority, retry_after, id), for the columns the
+ * table has: claims read it instead of sorting the table. */
+static void add_index_columns(lq__sql *b) {
+    const int order[] = {LQ_ROLE_GROUP, LQ_ROLE_PRIORITY, LQ_ROLE_RETRY_AFTER};
+    lq__sql_add(b, "(");
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        if (!lq__has(b->table, order[i])) continue;
+        lq__sql_col(b, order[i]);
+        lq__sql_add(b, ", ");
+    }
+    lq__sql_id(b);
+    lq__sql_add(b, ")");
+}
+
+static void add_index_name(lq__sql *b) {
+    lq__strbuf name = {0};
+    lq__sb_addf(&name, "%s_claim_order", b->table->name);
+    char *text = lq__sb_take(&name);
+    if (text) lq__sql_ident(b, text);
+    else b->sb.failed = true;
+    free(text);
+}
+
+static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    const lq__ddl_types *ty = d->ddl;
+    char *const *c = t->columns;
+    column_list added = {0};
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "CREATE TABLE IF NOT EXISTS ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " (\n  ");
+    listed(&added, t->id);
+    lq__sql_id(&b);
+    lq__sql_add(&b, " ");
+    lq__sql_add(&b, t->id_generated ? ty->id_generated : ty->id_plain);
+    add_column(&b, &added, c[LQ_ROLE_PAYLOAD], ty->bytes, "");
+    add_column(&b, &added, c[LQ_ROLE_ATTEMPT], ty->integer, " 1");
+    add_column(&b, &added, c[LQ_ROLE_GROUP], ty->text, "");
+    add_column(&b, &added, c[LQ_ROLE_PARTITION_KEY], ty->text, "");
+    add_column(&b, &added, c[LQ_ROLE_PRIORITY], ty->integer, " 0");
+    add_column(&b, &added, c[LQ_ROLE_RETRY_AFTER], ty->time_due, "");
+    add_column(&b, &added, c[LQ_ROLE_LOCKED_UNTIL], ty->time, "");
+    add_column(&b, &added, c[LQ_ROLE_PROCESSED_AT], ty->time, "");
+    add_column(&b, &added, c[LQ_ROLE_HEADERS], ty->json, "");
+    for (size_t i = 0; i < t->key.count; i++)
+        if (t->key.parts[i].is_column) add_column(&b, &added, t->key.parts[i].text, ty->text, "");
+    if (ty->index_in_table) {
+        lq__sql_add(&b, ",\n  INDEX ");
+        add_index_name(&b);
+        lq__sql_add(&b, " ");
+        add_index_columns(&b);
+    }
+    lq__sql_add(&b, "\n)");
+    return lq__sql_finish(&b);
+}
+
+static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "CREATE INDEX IF NOT EXISTS ");
+    add_index_name(&b);
+    lq__sql_add(&b, " ON ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " ");
+    add_index_columns(&b);
+    if (lq__has(t, LQ_ROLE_PROCESSED_AT) && d->ddl->partial_index) {
+        lq__sql_add(&b, " WHERE ");
+        lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(&b, " IS NULL");
+    }
+    return lq__sql_finish(&b);
+}
+
+/* The statements creating one table: CREATE TABLE, and CREATE INDEX where
+ * the index is not part of it. */
+typedef struct table_ddl {
+    lq__stmt stmts[2];
+    int count;
+} table_ddl;
+
+static void ddl_free(table_ddl *ddl) {
+    for (int i = 0; i < ddl->count; i++) free(ddl->stmts[i].sql);
+    ddl->count = 0;
+}
+
+static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t) {
+    ddl->count = 0;
+    int rc = build_create_table(&ddl->stmts[0], d, t);
+    if (rc == LQ_OK) ddl->count = 1;
+    if (rc == LQ_OK && !d->ddl->index_in_table) {
+        rc = build_create_index(&ddl->stmts[1], d, t);
+        if (rc == LQ_OK) ddl->count = 2;
+    }
+    if (rc != LQ_OK) ddl_free(ddl);
+    return rc;
+}
+
+/* The dead-letter table of a description, when it names one (rather than a
+ * group): the same columns, under the destination's name. NULL otherwise. */
+static int dead_letter_table(lq_table **out, const lq_table *t) {
+    *out = NULL;
+    if (!t->dead_letter || lq__has(t, LQ_ROLE_GROUP)) return LQ_OK;
+    char *schema, *name;
+    int rc = lq__split_destination(&schema, &name, t->dead_letter);
+    if (rc != LQ_OK) return rc;
+    lq_table *dead = NULL;
+    rc = lq__table_copy(&dead, t);
+    if (rc == LQ_OK) {
+        free(dead->name);
+        free(dead->schema);
+        free(dead->dead_letter);
+        dead->name = name;
+        dead->schema = schema ? schema : (t->schema ? lq__strdup(t->schema) : NULL);
+        dead->dead_letter = NULL;
+        name = schema = NULL;
+        if (t->schema && !dead->schema) rc = lq__error(LQ_NOMEM, "out of memory");
+    }
+    free(schema);
+    free(name);
+    if (rc != LQ_OK) {
+        lq_table_free(dead);
+        return rc;
+    }
+    *out = dead;
+    return LQ_OK;
+}
+
+int lq_table_create_sql(char **sql_out, const lq_table *t, const char *dialect) {
+    lq__error_clear();
+    LQ__CHECK_ARG(sql_out && t && dialect, "an argument is NULL");
+    const lq__dialect *d = lq__dialect_named(dialect);
+    if (!d)
+        return lq__error(LQ_DIALECT, "unknown dialect \"%s\": sqlite, postgresql or mysql",
+                         dialect);
+    lq_table *dead;
+    int rc = dead_letter_table(&dead, t);
+    const lq_table *tables[] = {t, dead};
+    lq__strbuf sb = {0};
+    for (size_t i = 0; rc == LQ_OK && i < 2 && tables[i]; i++) {
+        table_ddl ddl;
+        rc = ddl_build(&ddl, d, tables[i]);
+        for (int k = 0; rc == LQ_OK && k < ddl.count; k++) {
+            if (sb.len) lq__sb_add(&sb, ";\n");
+            lq__sb_add(&sb, ddl.stmts[k].sql);
+        }
+        ddl_free(&ddl);
+    }
+    lq_table_free(dead);
+    if (rc != LQ_OK) {
+        lq__sb_free(&sb);
+        return rc;
+    }
+    *sql_out = lq__sb_take(&sb);
+    return *sql_out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+/* ---- reading what exists ----------------------------------------------- */
+
+typedef struct found_column {
+    char *name, *type;
+    unsigned kinds;
+} found_column;
+
+typedef struct found_table {
+    const lq__dialect *dialect;
+    found_column *columns;
+    int count, cap;
+} found_table;
+
+static void found_free(found_table *f) {
+    for (int i = 0; i < f->count; i++) {
+        free(f->columns[i].name);
+        free(f->columns[i].type);
+    }
+    free(f->columns);
+    f->columns = NULL;
+    f->count = f->cap = 0;
+}
+
+static char *value_text(const lq__value *v) {
+    if (v->type != LQ__V_TEXT && v->type != LQ__V_BLOB) return lq__strdup("");
+    char *s = malloc(v->n + 1);
+    if (s) {
+        if (v->n) memcpy(s, v->p, v->n);
+        s[v->n] = '\0';
+    }
+    return s;
+}
+
+static int on_column(void *ctx, const lq__value *v, int count) {
+    found_table *f = ctx;
+    if (count < 2) return lq__error(LQ_ERROR, "the catalog returned %d columns, not 2", count);
+    int rc = lq__room_for_one((void **)&f->columns, &f->cap, f->count, sizeof *f->columns, 16);
+    if (rc != LQ_OK) return rc;
+    found_column *c = &f->columns[f->count];
+    c->name = value_text(&v[0]);
+    c->type = value_text(&v[1]);
+    if (!c->name || !c->type) {
+        free(c->name);
+        free(c->type);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    c->kinds = f->dialect->type_kinds(c->type);
+    f->count++;
+    return LQ_OK;
+}
+
+/* Runs a catalog query once, with the table's schema and name bound. */
+static int run_query(lq__conn *conn, const lq__dialect *d, const lq_table *t,
+                     void (*build)(lq__sql *b), const char *name, lq__row_fn on_row, void *ctx) {
+    lq__stmt stmt;
+    lq__sql b;
+    lq__sql_start(&b, &stmt, d, t);
+    build(&b);
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+    stmt.id = 0; /* runs once: the connection keeps no prepared copy */
+    lq__value args[LQ__P_COUNT] = {0};
+    if (t->schema) args[LQ__P_SCHEMA] = (lq__value){.type = LQ__V_TEXT, .p = t->schema, .n = strlen(t->schema)};
+    args[LQ__P_NAME] = (lq__value){.type = LQ__V_TEXT, .p = name, .n = strlen(name)};
+    rc = d->exec(NULL, conn, &stmt, args, on_row, ctx);
+    free(stmt.sql);
+    return rc;
+}
+
+static int on_any_row(void *ctx, const lq__value *v, int count) {
+    (void)v;
+    (void)count;
+    *(bool *)ctx = true;
+    return LQ_OK;
+}
+
+static int read_table(found_table *f, lq__conn *conn, const lq__dialect *d, const lq_table *t) {
+    *f = (found_table){.dialect = d};
+    if (t->schema) {
+        bool exists = false;
+        int rc = run_query(conn, d, t, d->schema_query, t->name, on_any_row, &exists);
+        if (rc != LQ_OK) return rc;
+        if (!exists)
+            return lq__error(LQ_SCHEMA, "schema \"%s\" does not exist (libqueue creates "
+                                        "tables, not schemas)", t->schema);
+    }
+    int rc = run_query(conn, d, t, d->columns_query, t->name, on_column, f);
+    if (rc != LQ_OK) found_free(f);
+    return rc;
+}
+
+/* ---- checking it against the description ------------------------------- */
+
+static const struct role_need {
+    int role;
+    const char *label;
+    unsigned kinds;
+    const char *what;
+} role_needs[] = {
+    {LQ_ROLE_PAYLOAD, "payload", LQ__KIND_BYTES | LQ__KIND_TEXT, "bytes or text"},
+    {LQ_ROLE_ATTEMPT, "attempt", LQ__KIND_INTEGER, "an integer"},
+    {LQ_ROLE_LOCKED_UNTIL, "locked_until", LQ__KIND_TIME, "a time"},
+    {LQ_ROLE_GROUP, "group", LQ__KIND_TEXT, "text"},
+    {LQ_ROLE_PARTITION_KEY, "partition_key", LQ__KIND_TEXT, "text"},
+    {LQ_ROLE_PRIORITY, "priority", LQ__KIND_INTEGER, "an integer"},
+    {LQ_ROLE_RETRY_AFTER, "retry_after", LQ__KIND_TIME, "a time"},
+    {LQ_ROLE_PROCESSED_AT, "processed_at", LQ__KIND_TIME, "a time"},
+    {LQ_ROLE_HEADERS, "headers", LQ__KIND_JSON | LQ__KIND_TEXT, "JSON or text"},
+};
+
+static const found_column *find_column(const found_table *f, const char *name) {
+    for (int i = 0; i < f->count; i++) {
+        const char *have = f->columns[i].name;
+        if (f->dialect->columns_fold_case ? strcasecmp(have, name) == 0 : strcmp(have, name) == 0)
+            return &f->columns[i];
+    }
+    return NULL;
+}
+
+/* Adds what is wrong with one column, if anything, to the list in `sb`. */
+static void check_column(lq__strbuf *sb, const found_table *f, const char *column,
+                         const char *label, unsigned kinds, const char *what) {
+    const found_column *c = find_column(f, column);
+    if (c && (!kinds || (c->kinds & kinds))) return;
+    if (sb->len) lq__sb_add(sb, "; ");
+    if (!c) lq__sb_addf(sb, "column \"%s\" (%s) is missing", column, label);
+    else
+        lq__sb_addf(sb, "column \"%s\" (%s) is %s, which does not hold %s", column, label,
+                    *c->type ? c->type : "untyped", what);
+}
+
+static int verify(const found_table *f, const lq_table *t) {
+    char label[512];
+    lq__table_label(t, label, sizeof label);
+    lq__strbuf sb = {0};
+    check_column(&sb, f, t->id, "id", LQ__KIND_INTEGER, "an integer");
+    for (size_t i = 0; i < sizeof role_needs / sizeof role_needs[0]; i++) {
+        const struct role_need *n = &role_needs[i];
+        if (t->columns[n->role]) check_column(&sb, f, t->columns[n->role], n->label, n->kinds, n->what);
+    }
+    for (size_t i = 0; i < t->key.count; i++)
+        if (t->key.parts[i].is_column) check_column(&sb, f, t->key.parts[i].text, "advisory lock key", 0, "");
+    if (sb.failed) return lq__error(LQ_NOMEM, "out of memory");
+    if (!sb.len) return LQ_OK;
+    int rc = lq__error(LQ_SCHEMA, "table %s does not fit its description: %s", label, sb.data);
+    lq__sb_free(&sb);
+    return rc;
+}
+
+/* ---- creating ----------------------------------------------------------- */
+
+/* Creates the table if it is missing, then checks it. */
+static int ensure(lq__conn *conn, const lq__dialect *d, const lq_table *t, int flags) {
+    found_table f;
+    int rc = read_table(&f, conn, d, t);
+    if (rc == LQ_OK && f.count == 0) {
+        char label[512];
+        if (flags & LQ_CREATE_VERIFY_ONLY) {
+            found_free(&f);
+            return lq__error(LQ_SCHEMA, "table %s does not exist (and verify_only creates none)",
+                             lq__table_label(t, label, sizeof label));
+        }
+        table_ddl ddl;
+        rc = ddl_build(&ddl, d, t);
+        for (int i = 0; rc == LQ_OK && i < ddl.count; i++)
+            rc = d->execute(NULL, conn, ddl.stmts[i].sql, NULL, 0);
+        ddl_free(&ddl);
+        found_free(&f);
+        if (rc == LQ_OK) rc = read_table(&f, conn, d, t);
+        if (rc == LQ_OK && f.count == 0)
+            rc = lq__error(LQ_SCHEMA, "table %s: created, but the catalog does not show it",
+                           lq__table_label(t, label, sizeof label));
+    }
+    if (rc == LQ_OK) rc = verify(&f, t);
+    found_free(&f);
+    return rc;
+}
+
+static int take_turn(lq__conn *conn, const lq__dialect *d, const lq_table *t) {
+    if (!d->ddl_lock_query) return LQ_OK;
+    char key[600];
+    char label[512];
+    snprintf(key, sizeof key, "libqueue create %s", lq__table_label(t, label, sizeof label));
+    return run_query(conn, d, t, d->ddl_lock_query, key, NULL, NULL);
+}
+
+int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
+    lq__error_clear();
+    LQ__CHECK_ARG(b && t, "an argument is NULL");
+    LQ__CHECK_ARG((flags & ~LQ_CREATE_VERIFY_ONLY) == 0, "unknown flags");
+    char label[512];
+    lq__table_label(t, label, sizeof label);
+    pthread_mutex_lock(&b->mu);
+    bool closed = b->closed;
+    pthread_mutex_unlock(&b->mu);
+    if (closed) return lq__error(LQ_CLOSED, "create table %s: the broker is closed", label);
+    const lq__dialect *d = b->dialect;
+    lq_table *dead;
+    int rc = dead_letter_table(&dead, t);
+    lq__conn *conn = NULL;
+    if (rc == LQ_OK) rc = lq__pool_acquire(&conn, &b->pool);
+    bool begun = false;
+    if (rc == LQ_OK) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
+    if (rc == LQ_OK) begun = true;
+    if (rc == LQ_OK) rc = take_turn(conn, d, t);
+    if (rc == LQ_OK) rc = ensure(conn, d, t, flags);
+    if (rc == LQ_OK && dead) rc = ensure(conn, d, dead, flags);
+    if (rc == LQ_OK) rc = d->commit(conn);
+    else if (begun) {
+        lq__error_copy failure;
+        lq__error_save(&failure);
+        d->rollback(conn); /* a connection it leaves in a transaction is closed */
+        lq__error_restore(&failure);
+    }
+    if (conn) lq__pool_release(&b->pool, conn, false);
+    lq_table_free(dead);
+    if (rc != LQ_OK) lq__error_prefix("create table %s", label);
+    return rc;
+}

@@ -1,0 +1,78 @@
+#include "dialects/keys.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUCKETS 1024
+
+typedef struct entry {
+    struct entry *next;
+    char *space;
+    char *key;
+} entry;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static entry *buckets[BUCKETS];
+
+static size_t hash(const char *space, const char *key) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = space; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+    for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return (size_t)(h % BUCKETS);
+}
+
+static entry **find(const char *space, const char *key) {
+    entry **e = &buckets[hash(space, key)];
+    while (*e && (strcmp((*e)->key, key) != 0 || strcmp((*e)->space, space) != 0)) e = &(*e)->next;
+    return e;
+}
+
+int lq__keys_try_lock(bool *taken, const char *space, const char *key) {
+    pthread_mutex_lock(&lock);
+    entry **slot = find(space, key);
+    *taken = false;
+    int rc = LQ_OK;
+    if (!*slot) {
+        entry *e = malloc(sizeof *e);
+        char *s = lq__strdup(space), *k = lq__strdup(key);
+        if (!e || !s || !k) {
+            free(e);
+            free(s);
+            free(k);
+            rc = lq__error(LQ_NOMEM, "out of memory");
+        } else {
+            e->next = NULL;
+            e->space = s;
+            e->key = k;
+            *slot = e;
+            *taken = true;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+bool lq__keys_unlock(const char *space, const char *key) {
+    pthread_mutex_lock(&lock);
+    entry **slot = find(space, key);
+    entry *e = *slot;
+    if (e) *slot = e->next;
+    pthread_mutex_unlock(&lock);
+    if (!e) return false;
+    free(e->space);
+    free(e->key);
+    free(e);
+    return true;
+}
+
+size_t lq__keys_held(const char *space) {
+    size_t n = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < BUCKETS; i++)
+        for (entry *e = buckets[i]; e; e = e->next)
+            if (strcmp(e->space, space) == 0) n++;
+    pthread_mutex_unlock(&lock);
+    return n;
+}

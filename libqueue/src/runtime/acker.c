@@ -1,0 +1,92 @@
+#include "runtime/acker.h"
+
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+
+/* Acks queued at most: past it a worker waits, so a slow server bounds the
+ * rows whose leases run on after their handlers returned. */
+#define ACKER_QUEUE_MAX 256
+
+bool lq__acker_wanted(const lq_subscription *s) {
+    bool holds_nothing = s->form == LQ_FORM_LEASE || (s->form == LQ_FORM_ADVISORY && !s->flow.holds);
+    return holds_nothing && s->acks_behind && !s->transactional && !s->batch;
+}
+
+void lq__acker_init(lq__acker *a) {
+    *a = (lq__acker){0};
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->arrived, NULL);
+    pthread_cond_init(&a->room, NULL);
+}
+
+void lq__acker_destroy(lq__acker *a) {
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->arrived);
+    pthread_cond_destroy(&a->room);
+}
+
+/* Acks what was taken, as one set where it can (a row whose ack failed is
+ * logged, and its lease runs out and it comes back), and lets go of them. */
+static void ack_taken(lq_delivery **dvs, size_t n) {
+    lq__settle_acks(NULL, dvs, n, false);
+    lq__deliveries_unref(dvs, n);
+}
+
+static void *acker_main(void *arg) {
+    lq__acker *a = arg;
+    lq_delivery *taken[ACKER_QUEUE_MAX];
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->queued && !a->stopping) pthread_cond_wait(&a->arrived, &a->mu);
+        if (!a->queued) break; /* stopping, and nothing left */
+        size_t n = 0;
+        while (a->head && n < ACKER_QUEUE_MAX) {
+            lq_delivery *d = a->head;
+            a->head = d->queue_next;
+            d->queue_next = NULL;
+            taken[n++] = d;
+        }
+        if (!a->head) a->tail = NULL;
+        a->queued -= (int)n;
+        pthread_cond_broadcast(&a->room);
+        pthread_mutex_unlock(&a->mu);
+        ack_taken(taken, n);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+int lq__acker_start(lq__acker *a) {
+    if (pthread_create(&a->thread, NULL, acker_main, a) != 0)
+        return lq__error(LQ_ERROR, "cannot start the acker thread");
+    a->running = true;
+    return LQ_OK;
+}
+
+bool lq__acker_take(lq__acker *a, lq_delivery *d) {
+    if (!a->running) return false;
+    lq__subscription_settling(d->sub, &d, 1);
+    pthread_mutex_lock(&a->mu);
+    while (a->queued >= ACKER_QUEUE_MAX && !a->stopping) pthread_cond_wait(&a->room, &a->mu);
+    d->queue_next = NULL;
+    if (a->tail) a->tail->queue_next = d;
+    else a->head = d;
+    a->tail = d;
+    a->queued++;
+    pthread_cond_signal(&a->arrived);
+    pthread_mutex_unlock(&a->mu);
+    return true;
+}
+
+void lq__acker_stop(lq__acker *a) {
+    if (!a->running) return;
+    pthread_mutex_lock(&a->mu);
+    a->stopping = true;
+    pthread_cond_broadcast(&a->arrived);
+    pthread_cond_broadcast(&a->room);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    a->running = false;
+}

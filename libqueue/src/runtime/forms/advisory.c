@@ -1,0 +1,225 @@
+/* The advisory lock form: read due rows with their keys, take each key
+ * without waiting (skipping keys in work), then take the row while it is
+ * still claimable, which counts its attempt. The key stays held until the
+ * delivery settles. */
+#include "base/clock.h"
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct candidate {
+    int64_t id;
+    char *key;
+} candidate;
+
+typedef struct candidates {
+    candidate *items;
+    int count, cap;
+} candidates;
+
+static int on_candidate(void *arg, const lq__value *cols, int count) {
+    candidates *c = arg;
+    if (count < 2) return lq__error(LQ_BACKEND, "the candidate query returned %d columns", count);
+    void *items = c->items;
+    int grown = lq__room_for_one(&items, &c->cap, c->count, sizeof *c->items, 8);
+    c->items = items;
+    if (grown != LQ_OK) return grown;
+    char *key = malloc(cols[1].n + 1);
+    if (!key) return lq__error(LQ_NOMEM, "out of memory");
+    if (cols[1].n) memcpy(key, cols[1].p, cols[1].n);
+    key[cols[1].n] = '\0';
+    c->items[c->count++] = (candidate){cols[0].i, key};
+    return LQ_OK;
+}
+
+typedef struct take_ctx {
+    lq_subscription *s;
+    lq_delivery *taken;
+} take_ctx;
+
+static int on_taken(void *arg, const lq__value *cols, int count) {
+    take_ctx *ctx = arg;
+    if (ctx->taken) return LQ_OK;
+    return lq__delivery_from_row(&ctx->taken, ctx->s, cols, count);
+}
+
+/* The connection a candidate's key is locked on: the shared one where keys
+ * live in the process, or for the claim's first key (so a claim of one row
+ * holds one connection, as the flow counts it); else a connection of its
+ * own where the lock lives in the session, taken without waiting and only
+ * while the pool keeps one to spare for the handlers (a claim shrinks
+ * rather than waits when the pool is short). */
+static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, bool shared_free) {
+    if (!s->broker->dialect->advisory_holds_connection || shared_free) {
+        *out = shared;
+        return LQ_OK;
+    }
+    if (lq__pool_spare(&s->broker->pool) < 2) return LQ_TIMEOUT; /* the caller stops here */
+    return lq__pool_acquire_within(out, &s->broker->pool, 0);
+}
+
+/* Locks one candidate's key and takes its row; NULL in *out when the key is
+ * held elsewhere or the row was settled since it was read. */
+static int take_candidate(lq_delivery **out, lq_subscription *s, lq__conn *conn,
+                          const candidate *c, lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    const lq__broker_target *target = &s->broker->target;
+    bool locked;
+    *out = NULL;
+    int rc = d->try_lock_key(&locked, conn, target, c->key);
+    if (rc != LQ_OK || !locked) return rc;
+    take_ctx take = {s, NULL};
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
+    int64_t changes = 0;
+    rc = d->exec(&changes, conn, &s->sql.take, args, on_taken, &take);
+    if (rc == LQ_OK && s->sql.take_read.sql && changes == 1)
+        rc = d->exec(NULL, conn, &s->sql.take_read, args, on_taken, &take);
+    if (rc == LQ_OK && take.taken) {
+        *out = take.taken;
+        return LQ_OK;
+    }
+    if (take.taken) lq_delivery_free(take.taken);
+    if (!d->unlock_key(conn, target, c->key) && rc == LQ_OK)
+        rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
+    return rc;
+}
+
+/* The rows a set take returned, each matched to its candidate (taken[j]
+ * for the candidate at[j]). */
+typedef struct set_take_ctx {
+    lq_subscription *s;
+    const candidates *c;
+    const int *at;
+    lq_delivery **taken;
+    int n;
+} set_take_ctx;
+
+static int on_set_taken(void *arg, const lq__value *cols, int count) {
+    set_take_ctx *ctx = arg;
+    lq_delivery *d;
+    int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
+    if (rc != LQ_OK) return rc;
+    for (int j = 0; j < ctx->n; j++) {
+        if (ctx->c->items[ctx->at[j]].id == d->id && !ctx->taken[j]) {
+            ctx->taken[j] = d;
+            return LQ_OK;
+        }
+    }
+    lq__delivery_unref(d);
+    return lq__error(LQ_BACKEND, "the take of a set returned row %lld, which it was not asked for",
+                     (long long)cols[LQ__COL_ID].i);
+}
+
+/* Where keys live in the process: locks the keys of up to `limit`
+ * candidates, then takes their rows in one statement (one write rather
+ * than one per row), and adds them to `out` in candidate order. A key whose
+ * row was settled since it was read is let go. */
+static int take_together(lq__claimed *out, lq_subscription *s, lq__conn *conn, candidates *c,
+                         int limit, lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    const lq__broker_target *target = &s->broker->target;
+    int *at = malloc((size_t)limit * sizeof *at);
+    lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
+    int rc = at && taken ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    int n = 0;
+    lq__strbuf set = {0};
+    for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
+        bool locked;
+        rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
+        if (rc != LQ_OK || !locked) continue;
+        at[n++] = i;
+        lq__held_set_add(&set, d, false, c->items[i].id, 0);
+    }
+    char *text = n ? lq__held_set_take(&set, d) : NULL;
+    lq__sb_free(&set);
+    if (n && !text && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
+    if (rc == LQ_OK && n) {
+        set_take_ctx ctx = {s, c, at, taken, n};
+        args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = text, .n = strlen(text)};
+        rc = d->exec(NULL, conn, &s->sql.take_set, args, on_set_taken, &ctx);
+    }
+    free(text);
+    for (int j = 0; j < n; j++) {
+        candidate *cand = &c->items[at[j]];
+        if (rc == LQ_OK && taken[j]) {
+            taken[j]->key = cand->key;
+            cand->key = NULL;
+            lq__claimed_add(out, taken[j]);
+            continue;
+        }
+        /* After a failure the rows stay in the queue, their keys let go,
+         * without the release that would undo a count: a failed write
+         * counted nothing, and a failure after it (a delivery that could
+         * not be made) leaves at worst one attempt counted too many. */
+        if (taken[j]) lq__delivery_unref(taken[j]);
+        if (!d->unlock_key(conn, target, cand->key) && rc == LQ_OK)
+            rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", cand->key);
+    }
+    free(at);
+    free(taken);
+    return rc;
+}
+
+int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__pool *pool = &s->broker->pool;
+    lq__conn *shared;
+    int rc = lq__pool_acquire(&shared, pool);
+    if (rc != LQ_OK) return rc;
+    lq__value args[LQ__P_COUNT] = {0};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
+    lq__claim_limits(s, args);
+    /* Read past the rows whose keys this process holds, so later rows of
+     * other keys are found without waiting for a poll. (Keys held by other
+     * sessions are filtered by the query where the database knows them.) */
+    int64_t held = d->keys_held ? (int64_t)d->keys_held(&s->broker->target) : 0;
+    /* And past the rows the other claims in flight may take first (each
+     * reads the same first rows): their keys are then held, and the claim
+     * goes on to the next row rather than coming back empty. */
+    int64_t beside = !s->flow.one_claim && s->workers > 1 ? s->workers - 1 : 0;
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit + held + beside};
+    candidates c = {0};
+    rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
+    bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
+    bool together = s->sql.take_set.sql && !holds && c.count > 1;
+    if (rc == LQ_OK && together) rc = take_together(out, s, shared, &c, limit, args);
+    for (int i = 0; rc == LQ_OK && !together && i < c.count && out->count < limit; i++) {
+        lq__conn *conn;
+        if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
+        lq_delivery *taken;
+        rc = take_candidate(&taken, s, conn, &c.items[i], args);
+        if (taken) {
+            taken->key = c.items[i].key;
+            c.items[i].key = NULL;
+            if (holds) taken->conn = conn;
+            if (conn == shared) shared_free = false;
+            lq__claimed_add(out, taken);
+        } else if (conn != shared) {
+            lq__pool_release(pool, conn, rc != LQ_OK);
+        } else if (holds && rc != LQ_OK) {
+            shared_broken = true; /* its session may still hold the key */
+        }
+    }
+    if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
+    for (int i = 0; i < c.count; i++) free(c.items[i].key);
+    free(c.items);
+    return rc;
+}
+
+void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
+    lq_subscription *s = dv->sub;
+    const lq__dialect *d = s->broker->dialect;
+    bool confirmed = true;
+    if (dv->key) {
+        confirmed = d->unlock_key(dv->conn, &s->broker->target, dv->key);
+        free(dv->key);
+        dv->key = NULL;
+    }
+    if (dv->conn) {
+        /* A lock whose release is not confirmed ends with its session. */
+        *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed};
+        dv->conn = NULL;
+    }
+}

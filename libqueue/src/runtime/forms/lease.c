@@ -1,0 +1,243 @@
+/* The lease form: a claim writes the expiry into locked_until and commits at
+ * once, so no connection is held while handlers run. The expiry is the
+ * delivery's token; the keeper extends every lease in the book each half
+ * lease, and settlements name the token they hold. */
+#include "base/clock.h"
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The last expiry this process wrote: each new one is later, so a row
+ * claimed again while an earlier holder still runs (its lease backdated, or
+ * cleared by hand) never gets a token equal to the earlier one's. */
+static atomic_llong last_expiry;
+
+/* Where expiries fall on whole seconds, one clock for every row would push
+ * leases ahead of the clock by a second per claim within a second, without
+ * bound under load. There the rule holds per row instead: the last expiry
+ * written for each slot of rows (a hash of the database, the table and the
+ * id; rows sharing a slot only share its clock). */
+#define EXPIRY_SLOTS 4096
+static atomic_llong last_row_expiry[EXPIRY_SLOTS];
+
+static int64_t next_expiry(atomic_llong *last_slot, int64_t expiry, int64_t step) {
+    long long last = atomic_load(last_slot);
+    for (;;) {
+        int64_t next = expiry > last ? expiry : (last + step) / step * step;
+        if (atomic_compare_exchange_weak(last_slot, &last, next)) return next;
+    }
+}
+
+int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
+    /* Where the column keeps whole seconds, the expiry falls on one, so the
+     * column holds the token exactly. */
+    bool whole = s->broker->dialect->whole_second_leases;
+    int64_t step = whole ? 1000 : 1;
+    int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
+    return next_expiry(&last_expiry, expiry, step);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The expiry of one row: per row where leases keep whole seconds. */
+static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
+    if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
+    const char *parts[] = {s->broker->target.url, s->table->schema, s->table->name};
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (parts[i]) h = fnv1a(h, parts[i], strlen(parts[i]) + 1);
+    h = fnv1a(h, &id, sizeof id);
+    int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
+    return next_expiry(&last_row_expiry[h % EXPIRY_SLOTS], expiry, 1000);
+}
+
+typedef struct claim_ctx {
+    lq__claimed *out;
+    lq_subscription *s;
+    int64_t token;
+} claim_ctx;
+
+/* The rows a claim locked, stamped in one statement: it changes every row,
+ * since the claim's transaction holds their locks; if not, the claim fails
+ * and its transaction rolls back. */
+static int stamp_set(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
+                     int64_t now) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__strbuf sb = {0};
+    for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) {
+        dv->token = row_expiry(s, now, dv->id);
+        lq__held_set_add(&sb, d, true, dv->id, dv->token);
+    }
+    char *json = lq__held_set_take(&sb, d);
+    if (!json) return lq__error(LQ_NOMEM, "out of memory");
+    args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = json, .n = strlen(json)};
+    int64_t changes = 0;
+    int rc = d->exec(&changes, conn, &s->sql.stamp_set, args, NULL, NULL);
+    args[LQ__P_HELD_SET] = (lq__value){0};
+    free(json);
+    if (rc == LQ_OK && changes != out->count)
+        rc = lq__error(LQ_BACKEND, "the lease stamps of %d locked rows changed %lld", out->count,
+                       (long long)changes);
+    return rc;
+}
+
+/* Where the claim is a locking read, stamp each row it locked, in its
+ * transaction (all in one statement where the dialect can); a row another
+ * claim stamped since is passed over. */
+static int stamp_claimed(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
+                         int64_t now) {
+    if (out->count > 1 && s->sql.stamp_set.sql) return stamp_set(out, s, conn, args, now);
+    lq__claimed stamped = {0};
+    int rc = LQ_OK;
+    lq_delivery *d = out->head;
+    while (d) {
+        lq_delivery *next = d->queue_next;
+        int64_t changes = 0;
+        int64_t token = row_expiry(s, now, d->id);
+        args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
+        args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = token};
+        if (rc == LQ_OK) rc = s->broker->dialect->exec(&changes, conn, &s->sql.stamp, args, NULL, NULL);
+        if (rc == LQ_OK && changes == 1) {
+            d->token = token;
+            lq__claimed_add(&stamped, d);
+        } else {
+            d->settled = true; /* never leased here: nothing to give back */
+            lq__delivery_unref(d);
+        }
+        d = next;
+    }
+    *out = stamped;
+    return rc;
+}
+
+static int on_claimed_row(void *arg, const lq__value *cols, int count) {
+    claim_ctx *ctx = arg;
+    lq_delivery *d;
+    int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
+    if (rc != LQ_OK) return rc;
+    d->token = ctx->token;
+    lq__claimed_add(ctx->out, d);
+    return LQ_OK;
+}
+
+static int by_claim_order(const void *a, const void *b) {
+    const lq_delivery *x = *(lq_delivery *const *)a, *y = *(lq_delivery *const *)b;
+    if (x->priority != y->priority) return x->priority < y->priority ? -1 : 1;
+    int due = strcmp(x->due ? x->due : "", y->due ? y->due : "");
+    if (due) return due;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Some databases return a claim's rows in no order: put them in claim order. */
+static int sort_claimed(lq__claimed *c) {
+    if (c->count < 2) return LQ_OK;
+    lq_delivery **all = malloc((size_t)c->count * sizeof *all);
+    if (!all) return lq__error(LQ_NOMEM, "out of memory");
+    int n = 0;
+    for (lq_delivery *d = c->head; d; d = d->queue_next) all[n++] = d;
+    qsort(all, (size_t)n, sizeof *all, by_claim_order);
+    c->head = c->tail = NULL;
+    c->count = 0;
+    for (int i = 0; i < n; i++) lq__claimed_add(c, all[i]);
+    free(all);
+    return LQ_OK;
+}
+
+int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    lq__conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
+    int64_t now = lq__now_ms();
+    claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
+    lq__value args[LQ__P_COUNT] = {0};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
+    args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = ctx.token};
+    lq__claim_limits(s, args);
+    const lq__dialect *d = s->broker->dialect;
+    if (d->claim_writes_lease && !s->sql.guard.sql) {
+        rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    } else {
+        /* A transaction: for the FIFO guard, or for the stamps after a
+         * locking read. */
+        bool guarded = true;
+        rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
+        if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
+        if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+        if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
+        if (rc == LQ_OK) rc = d->commit(conn);
+        if (rc != LQ_OK) {
+            d->rollback(conn);
+            /* Nothing was leased: the rows are free as they were, and none
+             * of them is handed out. */
+            lq_delivery *dv = out->head;
+            while (dv) {
+                lq_delivery *next = dv->queue_next;
+                dv->settled = true;
+                lq__delivery_unref(dv);
+                dv = next;
+            }
+            memset(out, 0, sizeof *out);
+        }
+    }
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    if (rc == LQ_OK) rc = sort_claimed(out);
+    return rc;
+}
+
+/* Extends one delivery's lease; the new expiry becomes its token. */
+static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
+    int rc = LQ_OK;
+    pthread_mutex_lock(&d->mu);
+    if (!d->settled && !d->in_set) { /* a set's ack binds the token it holds */
+        int64_t until = row_expiry(s, lq__now_ms(), d->id);
+        lq__value args[LQ__P_COUNT] = {0};
+        args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
+        args[LQ__P_HELD] = (lq__value){.type = LQ__V_TIME, .i = d->token};
+        args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = until};
+        int64_t changes = 0;
+        rc = s->broker->dialect->exec(&changes, conn, &s->sql.extend, args, NULL, NULL);
+        if (rc == LQ_OK && changes == 1) {
+            d->token = until;
+            atomic_fetch_add(&s->stats[LQ_STAT_EXTENSIONS], 1);
+        } else if (rc == LQ_OK) {
+            lq__log(LQ_LOG_WARNING, "row %lld: its lease was lost before it could be extended",
+                    (long long)d->id);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+int lq__lease_extend(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->book.count;
+    lq__book_entry **entries = n ? malloc(n * sizeof *entries) : NULL;
+    if (n && !entries) {
+        pthread_mutex_unlock(&s->mu);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    n = lq__book_snapshot(&s->book, entries, n);
+    for (size_t i = 0; i < n; i++) atomic_fetch_add(&((lq_delivery *)entries[i])->refs, 1);
+    pthread_mutex_unlock(&s->mu);
+
+    int rc = LQ_OK;
+    lq__conn *conn = NULL;
+    if (n) rc = lq__pool_acquire(&conn, &s->broker->pool);
+    for (size_t i = 0; i < n; i++) {
+        lq_delivery *d = (lq_delivery *)entries[i];
+        if (rc == LQ_OK && (rc = extend_one(s, conn, d)) != LQ_OK)
+            lq__log_error(LQ_LOG_ERROR, "extending a lease");
+        lq__delivery_unref(d);
+    }
+    if (conn) lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    free(entries);
+    return rc;
+}

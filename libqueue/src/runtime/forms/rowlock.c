@@ -1,0 +1,62 @@
+/* The row lock form: the claim opens a transaction and locks its row with
+ * FOR UPDATE SKIP LOCKED; the transaction, and its connection, stay with the
+ * delivery until the settlement commits (or a rollback returns the row). */
+#include "base/clock.h"
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct claim_ctx {
+    lq__claimed *out;
+    lq_subscription *s;
+} claim_ctx;
+
+static int on_claimed_row(void *arg, const lq__value *cols, int count) {
+    claim_ctx *ctx = arg;
+    lq_delivery *d;
+    int rc = lq__delivery_from_row(&d, ctx->s, cols, count);
+    if (rc == LQ_OK) lq__claimed_add(ctx->out, d);
+    return rc;
+}
+
+/* The rows of a batch claim share the claim's transaction. */
+static int share_transaction(lq__claimed *out, lq__conn *conn) {
+    lq__shared_tx *tx = calloc(1, sizeof *tx);
+    if (!tx) return lq__error(LQ_NOMEM, "out of memory");
+    pthread_mutex_init(&tx->mu, NULL);
+    tx->conn = conn;
+    tx->open = out->count;
+    for (lq_delivery *d = out->head; d; d = d->queue_next) d->shared = tx;
+    return LQ_OK;
+}
+
+/* One row per claim, each settling in its own transaction; or a batch
+ * subscription's batch, sharing one. */
+int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    const lq__dialect *d = s->broker->dialect;
+    /* A worker's settlement may have opened the transaction already. */
+    lq__conn *conn = lq__subscription_take_chained(s);
+    bool begun = conn != NULL;
+    int rc = begun ? LQ_OK : lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
+    lq__value args[LQ__P_COUNT] = {0};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = s->batch ? limit : 1};
+    lq__claim_limits(s, args);
+    claim_ctx ctx = {out, s};
+    bool guarded = true;
+    if (!begun) rc = d->begin(conn, s->table->isolation);
+    if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
+    if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
+    if (rc == LQ_OK && out->count > 0) {
+        /* The open transaction now belongs to the delivery, or the batch. */
+        if (!s->batch) out->head->conn = conn;
+        return LQ_OK;
+    }
+    d->rollback(conn);
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    return rc;
+}

@@ -1,0 +1,224 @@
+/* The structures the subscription runtime, the forms and the settlements
+ * share. Lock order: broker mu, then subscription mu, then the broker's
+ * room_mu (nothing is taken under it); a delivery's mu is never taken while
+ * holding the broker's or a subscription's. */
+#ifndef LQ_RUNTIME_H
+#define LQ_RUNTIME_H
+
+#include "runtime/acker.h"
+#include "runtime/coalesce.h"
+#include "core/broker.h"
+#include "runtime/flow.h"
+#include "base/headers.h"
+#include "runtime/lease_book.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+
+/* A row lock batch: the rows of one claim share its transaction, which
+ * commits when the last of them settles, or rolls back, returning every row,
+ * when a settlement fails. */
+typedef struct lq__shared_tx {
+    pthread_mutex_t mu;
+    lq__conn *conn;
+    int open;         /* deliveries not yet settled */
+    bool rolled_back;
+} lq__shared_tx;
+
+typedef enum lq__outcome { LQ__ACK, LQ__RETRY, LQ__RETRY_AFTER, LQ__DEAD_LETTER, LQ__RELEASE } lq__outcome;
+
+struct lq_delivery {
+    lq__book_entry entry; /* first: the lease book links deliveries through it */
+    lq_subscription *sub;
+    atomic_int refs;
+    pthread_mutex_t mu; /* a settlement and an extension of this row take turns */
+    int64_t id;
+    unsigned char *payload; /* in the delivery's allocation, after it; ends in a NUL */
+    size_t payload_size;
+    size_t payload_room; /* what the allocation holds after the delivery, NUL included */
+    int attempt;
+    char *group, *partition_key;
+    lq__headers headers;
+    int64_t token; /* the lease expiry the row holds (lease form) */
+    /* Past the subscription's size limits: the size read in its place. */
+    int64_t oversize_payload, oversize_headers;
+    char *key;     /* the advisory key held (advisory form) */
+    lq__conn *conn; /* a connection the delivery holds, if its form holds one */
+    bool tx;       /* transactional mode: the handler's transaction is open on conn */
+    bool reserved; /* transactional mode: counted as held from its claim, before it has conn */
+    lq__shared_tx *shared; /* a row lock batch's transaction, instead of conn */
+    int64_t priority;
+    char *due;     /* retry_after as read: with priority, the claim order */
+    uint16_t generation; /* of its block's uses: in the handles given out (lq__handle_of) */
+    bool settled;
+    /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
+     * other settlement and no lease extension touches it meanwhile, and the
+     * set holds no delivery's mutex while its statement runs. */
+    bool in_set;
+    bool handed; /* counted in the subscription's in_work */
+    bool settling; /* counted in its settling */
+    int lane;    /* workers_by_key: the lane its partition key hashes to */
+    lq_delivery *queue_next; /* waiting for a worker */
+};
+
+typedef enum lq__mode { LQ__MODE_NONE, LQ__MODE_PUSH, LQ__MODE_PULL } lq__mode;
+
+struct lq_subscription {
+    atomic_int refs; /* the caller's, and one per live delivery */
+    lq_broker *broker;
+    lq_table *table;
+    lq__sqlset sql;
+    int row_at[LQ__COL_COUNT]; /* where each LQ_COL_* is in its statements' rows (lq__row_layout) */
+    int form;
+    char *group;
+    int workers;
+    int64_t poll_ms, lease_ms;
+    int max_attempts;
+    bool transactional;
+    lq__flow flow; /* claims in flight and their sizes (flow.h) */
+    int held;     /* pool connections its deliveries hold */
+    int claim_extra;   /* room a claim in flight took beyond its connection, for its rows */
+    int room_counted;  /* what it holds, as counted in the broker's room */
+    bool room_starved; /* counted among the room's starved */
+    int batch;    /* rows per claim of a batch subscription, or 0 */
+    lq_batch_handler_fn batch_handler;
+    int lanes;    /* workers_by_key: lanes by partition key, or 0 */
+    int on_threads;          /* handler threads with pools of their own, or 0 */
+    bool coalesce;           /* settlements of concurrent deliveries commit together */
+    lq__coalescer coalescer;
+    bool acks_behind;        /* coalesce not 0: acks may go behind the handlers */
+    lq__acker acker;          /* push mode, lease form: acks behind the handlers */
+    int thread_connections;  /* each such pool's size */
+    int *lane_busy; /* per lane: deliveries in work */
+
+    pthread_mutex_t mu;
+    pthread_cond_t claim_cv; /* the claimers: a worker came free, a wake-up, stop */
+    pthread_cond_t ready_cv; /* workers and next(): a delivery is waiting, stop */
+    bool workers_claim;      /* push workers make their own claims: no claim threads */
+    pthread_cond_t keeper_cv;
+    lq__mode mode;
+    bool started, stopping, stopped, closing, woken;
+    lq_delivery *queue_head, *queue_tail;
+    int waiting; /* claimed, not yet handed out */
+    int in_work; /* handed out, not yet settled */
+    int settling; /* of those, settling now: their workers' next rows may be claimed */
+    unsigned jitter_seed;
+    int contention_streak; /* claims in a row that met a conflict */
+    int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
+    /* Claims failing in a row (contention aside): since when (monotonic ms;
+     * 0 while they work), and the last failure. A pull that would time out
+     * reports it instead (an outage is not an empty queue), and
+     * lq_subscription_health tells it. */
+    int64_t failing_since;
+    lq__error_copy last_failure;
+    lq__lease_book book;    /* lease form: the deliveries whose leases the keeper extends */
+
+    pthread_t *claimers, keeper;
+    int claimer_count;
+    int claimers_idle; /* waiting on claim_cv: for room, or resting (or for a row) */
+    atomic_bool waits_abandoned; /* stopped: its claims' lock waits end (lq__lock_wait_abandoned) */
+    lq_delivery *left_head, *left_tail; /* rows a stop left to go back at close */
+    int left_count;
+    bool has_keeper;
+    pthread_t *threads;
+    int thread_count;
+    lq_handler_fn handler;
+    void *userdata;
+
+    atomic_llong stats[LQ_STAT_WAITING + 1];
+    lq__member member; /* as its broker knows it */
+    /* Blocks of deliveries let go, for the next claims (delivery.c). */
+    pthread_mutex_t spares_mu;
+    lq_delivery *spares;
+    int spare_count;
+    int live, live_peak; /* deliveries made and not yet freed; their most at once */
+};
+
+/* Subscriptions. */
+/* Handles: a delivery as callers see it carries its block's generation in
+ * the pointer's top 16 bits (user space addresses fit in 48), so a handle
+ * kept past its delivery's life is told from the row its block serves next
+ * (lq__delivery_of gives NULL for it), as long as the block is kept for
+ * deliveries. Where addresses do not fit, handles are the plain pointers,
+ * unchecked. */
+LQ__HIDDEN lq_delivery *lq__handle_of(lq_delivery *d);
+LQ__HIDDEN lq_delivery *lq__delivery_of(const lq_delivery *handle);
+/* The size limits a claim's statements bind, into args. */
+LQ__HIDDEN void lq__claim_limits(const lq_subscription *s, lq__value *args);
+
+/* The pool of the handler thread running now, when it runs a handler of `s`
+ * under on_threads; else NULL. */
+LQ__HIDDEN lq__pool *lq__thread_pool(const lq_subscription *s);
+
+/* Deliveries. */
+/* Makes a delivery from a row of a claim statement (lq__row_layout). */
+LQ__HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value *cols,
+                                    int count);
+LQ__HIDDEN void lq__delivery_unref(lq_delivery *d);
+/* Lets go of deliveries of one subscription, as many at once as it can. */
+LQ__HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
+/* Frees the blocks a subscription kept of deliveries let go. */
+LQ__HIDDEN void lq__delivery_spares_free(lq_subscription *s);
+/* Runs an outcome's statements; `delay_ms` is for LQ__RETRY_AFTER. */
+LQ__HIDDEN int lq__settle(lq_delivery *d, lq__outcome outcome, int64_t delay_ms);
+/* Acks deliveries of one subscription together (a batch handler's return,
+ * the acker, lq_deliveries_ack): one statement over their rows where they
+ * settle on pool connections or in one batch's transaction, the others one
+ * by one; those settled before are passed over. Each failure goes in
+ * statuses[i], or to the log where statuses is NULL; returns the first. With `gather`, a set on
+ * pool connections waits for other settlements to commit with it (the
+ * coalescer), else commits at once. Every delivery is settled on return,
+ * even out of memory. */
+LQ__HIDDEN int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gather);
+LQ__HIDDEN void lq__subscription_unref(lq_subscription *s);
+/* Whether a row lock settlement on this thread may commit AND CHAIN: it is
+ * s's push worker's, after the handler, and the worker claims next. */
+LQ__HIDDEN bool lq__subscription_chains(const lq_subscription *s);
+/* The connection this thread chained for s's claim, in its transaction
+ * (NULL: none); the claim owns it now. */
+LQ__HIDDEN lq__conn *lq__subscription_take_chained(lq_subscription *s);
+/* A delivery took a connection to hold (a transactional delivery's, unless
+ * it was reserved at its claim). */
+LQ__HIDDEN void lq__subscription_hold(lq_subscription *s);
+/* Handed-out deliveries' settlements began: where they hold no connection,
+ * the claims of their workers' next rows may go beside them. */
+LQ__HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
+/* What a settlement let go of: at most one connection its deliveries (or
+ * their batch) held, reported with them when they are settled. */
+typedef struct lq__freed {
+    lq__conn *conn; /* NULL: none */
+    bool broken;    /* its link failed: closed, not pooled */
+    bool chained;   /* in the transaction COMMIT AND CHAIN opened: it waits
+                     * for this worker's next claim instead of going back */
+} lq__freed;
+/* Handed-out deliveries settled: the connection they freed goes back (or
+ * waits, chained), and their workers, lanes and keys are free again. A
+ * settlement reports here once, so a set's settlement wakes a claimer once. */
+LQ__HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n,
+                                         const lq__freed *freed);
+
+/* The forms: each claims up to `limit` rows, taking the connections it needs
+ * from the pool, and appends the deliveries to `out` in claim order. */
+typedef struct lq__claimed {
+    lq_delivery *head, *tail;
+    int count;
+} lq__claimed;
+LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
+LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
+LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
+LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
+LQ__HIDDEN int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit);
+/* Transactional mode: opens the handler's transaction on the delivery's
+ * connection (taking one from the pool where the form holds none). */
+LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
+/* Lets go of the key an advisory delivery holds; its connection goes into
+ * `freed`. */
+LQ__HIDDEN void lq__advisory_release(lq_delivery *d, lq__freed *freed);
+LQ__HIDDEN void lq__claimed_add(lq__claimed *c, lq_delivery *d);
+/* FIFO: takes the subscription's group for the transaction open on `conn`
+ * (*taken false when another claim holds it); true at once without a guard. */
+LQ__HIDDEN int lq__fifo_guard(bool *taken, lq_subscription *s, lq__conn *conn);
+LQ__HIDDEN void lq__claimed_free(lq__claimed *c);
+
+#endif

@@ -1,0 +1,1131 @@
+/* The subscription runtime. Claims go in flight for the free workers, as
+ * the flow (flow.h) allows: made by claim threads, or, where each claim
+ * serves one worker and keeps its connection (workers_claim), by the push
+ * worker that finds no row waiting. Claimed rows wait in a queue (and, in the
+ * lease form, in the lease book, where the keeper thread extends them) until
+ * a push worker or a caller of next() takes them. After a claim that came
+ * back short, the claimers wait for the poll interval or a wake-up, and the
+ * flow probes with one claim at a time, so an empty table sees one claim per
+ * wait. Under workers_by_key(n) each row goes to the lane its partition key
+ * hashes to, and a lane runs one row at a time. */
+#include "base/clock.h"
+#include "runtime/runtime.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAILED_CLAIM_WAIT_MS 1000
+
+/* The subscription whose handler this thread is running, if any: stop waits
+ * for handlers, so it cannot be called from one of its own. */
+static _Thread_local lq_subscription *running_handler_of;
+/* The subscription whose stop ends this thread's lock waits: its claimer's,
+ * and its closer's while it gives rows back. */
+static _Thread_local lq_subscription *waiting_for;
+
+bool lq__lock_wait_abandoned(void) {
+    return waiting_for && atomic_load(&waiting_for->waits_abandoned);
+}
+/* The pool of this handler thread, under on_threads. */
+static _Thread_local lq__pool *own_pool;
+
+lq__pool *lq__thread_pool(const lq_subscription *s) {
+    return running_handler_of == s ? own_pool : NULL;
+}
+
+/* A push worker's connection in a transaction already open. In the row lock
+ * form a worker that settles its row after the handler and claims again
+ * next commits AND CHAINs: its next claim needs no BEGIN (a round trip less
+ * per job). The worker claims on it next, or, when it does not claim at once
+ * (it waits, stops, or takes a row already waiting), rolls the empty
+ * transaction back and gives the connection back first, so no connection
+ * sits idle in a transaction. Until then it stays counted in s->held, as
+ * while its row held it, so no other claim counts on its room meanwhile;
+ * the claim takes it over from held to running. */
+static _Thread_local struct {
+    lq_subscription *settling_for; /* the worker's settlement after its handler */
+    lq_subscription *of;           /* whose claim `conn` is for */
+    lq__conn *conn;
+} chained;
+
+bool lq__subscription_chains(const lq_subscription *s) {
+    return chained.settling_for == s && !chained.conn;
+}
+
+lq__conn *lq__subscription_take_chained(lq_subscription *s) {
+    if (chained.of != s) return NULL;
+    lq__conn *conn = chained.conn;
+    chained.conn = NULL;
+    chained.of = NULL;
+    return conn;
+}
+
+static void cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static void subscription_free(lq_subscription *s) {
+    lq_broker *b = s->broker;
+    pthread_mutex_lock(&b->room_mu); /* nothing is left held by now; if it were, give it back */
+    b->room.taken -= s->room_counted;
+    if (s->room_starved) b->room.starved--;
+    pthread_mutex_unlock(&b->room_mu);
+    lq__sqlset_free(&s->sql);
+    lq_table_free(s->table);
+    free(s->group);
+    free(s->threads);
+    free(s->claimers);
+    free(s->lane_busy);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->claim_cv);
+    pthread_cond_destroy(&s->ready_cv);
+    pthread_cond_destroy(&s->keeper_cv);
+    lq__coalescer_destroy(&s->coalescer);
+    lq__acker_destroy(&s->acker);
+    lq__delivery_spares_free(s);
+    pthread_mutex_destroy(&s->spares_mu);
+    free(s);
+    lq__broker_unref(b);
+}
+
+void lq__subscription_unref(lq_subscription *s) {
+    if (s && atomic_fetch_sub(&s->refs, 1) == 1) subscription_free(s);
+}
+
+static lq_subscription *of_member(lq__member *m) {
+    return (lq_subscription *)((char *)m - offsetof(lq_subscription, member));
+}
+
+static void member_wake(lq__member *m) {
+    lq_subscription *s = of_member(m);
+    pthread_mutex_lock(&s->mu);
+    s->woken = true;
+    pthread_cond_signal(&s->claim_cv); /* that claimer wakes the next, as room allows */
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void member_room_freed(lq__member *m) {
+    lq_subscription *s = of_member(m);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->claim_cv); /* not a wake-up: a resting claimer rests on */
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Rows past max_payload_bytes or max_headers_bytes reach no handler: their
+ * values were never read, and they go to the dead letters at once, so a
+ * sender cannot make a worker hold more, nor keep a row coming back. */
+static void dead_letter_oversized(lq_delivery *list) {
+    while (list) {
+        lq_delivery *d = list;
+        list = d->queue_next;
+        d->queue_next = NULL;
+        const lq_table *t = d->sub->table;
+        bool payload = d->oversize_payload != 0;
+        lq__log(LQ_LOG_WARNING, "row %lld: its %s of %lld bytes passes %s (%lld); dead-lettered "
+                "unread", (long long)d->id, payload ? "payload" : "headers",
+                (long long)(payload ? d->oversize_payload : d->oversize_headers),
+                payload ? "max_payload_bytes" : "max_headers_bytes",
+                (long long)(payload ? t->max_payload : t->max_headers));
+        if (lq__settle(d, LQ__DEAD_LETTER, 0) != LQ_OK)
+            lq__log_error(LQ_LOG_WARNING, "dead-lettering a row over its size limit");
+        lq__delivery_unref(d);
+    }
+}
+
+/* What the table and options declare must fit together before any statement
+ * is built. */
+static int check_declaration(lq_subscription *s) {
+    const lq_table *t = s->table;
+    char label[256];
+    lq__table_label(t, label, sizeof label);
+    if (!(s->broker->dialect->forms & (1u << s->form)) && s->form != LQ_FORM_ROW_LOCK)
+        return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
+                         s->broker->dialect->name);
+    if (s->form == LQ_FORM_ROW_LOCK && t->isolation == LQ_ISOLATION_READ_UNCOMMITTED &&
+        !s->broker->dialect->read_uncommitted)
+        return lq__error(LQ_DIALECT, "table %s: %s has no read uncommitted level that locks "
+                                     "rows; declare read committed or stricter",
+                         label, s->broker->dialect->name);
+    if ((t->max_payload || t->max_headers) && !t->dead_letter)
+        return lq__error(LQ_MISUSE, "table %s: max_payload_bytes and max_headers_bytes send the "
+                                    "rows over them to the dead letters: the table needs a "
+                                    "dead-letter destination",
+                         label);
+    if (lq__has(t, LQ_ROLE_GROUP) && !s->group)
+        return lq__error(LQ_MISUSE, "table %s has a group column: name the group to read (option group)",
+                         label);
+    if (!lq__has(t, LQ_ROLE_GROUP) && s->group)
+        return lq__error(LQ_MISUSE, "table %s has no group column, so option group does not apply",
+                         label);
+    if (t->fifo && !lq__has(t, LQ_ROLE_GROUP))
+        return lq__error(LQ_MISUSE, "table %s: fifo needs a group column", label);
+    if (s->max_attempts > 0 && !lq__has(t, LQ_ROLE_ATTEMPT))
+        return lq__error(LQ_MISUSE, "table %s: max_attempts needs an attempt column", label);
+    if (s->max_attempts > 0 && !t->dead_letter)
+        return lq__error(LQ_MISUSE,
+                         "table %s: max_attempts needs a dead-letter destination, declared together",
+                         label);
+    if (s->batch && s->transactional)
+        return lq__error(LQ_MISUSE, "table %s: a batch subscription cannot be transactional "
+                                    "(each delivery of a transactional one has a transaction of "
+                                    "its own)",
+                         label);
+    if (s->batch && s->lanes)
+        return lq__error(LQ_MISUSE, "table %s: a batch subscription cannot have lanes "
+                                    "(workers_by_key)",
+                         label);
+    if (s->lanes && !lq__has(t, LQ_ROLE_PARTITION_KEY))
+        return lq__error(LQ_MISUSE, "table %s: workers_by_key needs a partition_key column",
+                         label);
+    return LQ_OK;
+}
+
+/* What the form and table ask of the flow. */
+static void plan_flow(lq_subscription *s) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__flow *f = &s->flow;
+    f->holds = s->form != LQ_FORM_LEASE || s->transactional;
+    if (s->form == LQ_FORM_ADVISORY && !d->advisory_holds_connection && !s->transactional)
+        f->holds = false; /* keys kept in the process hold no connection */
+    /* One claim at a time where claims beside each other only collide (one
+     * writer), could finish out of claim order (FIFO groups, partition keys),
+     * or where one claim serves every free worker: a lease claim asks a row
+     * for every worker seen, one commit for all of them, and the rows past
+     * the free workers wait in the lease book. Lease claims beside each
+     * other would each find one worker free and spend a commit per row.
+     * A batch claim serves one worker whatever the form: batches go beside
+     * each other. */
+    f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
+                   (s->form == LQ_FORM_LEASE && !s->batch);
+    /* Rows waiting ahead hold a lease, which the keeper extends, or a key
+     * the process keeps, and no connection: a claim asks a row for every
+     * worker seen busy, and more, up to 16 per worker (at most 512), for
+     * handlers that run faster than a claim's commit. */
+    bool ahead_holds_nothing = s->form == LQ_FORM_LEASE || (s->form == LQ_FORM_ADVISORY && !f->holds);
+    f->claim_seen = ahead_holds_nothing;
+    if (ahead_holds_nothing && !s->batch) f->ahead_max = s->workers < 32 ? 16 * s->workers : 512;
+}
+
+/* Prepares a statement the subscription can do without, or drops it. */
+static void prepare_optional(lq_subscription *s, lq__conn *conn, lq__stmt *stmt, const char *what) {
+    if (!stmt->sql || s->broker->dialect->prepare(conn, stmt) == LQ_OK) return;
+    lq__log_error(LQ_LOG_DEBUG, what);
+    lq__error_clear();
+    free(stmt->sql);
+    stmt->sql = NULL;
+}
+
+/* Prepares every statement on one connection: a missing table or column
+ * fails here, naming it. */
+static int prepare_all(lq_subscription *s) {
+    lq__conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc != LQ_OK) return rc;
+    rc = s->broker->dialect->check_version(conn, s->table);
+    const struct {
+        const char *what;
+        const lq__stmt *stmt;
+    } all[] = {
+        {"claim", &s->sql.claim},          {"take", &s->sql.take},
+        {"take", &s->sql.take_read},       {"lease stamp", &s->sql.stamp},
+        {"FIFO group guard", &s->sql.guard},
+        {"ack", &s->sql.ack},              {"retry", &s->sql.retry},
+        {"release", &s->sql.release},
+        {"retry_after", &s->sql.retry_after}, {"dead letter", &s->sql.dead_group},
+        {"dead letter", &s->sql.dead_copy}, {"dead letter", &s->sql.dead_clear},
+        {"dead letter", &s->sql.dead_delete}, {"lease extension", &s->sql.extend},
+    };
+    for (size_t i = 0; rc == LQ_OK && i < sizeof all / sizeof all[0]; i++) {
+        if (!all[i].stmt->sql) continue;
+        rc = s->broker->dialect->prepare(conn, all[i].stmt);
+        if (rc != LQ_OK) lq__error_prefix("the %s statement", all[i].what);
+    }
+    /* Statements over a set of rows are an optimisation: a server that
+     * cannot run them (MariaDB before 10.6 has no JSON_TABLE) settles and
+     * stamps row by row. */
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.ack_set, "acks of a set of rows (acking one by one)");
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.ack_set_held, "acks of a claim's rows (acking one by one)");
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.take_set, "takes of a set of rows (taking one by one)");
+    if (rc == LQ_OK) prepare_optional(s, conn, &s->sql.stamp_set,
+                                   "lease stamps of a set of rows (stamping one by one)");
+    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    return rc;
+}
+
+int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *table,
+                         const lq_options *o) {
+    lq__error_clear();
+    LQ__CHECK_ARG(out && b && table, "an argument is NULL");
+    *out = NULL; /* a failure leaves no dangling handle behind */
+    lq_subscription *s = calloc(1, sizeof *s);
+    if (!s) return lq__error(LQ_NOMEM, "out of memory");
+    atomic_init(&s->refs, 1);
+    lq__broker_ref(b);
+    s->broker = b;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->spares_mu, NULL);
+    cond_init(&s->claim_cv);
+    cond_init(&s->ready_cv);
+    cond_init(&s->keeper_cv);
+    lq__book_init(&s->book);
+    lq__coalescer_init(&s->coalescer);
+    lq__acker_init(&s->acker);
+    int64_t coalesce = lq__opt_int(o, LQ_OPT_COALESCE);
+    s->coalesce = coalesce < 0 ? !b->dialect->single_writer : coalesce != 0;
+    /* Acks behind the handlers gain on SQLite too: they wait for no one. */
+    s->acks_behind = coalesce != 0;
+    s->coalescer.wait_us = lq__opt_int(o, LQ_OPT_COALESCE_WAIT_US);
+    s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
+    s->on_threads = (int)lq__opt_int(o, LQ_OPT_ON_THREADS);
+    s->thread_connections = (int)lq__opt_int(o, LQ_OPT_THREAD_CONNECTIONS);
+    s->workers = s->lanes       ? s->lanes
+                 : s->on_threads ? s->on_threads
+                                 : (int)lq__opt_int(o, LQ_OPT_WORKERS);
+    s->poll_ms = lq__opt_int(o, LQ_OPT_POLL_INTERVAL_MS);
+    s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
+    s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
+    s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
+    s->jitter_seed = (unsigned)lq__now_ms() ^ (unsigned)(uintptr_t)s;
+    s->batch = (int)lq__opt_int(o, LQ_OPT_BATCH);
+    /* A batch subscription's workers each take a batch. */
+    lq__flow_init(&s->flow, s->batch ? s->workers * s->batch : s->workers, b->pool.size - 1);
+    s->flow.batch = s->batch;
+    if (s->lanes && !(s->lane_busy = calloc((size_t)s->lanes, sizeof *s->lane_busy))) {
+        subscription_free(s);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+
+    int rc = lq__table_copy(&s->table, table);
+    if (rc == LQ_OK) {
+        s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
+        s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
+    }
+    if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
+        !(s->group = lq__strdup(lq__opt_str(o, LQ_OPT_GROUP))))
+        rc = lq__error(LQ_NOMEM, "out of memory");
+    if (rc == LQ_OK) {
+        s->form = lq_table_form(s->table);
+        plan_flow(s);
+        rc = check_declaration(s);
+    }
+    if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
+    if (rc == LQ_OK) lq__row_layout(s->table, s->row_at);
+    if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
+    if (rc == LQ_OK) rc = prepare_all(s);
+    s->coalescer.ack = &s->sql.ack;
+    s->coalescer.ack_set = &s->sql.ack_set;
+    s->coalescer.tokens = s->form == LQ_FORM_LEASE;
+    s->coalescer.ack_set_held = &s->sql.ack_set_held;
+    s->member = (lq__member){.table = s->table, .group = s->group, .on_threads = s->on_threads,
+                             .thread_connections = s->thread_connections,
+                             .wake = member_wake, .room_freed = member_room_freed};
+    if (rc == LQ_OK) rc = lq__broker_attach(b, &s->member);
+    if (rc != LQ_OK) {
+        if (s->table) {
+            char label[256];
+            lq__error_prefix("subscription to %s", lq__table_label(s->table, label, sizeof label));
+        }
+        subscription_free(s);
+        return rc;
+    }
+    *out = s;
+    return LQ_OK;
+}
+
+void lq__claim_limits(const lq_subscription *s, lq__value *args) {
+    args[LQ__P_MAX_PAYLOAD] = (lq__value){.type = LQ__V_INT, .i = s->table->max_payload};
+    args[LQ__P_MAX_HEADERS] = (lq__value){.type = LQ__V_INT, .i = s->table->max_headers};
+}
+
+static int run_claim(lq__claimed *got, lq_subscription *s, int limit) {
+    switch (s->form) {
+    case LQ_FORM_LEASE: return lq__lease_claim(got, s, limit);
+    case LQ_FORM_ADVISORY: return lq__advisory_claim(got, s, limit);
+    default: return lq__row_lock_claim(got, s, limit);
+    }
+}
+
+/* What the subscription takes of its broker's room: its claims in flight,
+ * and the connections its deliveries keep where they keep one. s->mu held. */
+static int room_of(const lq_subscription *s) {
+    return s->flow.running + s->claim_extra + (s->flow.holds ? s->held : 0);
+}
+
+/* Whether each row of a claim holds a connection of its own (an advisory
+ * claim of several keys, a transactional claim's rows), so the claim takes
+ * room for every row it asks for. */
+static bool rows_hold(const lq_subscription *s) { return s->flow.holds && !s->flow.batch; }
+
+/* Marks the subscription starved for room, or not; room_mu held. */
+static void set_starved(lq_subscription *s, bool starved) {
+    if (starved == s->room_starved) return;
+    s->broker->room.starved += starved ? 1 : -1;
+    s->room_starved = starved;
+}
+
+/* Brings the broker's room up to date with what the subscription holds;
+ * true when room came free that another subscription waited for (the caller
+ * wakes them, with no subscription's mu held). s->mu held. */
+static bool account_room(lq_subscription *s) {
+    lq_broker *b = s->broker;
+    int now = room_of(s);
+    pthread_mutex_lock(&b->room_mu);
+    b->room.taken += now - s->room_counted;
+    bool wake = now < s->room_counted && b->room_wanted;
+    if (wake) b->room_wanted = false;
+    s->room_counted = now;
+    pthread_mutex_unlock(&b->room_mu);
+    return wake;
+}
+
+/* Whether the flow lets another claim start now; `kept`: this thread keeps
+ * a chained connection for it, which counts as given back. s->mu held. */
+static bool flow_may_start(const lq_subscription *s, int kept) {
+    return lq__flow_may_start(&s->flow, s->in_work - s->settling, s->waiting, s->held - kept,
+                              lq__pool_spare(&s->broker->pool) + kept);
+}
+
+/* Wakes one idle claimer (a claim thread, or under workers_claim a worker)
+ * when another claim may start: each change of the flow starts at most the
+ * one claim it makes room for, and a claimer that starts wakes the next
+ * while room is left, rather than every change waking every claimer to
+ * contend for the lock. None while the claimers rest (they claim when the
+ * rest ends). s->mu held. */
+static void wake_a_claimer(lq_subscription *s) {
+    if (!s->claimers_idle || !flow_may_start(s, 0)) return;
+    if (!s->woken && s->rest_until > lq__mono_ms()) return;
+    pthread_cond_signal(&s->claim_cv);
+}
+
+/* Whether another claim may start now: the flow allows it, and so does the
+ * broker's room, whose share for the claim is taken at once, so two
+ * subscriptions never count on the same room. Returns the rows the claim
+ * asks for (0: no claim); where rows hold connections, no more than the
+ * room, all of it taken now (the claim's connection and claim_extra). A
+ * chained connection this worker keeps (counted in held) is reckoned as
+ * given back, and the claim takes it over. s->mu held. */
+static int may_claim(lq_subscription *s) {
+    int kept = chained.of == s;
+    bool wants = flow_may_start(s, kept);
+    int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
+    lq_broker *b = s->broker;
+    int mine = room_of(s) - kept;
+    pthread_mutex_lock(&b->room_mu);
+    lq__room room = b->room;
+    room.taken -= kept;
+    int share = wants ? lq__room_share(&room, mine, s->room_starved) : 0;
+    int own = s->flow.budget - mine;
+    if (rows_hold(s) && share > own) share = own;
+    set_starved(s, wants && share <= 0 && mine == 0);
+    if (wants && share <= 0) b->room_wanted = true;
+    if (share <= 0) limit = 0;
+    int take = 1; /* the claim's connection: running goes up next */
+    if (limit && rows_hold(s)) {
+        if (limit > share) limit = share;
+        take = limit;
+        s->claim_extra += take - 1;
+    }
+    if (limit) {
+        b->room.taken += take - kept;
+        s->room_counted += take - kept;
+        s->held -= kept; /* the claim's connection now: running goes up next */
+    }
+    pthread_mutex_unlock(&b->room_mu);
+    return limit;
+}
+
+void lq__subscription_hold(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    s->held++;
+    account_room(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A held connection went back to the pool. */
+static void forget_held(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    s->held--;
+    bool wake = account_room(s);
+    wake_a_claimer(s);
+    pthread_mutex_unlock(&s->mu);
+    if (wake) lq__broker_wake_room(s->broker, &s->member);
+}
+
+
+/* Ends a chained transaction the worker will not claim in; s->mu not held. */
+static void drop_chained(lq_subscription *s) {
+    lq__conn *conn = lq__subscription_take_chained(s);
+    if (!conn) return;
+    int rc = s->broker->dialect->rollback(conn);
+    lq__pool_release(&s->broker->pool, conn, rc != LQ_OK);
+    forget_held(s);
+}
+
+/* The connections a claim's deliveries went on holding, and in transactional
+ * mode those they will hold: a delivery's transaction takes its connection
+ * when a worker begins it, and counting it only then would let claims pass
+ * the pool's room in between. */
+static int held_by(const lq_subscription *s, const lq__claimed *got) {
+    int n = 0;
+    const lq__shared_tx *last = NULL;
+    for (lq_delivery *d = got->head; d; d = d->queue_next) {
+        if (d->conn) n++;
+        else if (d->shared && d->shared != last) n++;
+        else if (!d->shared && s->transactional) {
+            d->reserved = true;
+            n++;
+        }
+        if (d->shared) last = d->shared;
+    }
+    return n;
+}
+
+/* The lane of a row: its partition key's, or spread by id without one. */
+static int lane_of(const lq_subscription *s, const lq_delivery *d) {
+    if (!s->lanes) return 0;
+    uint64_t h = (uint64_t)d->id;
+    if (d->partition_key) {
+        h = 1469598103934665603ull; /* FNV-1a */
+        for (const char *p = d->partition_key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    }
+    return (int)(h % (uint64_t)s->lanes);
+}
+
+/* After a conflict the database reported (a serialization failure at a
+ * strict isolation level), back off with jitter, doubling up to the poll
+ * interval, so competing claimers spread out. */
+static int64_t contention_wait(lq_subscription *s, int streak) {
+    int64_t base = 10;
+    for (int i = 1; i < streak && base < s->poll_ms; i++) base *= 2;
+    if (base > s->poll_ms) base = s->poll_ms;
+    return base / 2 + (int64_t)(rand_r(&s->jitter_seed) % (unsigned)(base / 2 + 1));
+}
+
+/* Wakes the workers a claim's rows need, s->mu held: under lanes every one
+ * (only a row's own lane takes it); otherwise one per row, or one per batch
+ * for a batch handler, since one worker takes a whole batch and the others
+ * woken with it would only find the queue empty. A worker that claimed for
+ * itself (`own`) takes the first itself; under workers_claim a claim serves
+ * that one worker, so none is woken, and idle workers wait on claim_cv. */
+static void wake_takers(lq_subscription *s, int rows, bool own) {
+    if (s->lanes) {
+        pthread_cond_broadcast(&s->ready_cv);
+        return;
+    }
+    int wakes = (s->batch_handler ? (rows + s->batch - 1) / s->batch : rows) - own;
+    pthread_cond_t *takers = s->workers_claim ? &s->claim_cv : &s->ready_cv;
+    for (int i = 0; i < wakes; i++) pthread_cond_signal(takers);
+}
+
+/* One turn of a claimer, s->mu held (let go while it waits or claims): it
+ * rests after a short or failed claim until the wait is over or a wake-up
+ * comes (one claim per wait, whichever thread makes it), waits while no
+ * claim may start, or claims and queues the rows. `own`: a worker claiming
+ * for itself, which takes a row of its claim next; it calls this only when
+ * it found no row waiting, and only its own claims queue rows, so it never
+ * waits while a row waits. */
+static void claim_turn(lq_subscription *s, bool own) {
+    if (s->woken) s->rest_until = 0;
+    bool rests = s->rest_until > lq__mono_ms();
+    int limit = rests ? 0 : may_claim(s);
+    if (!limit && chained.of == s) { /* no claim now: let the chained transaction go first */
+        pthread_mutex_unlock(&s->mu);
+        drop_chained(s);
+        pthread_mutex_lock(&s->mu);
+        return;
+    }
+    if (rests) {
+        struct timespec deadline = lq__deadline_in(s->rest_until - lq__mono_ms());
+        s->claimers_idle++;
+        pthread_cond_timedwait(&s->claim_cv, &s->mu, &deadline);
+        s->claimers_idle--;
+        return;
+    }
+    if (!limit) {
+        s->claimers_idle++;
+        pthread_cond_wait(&s->claim_cv, &s->mu);
+        s->claimers_idle--;
+        return;
+    }
+    int extra = rows_hold(s) ? limit - 1 : 0;
+    s->flow.running++;
+    s->flow.asked += limit;
+    s->woken = false;
+    wake_a_claimer(s); /* the next, while room is left */
+    pthread_mutex_unlock(&s->mu);
+
+    lq__claimed got = {0};
+    waiting_for = s;
+    int rc = run_claim(&got, s, limit);
+    waiting_for = NULL;
+    atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
+    if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
+    lq__error_copy failure;
+    bool failed = rc != LQ_OK && rc != LQ_CONTENTION;
+    if (failed) lq__error_save(&failure);
+    if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
+    else if (failed) lq__log_error(LQ_LOG_ERROR, "claim");
+
+    pthread_mutex_lock(&s->mu);
+    if (failed) {
+        if (!s->failing_since) s->failing_since = lq__mono_ms();
+        s->last_failure = failure;
+    } else if (rc == LQ_OK) {
+        s->failing_since = 0;
+    }
+    s->flow.running--;
+    s->flow.asked -= limit;
+    lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
+    lq__flow_look_ahead(&s->flow, rc == LQ_OK && got.count == limit);
+    s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
+    s->claim_extra -= extra; /* now counted in held, as far as rows came */
+    s->held += held_by(s, &got);
+    bool room_freed = account_room(s);
+    lq_delivery *oversized = NULL;
+    lq__claimed kept = {0};
+    for (lq_delivery *d = got.head, *next; d; d = next) {
+        next = d->queue_next;
+        d->queue_next = NULL;
+        if (s->form == LQ_FORM_LEASE) lq__book_add(&s->book, &d->entry); /* the keeper extends it */
+        d->lane = lane_of(s, d);
+        if (d->oversize_payload || d->oversize_headers) {
+            d->queue_next = oversized;
+            oversized = d;
+        } else {
+            lq__claimed_add(&kept, d);
+        }
+    }
+    got = kept;
+    if (got.count) {
+        if (s->queue_tail) s->queue_tail->queue_next = got.head;
+        else s->queue_head = got.head;
+        s->queue_tail = got.tail;
+        s->waiting += got.count;
+        wake_takers(s, got.count, own);
+    }
+    int64_t rest = 0;
+    if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
+    else if (rc != LQ_OK) rest = FAILED_CLAIM_WAIT_MS;
+    else if (got.count < limit) rest = s->poll_ms;
+    if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
+    wake_a_claimer(s); /* the flow changed: another may go */
+    if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
+        pthread_mutex_unlock(&s->mu);
+        lq__broker_wake_room(s->broker, &s->member);
+        pthread_mutex_lock(&s->mu);
+    }
+    if (oversized) {
+        pthread_mutex_unlock(&s->mu);
+        dead_letter_oversized(oversized);
+        pthread_mutex_lock(&s->mu);
+    }
+}
+
+static void *claimer_main(void *arg) {
+    lq_subscription *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) claim_turn(s, false);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void *keeper_main(void *arg) {
+    lq_subscription *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->closing) {
+        struct timespec deadline = lq__deadline_in(s->lease_ms / 2);
+        while (!s->closing)
+            if (pthread_cond_timedwait(&s->keeper_cv, &s->mu, &deadline) == ETIMEDOUT) break;
+        if (s->closing) break;
+        pthread_mutex_unlock(&s->mu);
+        lq__lease_extend(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Starts the claimer (and the keeper, for leases) once; s->mu held. */
+/* Whether the subscription may run in `mode`: not once stopped, nor in
+ * the other mode than the one it runs in. s->mu held. */
+static int mode_allowed(const lq_subscription *s, lq__mode mode) {
+    if (s->stopping) return lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (s->mode != LQ__MODE_NONE && s->mode != mode)
+        return lq__error(LQ_MISUSE, "a subscription runs in one mode: push (run) or pull (next)");
+    return LQ_OK;
+}
+
+static int start_locked(lq_subscription *s, lq__mode mode) {
+    int allowed = mode_allowed(s, mode);
+    if (allowed != LQ_OK) return allowed;
+    if (s->started) return LQ_OK;
+    s->mode = mode;
+    /* One claim thread for each claim the flow may keep in flight, or none
+     * where the workers claim for themselves. */
+    int count = s->workers_claim   ? 0
+                : s->flow.one_claim ? 1
+                : s->workers < s->flow.budget ? s->workers : s->flow.budget;
+    if (count && !(s->claimers = calloc((size_t)count, sizeof *s->claimers)))
+        return lq__error(LQ_NOMEM, "out of memory");
+    s->started = true;
+    for (; s->claimer_count < count; s->claimer_count++)
+        if (pthread_create(&s->claimers[s->claimer_count], NULL, claimer_main, s) != 0)
+            return lq__error(LQ_ERROR, "cannot start claim thread %d", s->claimer_count + 1);
+    if (s->form == LQ_FORM_LEASE) {
+        if (pthread_create(&s->keeper, NULL, keeper_main, s) != 0)
+            return lq__error(LQ_ERROR, "cannot start the lease keeper thread");
+        s->has_keeper = true;
+    }
+    return LQ_OK;
+}
+
+/* The first waiting delivery that may go into work: any, or under
+ * workers_by_key the first of a lane with nothing in work (and of `lane`
+ * itself for a lane's own worker, -1 for any). s->mu held. */
+static lq_delivery **next_ready(lq_subscription *s, int lane) {
+    for (lq_delivery **p = &s->queue_head; *p; p = &(*p)->queue_next) {
+        if (!s->lanes) return p;
+        if ((lane < 0 || (*p)->lane == lane) && s->lane_busy[(*p)->lane] == 0) return p;
+    }
+    return NULL;
+}
+
+/* Hands a waiting delivery out; s->mu held. */
+static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
+    lq_delivery *d = *slot, *prev = NULL;
+    for (lq_delivery *p = s->queue_head; p && p != d; p = p->queue_next) prev = p;
+    *slot = d->queue_next;
+    if (s->queue_tail == d) s->queue_tail = prev;
+    d->queue_next = NULL;
+    s->waiting--;
+    s->in_work++;
+    atomic_fetch_add(&s->coalescer.in_work, 1);
+    d->handed = true;
+    if (s->lanes) s->lane_busy[d->lane]++;
+    lq__flow_handed(&s->flow, s->in_work - 1);
+    wake_a_claimer(s); /* a row left the queue: a claim may go */
+    atomic_fetch_add(&s->stats[LQ_STAT_DELIVERED], 1);
+    return d;
+}
+
+void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n) {
+    if (s->flow.holds) return; /* their connections stay held until they settle */
+    pthread_mutex_lock(&s->mu);
+    int before = s->settling;
+    for (size_t i = 0; i < n; i++) {
+        if (dvs[i]->handed && !dvs[i]->settling) {
+            dvs[i]->settling = true;
+            s->settling++;
+        }
+    }
+    if (s->settling != before) wake_a_claimer(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Counts a delivery out of the flow; true when it gave room back to the
+ * broker. s->mu held. */
+static bool count_settled(lq_subscription *s, lq_delivery *d) {
+    bool room_freed = false;
+    if (d->reserved) { /* it never took the connection counted for it */
+        d->reserved = false;
+        s->held--;
+        room_freed = account_room(s);
+    }
+    if (d->settling) {
+        d->settling = false;
+        s->settling--;
+    }
+    if (d->handed) {
+        s->in_work--;
+        atomic_fetch_sub(&s->coalescer.in_work, 1);
+        if (s->lanes) s->lane_busy[d->lane]--;
+        d->handed = false;
+    }
+    return room_freed;
+}
+
+void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n,
+                              const lq__freed *freed) {
+    bool gave_back = freed->conn && !freed->chained;
+    if (freed->chained) { /* still counted in s->held */
+        chained.conn = freed->conn;
+        chained.of = s;
+    } else if (gave_back) {
+        lq__pool_release(&s->broker->pool, freed->conn, freed->broken);
+    }
+    pthread_mutex_lock(&s->mu);
+    bool room_freed = false;
+    if (gave_back) {
+        s->held--;
+        room_freed = account_room(s);
+    }
+    for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
+    if (s->form == LQ_FORM_ADVISORY) s->woken = true; /* a key came free */
+    wake_a_claimer(s);
+    if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
+    pthread_mutex_unlock(&s->mu);
+    if (room_freed) lq__broker_wake_room(s->broker, &s->member);
+    atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], (int64_t)n);
+}
+
+typedef struct worker_arg {
+    lq_subscription *s;
+    int lane;
+} worker_arg;
+
+/* Settles a delivery its handler left unsettled: an ack when the handler
+ * returned LQ_OK, a retry otherwise. */
+static void settle_unsettled(lq_delivery *d, int status) {
+    if (d->settled) return;
+    int rc = status == LQ_OK ? lq__settle(d, LQ__ACK, 0) : lq__settle(d, LQ__RETRY, 0);
+    if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
+}
+
+/* Settles what a handler left unsettled by its return, and lets go. An ack
+ * goes to the acker where it runs (the acker lets go). */
+static void finish_delivery(lq_delivery *d, int status) {
+    if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d)) return;
+    settle_unsettled(d, status);
+    lq__delivery_unref(d);
+}
+
+/* Takes up to `capacity` waiting deliveries; s->mu held. */
+static size_t take_many(lq_subscription *s, lq_delivery **out, size_t capacity) {
+    size_t n = 0;
+    lq_delivery **slot;
+    while (n < capacity && (slot = next_ready(s, -1))) out[n++] = take_locked(s, slot);
+    return n;
+}
+
+/* A push worker with no row waiting: claims for itself under workers_claim,
+ * else waits for the claim threads' rows. s->mu held. */
+static void await_rows(lq_subscription *s) {
+    if (s->workers_claim) claim_turn(s, true);
+    else pthread_cond_wait(&s->ready_cv, &s->mu);
+}
+
+static void *batch_worker_main(void *arg) {
+    lq_subscription *s = ((worker_arg *)arg)->s;
+    free(arg);
+    /* The deliveries, and the handles the handler gets (lq__handle_of). */
+    lq_delivery **batch = malloc(2 * (size_t)s->batch * sizeof *batch);
+    lq_delivery **handles = batch ? batch + s->batch : NULL;
+    pthread_mutex_lock(&s->mu);
+    while (batch) {
+        while (!s->stopping && !s->queue_head) await_rows(s);
+        if (s->stopping) break;
+        size_t n = take_many(s, batch, (size_t)s->batch);
+        pthread_mutex_unlock(&s->mu);
+        for (size_t i = 0; i < n; i++) handles[i] = lq__handle_of(batch[i]);
+        running_handler_of = s;
+        int status = s->batch_handler(handles, n, s->userdata);
+        running_handler_of = NULL;
+        if (status == LQ_OK) lq__settle_acks(NULL, batch, n, s->coalesce);
+        for (size_t i = 0; i < n; i++) settle_unsettled(batch[i], status);
+        lq__deliveries_unref(batch, n);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!batch) lq__log(LQ_LOG_ERROR, "a batch worker could not start: out of memory");
+    free(batch);
+    return NULL;
+}
+
+static void *handler_thread_main(void *arg);
+
+/* Under on_threads a handler thread has a pool of its own, opened on the
+ * thread and closed when it ends. */
+static void *worker_main(void *arg) {
+    lq_subscription *s = ((worker_arg *)arg)->s;
+    if (!s->on_threads) return handler_thread_main(arg);
+    lq__pool pool;
+    if (lq__pool_init_sized(&pool, s->broker->dialect, &s->broker->target, s->broker->options,
+                            s->thread_connections) != LQ_OK) {
+        lq__log_error(LQ_LOG_ERROR, "a handler thread's pool");
+        return handler_thread_main(arg);
+    }
+    own_pool = &pool;
+    void *result = handler_thread_main(arg);
+    own_pool = NULL;
+    lq__pool_destroy(&pool);
+    return result;
+}
+
+static void *handler_thread_main(void *arg) {
+    lq_subscription *s = ((worker_arg *)arg)->s;
+    if (s->batch_handler) return batch_worker_main(arg);
+    int lane = s->lanes ? ((worker_arg *)arg)->lane : -1;
+    free(arg);
+    /* A row lock worker claims next after its settlement: it chains. */
+    bool chains = s->workers_claim && s->form == LQ_FORM_ROW_LOCK && !s->transactional &&
+                  s->broker->dialect->commit_chain;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        lq_delivery **slot;
+        while (!s->stopping && !(slot = next_ready(s, lane))) {
+            lq__flow_waited(&s->flow);
+            await_rows(s);
+        }
+        if (s->stopping) break;
+        lq_delivery *d = take_locked(s, slot);
+        pthread_mutex_unlock(&s->mu);
+        drop_chained(s); /* a row came some other way: no claim next */
+        if (s->transactional && lq__delivery_begin(d) != LQ_OK) {
+            lq__log_error(LQ_LOG_ERROR, "opening the handler's transaction");
+            lq_delivery_free(d); /* back to the queue */
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+
+        running_handler_of = s;
+        int status = s->handler(lq__handle_of(d), s->userdata);
+        running_handler_of = NULL;
+        chained.settling_for = chains ? s : NULL;
+        finish_delivery(d, status);
+        chained.settling_for = NULL;
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    drop_chained(s);
+    return NULL;
+}
+
+static void stop_threads(lq_subscription *s);
+
+static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handler_fn batch_handler,
+                      void *userdata) {
+    pthread_mutex_lock(&s->mu);
+    /* Refused before anything changes: a subscription already running (or
+     * pulled from, or stopped) goes on as it was. */
+    int refused = s->mode == LQ__MODE_PUSH && !s->stopping
+                      ? lq__error(LQ_MISUSE, "the subscription is already running")
+                      : mode_allowed(s, LQ__MODE_PUSH);
+    if (refused != LQ_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return refused;
+    }
+    s->handler = handler;
+    s->batch_handler = batch_handler;
+    s->userdata = userdata;
+    /* Where each claim serves one free worker (a row, or a batch, that keeps
+     * its connection), the worker makes it and takes what it claimed: no
+     * hand-off between threads per claim. One claim for many workers, lanes
+     * and handler threads with pools of their own keep claim threads. */
+    s->workers_claim = s->flow.holds && !s->flow.one_claim && !s->lanes && !s->on_threads;
+    int rc = start_locked(s, LQ__MODE_PUSH);
+    if (rc == LQ_OK && !batch_handler && lq__acker_wanted(s)) rc = lq__acker_start(&s->acker);
+    if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
+        rc = lq__error(LQ_NOMEM, "out of memory");
+    for (int i = 0; rc == LQ_OK && i < s->workers; i++) {
+        worker_arg *arg = malloc(sizeof *arg);
+        if (!arg) {
+            rc = lq__error(LQ_NOMEM, "out of memory");
+            break;
+        }
+        *arg = (worker_arg){s, i};
+        if (pthread_create(&s->threads[i], NULL, worker_main, arg) != 0) {
+            free(arg);
+            rc = lq__error(LQ_ERROR, "cannot start worker thread %d", i + 1);
+        } else {
+            s->thread_count++;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc != LQ_OK) stop_threads(s); /* keeps the error that says why */
+    return rc;
+}
+
+int lq_subscription_run(lq_subscription *s, lq_handler_fn handler, void *userdata) {
+    lq__error_clear();
+    LQ__CHECK_ARG(s && handler, "an argument is NULL");
+    if (s->batch)
+        return lq__error(LQ_MISUSE, "a batch subscription runs a batch handler "
+                                    "(lq_subscription_run_batch)");
+    return start_push(s, handler, NULL, userdata);
+}
+
+int lq_subscription_run_batch(lq_subscription *s, lq_batch_handler_fn handler, void *userdata) {
+    lq__error_clear();
+    LQ__CHECK_ARG(s && handler, "an argument is NULL");
+    if (!s->batch) return lq__error(LQ_MISUSE, "lq_subscription_run_batch needs option batch");
+    return start_push(s, NULL, handler, userdata);
+}
+
+/* A pull that timed out while claims kept failing for at least its whole
+ * wait reports the last failure instead; s->mu held. */
+static int timed_out(lq_subscription *s, int64_t timeout_ms) {
+    int64_t failing_ms = s->failing_since ? lq__mono_ms() - s->failing_since : -1;
+    if (failing_ms < timeout_ms)
+        return lq__error(LQ_TIMEOUT, "no delivery within %lld ms", (long long)timeout_ms);
+    lq__error_restore(&s->last_failure);
+    lq__error_prefix("no delivery within %lld ms: claims have failed for %lld ms",
+                     (long long)timeout_ms, (long long)failing_ms);
+    return s->last_failure.status;
+}
+
+int lq_subscription_health(const lq_subscription *s, int64_t *failing_ms_out) {
+    lq__error_clear();
+    if (failing_ms_out) *failing_ms_out = 0;
+    LQ__CHECK_ARG(s, "subscription is NULL");
+    lq_subscription *m = (lq_subscription *)s;
+    pthread_mutex_lock(&m->mu);
+    int rc = LQ_OK;
+    if (m->failing_since) {
+        if (failing_ms_out) *failing_ms_out = lq__mono_ms() - m->failing_since;
+        lq__error_restore(&m->last_failure);
+        rc = m->last_failure.status;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
+                               lq_subscription *s, int64_t timeout_ms) {
+    lq__error_clear();
+    LQ__CHECK_ARG(out && count_out && s && capacity > 0, "an argument is NULL or zero");
+    LQ__CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
+    *count_out = 0;
+    pthread_mutex_lock(&s->mu);
+    int rc = start_locked(s, LQ__MODE_PULL);
+    struct timespec deadline = lq__deadline_in(timeout_ms);
+    while (rc == LQ_OK && !s->stopping && !next_ready(s, -1)) {
+        if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
+            rc = timed_out(s, timeout_ms);
+    }
+    if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (rc == LQ_OK) *count_out = take_many(s, out, capacity);
+    for (size_t i = 0; i < *count_out; i++) out[i] = lq__handle_of(out[i]);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_ms) {
+    lq__error_clear();
+    LQ__CHECK_ARG(out && s, "an argument is NULL");
+    *out = NULL;
+    LQ__CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
+    pthread_mutex_lock(&s->mu);
+    int rc = start_locked(s, LQ__MODE_PULL);
+    struct timespec deadline = lq__deadline_in(timeout_ms);
+    lq_delivery **slot = NULL;
+    while (rc == LQ_OK && !s->stopping && !(slot = next_ready(s, -1))) {
+        lq__flow_waited(&s->flow);
+        if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
+            rc = timed_out(s, timeout_ms);
+    }
+    if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (rc == LQ_OK) *out = take_locked(s, slot);
+    pthread_mutex_unlock(&s->mu);
+    if (rc == LQ_OK && s->transactional && (rc = lq__delivery_begin(*out)) != LQ_OK) {
+        lq_delivery_free(*out); /* back to the queue */
+        *out = NULL;
+    }
+    *out = lq__handle_of(*out);
+    return rc;
+}
+
+int lq_subscription_stop(lq_subscription *s) {
+    lq__error_clear();
+    LQ__CHECK_ARG(s, "subscription is NULL");
+    if (running_handler_of == s)
+        return lq__error(LQ_MISUSE, "a subscription cannot be stopped from its own handler, "
+                                    "which stop waits for: stop it from another thread");
+    stop_threads(s);
+    return LQ_OK;
+}
+
+/* Stops the subscription's threads and gives back the rows claimed and never
+ * handed out; the thread's error, if any, stays as it was. */
+static void stop_threads(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopped || s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->stopping = true;
+    atomic_store(&s->waits_abandoned, true);
+    bool started = s->started;
+    pthread_cond_broadcast(&s->claim_cv);
+    pthread_cond_broadcast(&s->ready_cv);
+    pthread_mutex_unlock(&s->mu);
+
+    for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
+    for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
+    lq__acker_stop(&s->acker); /* after the workers: it runs every ack they left */
+
+    /* Rows claimed but never handed out go back at once, but where the
+     * database has one writer and a transactional delivery is in work:
+     * its transaction may hold the write lock their release would wait
+     * for, on this very thread, so they go back at close. A stopped
+     * subscription waits for no room, so the others need leave it none. */
+    pthread_mutex_lock(&s->mu);
+    lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
+    s->queue_head = s->queue_tail = NULL;
+    s->waiting = 0;
+    s->stopped = true;
+    if (s->transactional && s->in_work > 0 && s->broker->dialect->single_writer) {
+        s->left_head = left.head;
+        s->left_tail = left.tail;
+        s->left_count = left.count;
+        left = (lq__claimed){0};
+    }
+    pthread_mutex_lock(&s->broker->room_mu);
+    bool was_starved = s->room_starved;
+    set_starved(s, false);
+    pthread_mutex_unlock(&s->broker->room_mu);
+    pthread_mutex_unlock(&s->mu);
+    if (was_starved) lq__broker_wake_room(s->broker, &s->member);
+    lq__claimed_free(&left);
+}
+
+void lq_subscription_close(lq_subscription *s) {
+    if (!s) return;
+    if (running_handler_of == s) {
+        lq__log(LQ_LOG_ERROR, "a subscription cannot be closed from its own handler; not closed");
+        return;
+    }
+    lq_subscription_stop(s);
+    pthread_mutex_lock(&s->mu);
+    lq__claimed left = {s->left_head, s->left_tail, s->left_count};
+    s->left_head = s->left_tail = NULL;
+    s->left_count = 0;
+    bool in_work = s->in_work > 0;
+    pthread_mutex_unlock(&s->mu);
+    /* A delivery still in work may hold the lock: the release does not wait
+     * for it, and rows it cannot give back return when their leases end. */
+    if (in_work) waiting_for = s;
+    lq__claimed_free(&left);
+    waiting_for = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    pthread_cond_broadcast(&s->keeper_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->has_keeper) pthread_join(s->keeper, NULL);
+    lq__broker_detach(s->broker, &s->member);
+    lq__subscription_unref(s);
+}
+
+int lq_subscription_in_handler(const lq_subscription *s) {
+    return s && running_handler_of == s;
+}
+
+int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
+    if (!s) return 0;
+    lq_subscription *m = (lq_subscription *)s;
+    if (stat == LQ_STAT_IN_WORK || stat == LQ_STAT_WAITING) {
+        pthread_mutex_lock(&m->mu);
+        int64_t v = stat == LQ_STAT_IN_WORK ? m->in_work : m->waiting;
+        pthread_mutex_unlock(&m->mu);
+        return v;
+    }
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXTENSIONS) return 0;
+    return atomic_load(&m->stats[stat]);
+}

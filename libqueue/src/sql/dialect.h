@@ -1,0 +1,214 @@
+/* The seam between the core and a database: a dialect connects, runs
+ * statements with bound values, and builds the statement shapes its database
+ * needs. The core never splices a value into SQL. */
+#ifndef LQ_DIALECT_H
+#define LQ_DIALECT_H
+
+#include "base/clock.h"
+#include "sql/sql.h"
+
+typedef struct lq__conn lq__conn; /* defined by each dialect */
+typedef struct lq__broker_target lq__broker_target;
+
+/* A value bound to or read from a statement. Text and blobs are borrowed: a
+ * bound value lives until the call returns, a read value until the row
+ * callback returns. LQ__V_TIME is epoch milliseconds, bound in the dialect's
+ * time type. */
+typedef enum lq__value_type { LQ__V_NULL, LQ__V_INT, LQ__V_TEXT, LQ__V_BLOB, LQ__V_TIME } lq__value_type;
+
+typedef struct lq__value {
+    lq__value_type type;
+    int64_t i;
+    const void *p;
+    size_t n;
+} lq__value;
+
+/* Called once per result row; a non-zero return stops the statement and is
+ * returned by exec. */
+typedef int (*lq__row_fn)(void *ctx, const lq__value *columns, int count);
+
+/* The kinds of value a column's declared type holds (lq__dialect.type_kinds),
+ * checked against what each role needs when a table is verified. */
+enum {
+    LQ__KIND_INTEGER = 1,
+    LQ__KIND_TEXT = 2,
+    LQ__KIND_BYTES = 4,
+    LQ__KIND_TIME = 8,
+    LQ__KIND_JSON = 16
+};
+
+/* The column types of the recommended CREATE TABLE. */
+typedef struct lq__ddl_types {
+    const char *id_generated, *id_plain, *bytes, *integer, *time, *time_due, *text, *json;
+    bool partial_index;  /* CREATE INDEX .. WHERE */
+    bool index_in_table; /* the claim-order index is declared inside CREATE TABLE,
+                            where the database has no CREATE INDEX IF NOT EXISTS */
+} lq__ddl_types;
+
+/* What the broker parsed from its URL: the URL and its password for every
+ * dialect, and the dialect's own reading of it (made by parse_url, freed by
+ * free_target). */
+struct lq__broker_target {
+    char *url;      /* the URL as given, for client libraries that parse it */
+    char *password; /* the URL's password, if any: scrubbed from messages */
+    void *own;
+};
+
+typedef struct lq__dialect {
+    const char *name;
+    unsigned forms;     /* bit (1 << lq_form) for each form served */
+    bool single_writer; /* one claim in flight at a time, whatever the table */
+    /* Advisory deliveries hold the connection their key's lock lives on. */
+    bool advisory_holds_connection;
+    /* Lease columns keep whole seconds (MySQL DATETIME): expiries fall on one. */
+    bool whole_second_leases;
+    /* A READ UNCOMMITTED level of its own, under which row locks still hold
+     * (PostgreSQL runs it as READ COMMITTED: a table declaring it is refused
+     * there rather than silently run at another level). */
+    bool read_uncommitted;
+    /* Wakes subscriptions on rows other processes write (LISTEN/NOTIFY). */
+    bool listen_notify;
+    /* The lease claim stamps its rows itself. Otherwise the claim is a
+     * locking read, and the core stamps each row (sqlset.stamp) in the same
+     * READ COMMITTED transaction. */
+    bool claim_writes_lease;
+    /* INSERT .. RETURNING gives the new id. Otherwise exec reports the
+     * generated id of an insert as a one-column row. */
+    bool insert_returning;
+    /* How an insert of nothing but defaults goes on after the table's name
+     * (NULL: " DEFAULT VALUES"). */
+    const char *insert_defaults;
+    /* The most parameters one statement binds: multi-row inserts stay
+     * within it. */
+    int max_params;
+    /* Whether this connection's server returns the ids of a multi-row
+     * INSERT .. RETURNING (NULL: insert_returning says). Where it cannot,
+     * rows whose ids the table generates are inserted one by one. */
+    bool (*insert_rows_returning)(lq__conn *conn);
+
+    /* Reads the URL's part after the scheme into the target. */
+    int (*parse_url)(lq__broker_target *target, const char *url, const char *rest);
+    void (*free_target)(void *own); /* NULL: own is never set */
+    /* Opens one connection, with every deadline the options set. */
+    int (*connect)(lq__conn **out, const lq__broker_target *target, const lq_options *options);
+    void (*disconnect)(lq__conn *conn);
+    /* Whether a connection may go back to the pool: alive, and in no
+     * transaction. NULL: always. */
+    bool (*reusable)(lq__conn *conn);
+    /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor for
+     * `table` (its form and FIFO groups), or below every floor when NULL. */
+    int (*check_version)(lq__conn *conn, const lq_table *table);
+
+    /* Statement shapes: quoting, placeholders, and the claims. */
+    char quote;
+    void (*placeholder)(lq__strbuf *sb, int position);
+    /* A cast after each LQ_COL_* column of a returned row (NULL: none), so
+     * rows come back in the types the core reads. */
+    const char *row_casts[LQ__COL_COUNT];
+    int (*build_claims)(lq__sqlset *set, const lq_table *table);
+    /* Settling a set of rows in one statement (sqlset.ack_set): a row source
+     * of column lq_id, and with `tokens` lq_held, read from LQ__P_HELD_SET as
+     * lq__held_set_add writes it; and the time text its tokens are written
+     * in. NULL: no such statement. */
+    void (*held_set_source)(lq__sql *b, bool tokens);
+    bool held_set_array; /* a set is an array of integers, not JSON (lq__held_set_add) */
+    void (*held_time_text)(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms);
+    /* The set is joined to the table (DELETE t FROM set JOIN t), where a
+     * subquery in a DELETE would not use the table's index; else the rows
+     * are picked by (id, token) IN (SELECT .. FROM set). */
+    bool held_set_joins;
+
+    /* Prepares a statement without running it: a missing table or column
+     * fails with LQ_SCHEMA and the database's message. */
+    int (*prepare)(lq__conn *conn, const lq__stmt *stmt);
+    /* Runs a statement with the values of its parameters, taken by symbol
+     * from `args` (indexed by lq__param; a multi-row insert's, see
+     * lq__stmt_arg). `changes` (may be NULL) receives the rows written. A
+     * statement of id 0 runs once: the connection keeps no prepared copy. */
+    int (*exec)(int64_t *changes, lq__conn *conn, const lq__stmt *stmt, const lq__value *args,
+                lq__row_fn on_row, void *ctx);
+    /* Runs SQL text of the caller's own, with text parameters in the
+     * database's own placeholders (NULL entries are SQL NULL). */
+    int (*execute)(int64_t *changes, lq__conn *conn, const char *sql, const char *const *params,
+                   int count);
+    /* Wraps a connection the caller owns (PGconn *, MYSQL *, sqlite3 *) for
+     * the duration of one call; release_borrowed frees the wrapper only. */
+    int (*borrow)(lq__conn **out, void *native);
+    void (*release_borrowed)(lq__conn *conn);
+    int (*begin)(lq__conn *conn, int isolation);
+    int (*commit)(lq__conn *conn);
+    int (*rollback)(lq__conn *conn);
+    /* Commits and opens the next transaction in the same statement, at the
+     * same isolation (COMMIT AND CHAIN): a round trip less for a worker that
+     * claims again next. *chained tells whether a transaction is open now
+     * (false also where the server is too old for it). NULL where the
+     * database has none. */
+    int (*commit_chain)(bool *chained, lq__conn *conn);
+
+    /* Wake-ups across processes (NULL where the database has none): send on
+     * a channel, listen to one, and wait up to timeout_ms for notifications,
+     * calling on_note for each. */
+    int (*notify)(lq__conn *conn, const char *channel, const char *payload);
+    /* The notification as an expression over LQ__P_CHANNEL and LQ__P_MSG_GROUP,
+     * so an insert's statement can send it (NULL: a statement of its own). */
+    void (*notify_call)(lq__sql *b);
+    int (*listen)(lq__conn *conn, const char *channel);
+    int (*wait_notes)(lq__conn *conn, int64_t timeout_ms,
+                      void (*on_note)(void *ctx, const char *channel, const char *payload),
+                      void *ctx);
+
+    /* Creating and verifying tables (schema.c). */
+    const lq__ddl_types *ddl;
+    /* A statement returning a row when schema LQ__P_SCHEMA exists. */
+    void (*schema_query)(lq__sql *b);
+    /* A statement returning (name, declared type) for each column of table
+     * LQ__P_NAME in schema LQ__P_SCHEMA, or where an unqualified name resolves
+     * when that is NULL; no row when there is no such table. */
+    void (*columns_query)(lq__sql *b);
+    /* Column names match whatever their case (SQLite, MySQL). */
+    bool columns_fold_case;
+    /* The size in bytes of a role's column, as an SQL expression. */
+    void (*byte_length)(lq__sql *b, int role);
+    /* The LQ__KIND_* bits of the values a declared type holds. */
+    unsigned (*type_kinds)(const char *type);
+    /* Run first in the creating transaction, with LQ__P_NAME naming the table:
+     * concurrent creators of one table take turns (NULL where the transaction
+     * or the DDL itself keeps them apart). */
+    void (*ddl_lock_query)(lq__sql *b);
+
+    /* Advisory keys: take without waiting (*taken false when held
+     * elsewhere), and give back (false when the database did not confirm). */
+    int (*try_lock_key)(bool *taken, lq__conn *conn, const lq__broker_target *target, const char *key);
+    bool (*unlock_key)(lq__conn *conn, const lq__broker_target *target, const char *key);
+    /* How many keys the process holds, where keys live in the process (NULL
+     * where sessions hold them and the claim's query filters them out). */
+    size_t (*keys_held)(const lq__broker_target *target);
+} lq__dialect;
+
+/* The values a statement binds: its parameters, in each of its rows. */
+static inline int lq__stmt_values(const lq__stmt *st) {
+    return st->rows > 1 ? st->nparams * st->rows : st->nparams;
+}
+
+/* The value bound at position i (from 0): row r's parameters come from the
+ * r-th set of LQ__P_COUNT arguments. */
+static inline const lq__value *lq__stmt_arg(const lq__stmt *st, const lq__value *args, int i) {
+    if (st->rows <= 1) return &args[st->params[i]];
+    return &args[(size_t)(i / st->nparams) * LQ__P_COUNT + st->params[i % st->nparams]];
+}
+
+/* The built-in dialects, and the one a URL names. */
+LQ__HIDDEN extern const lq__dialect lq__sqlite_dialect;
+LQ__HIDDEN extern const lq__dialect lq__postgres_dialect;
+LQ__HIDDEN extern const lq__dialect lq__mysql_dialect;
+LQ__HIDDEN const lq__dialect *lq__dialect_for_url(const char *url, const char **rest);
+/* The dialect of a name ("sqlite", "postgresql", "postgres", "mysql",
+ * "mariadb"), or NULL. */
+LQ__HIDDEN const lq__dialect *lq__dialect_named(const char *name);
+
+/* Whether the calling thread is to give up waiting for a lock: it claims
+ * for a subscription that is stopping, whose own rows' transactions may hold
+ * the lock it waits for. */
+LQ__HIDDEN bool lq__lock_wait_abandoned(void);
+
+#endif

@@ -1,0 +1,841 @@
+/* The statement builder, and the statements every dialect shares: the
+ * settlements, the lease extension and the insert. */
+#include "sql/sql.h"
+
+#include "sql/dialect.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_int next_stmt_id = 1;
+
+void lq__sql_start(lq__sql *b, lq__stmt *stmt, const lq__dialect *d, const lq_table *t) {
+    memset(&b->sb, 0, sizeof b->sb);
+    memset(stmt, 0, sizeof *stmt);
+    b->stmt = stmt;
+    b->dialect = d;
+    b->table = t;
+}
+
+int lq__sql_finish(lq__sql *b) {
+    if (b->stmt->nparams > LQ__MAX_PARAMS) {
+        lq__sb_free(&b->sb);
+        return lq__error(LQ_MISUSE, "a statement has more than %d parameters", LQ__MAX_PARAMS);
+    }
+    b->stmt->sql = lq__sb_take(&b->sb);
+    if (!b->stmt->sql) return lq__error(LQ_NOMEM, "out of memory");
+    b->stmt->id = atomic_fetch_add(&next_stmt_id, 1);
+    return LQ_OK;
+}
+
+void lq__sql_add(lq__sql *b, const char *text) { lq__sb_add(&b->sb, text); }
+
+void lq__sql_ident(lq__sql *b, const char *name) { lq__sb_add_quoted(&b->sb, name, b->dialect->quote); }
+
+void lq__sql_qualified(lq__sql *b, const char *schema, const char *name) {
+    if (schema) {
+        lq__sql_ident(b, schema);
+        lq__sql_add(b, ".");
+    }
+    lq__sql_ident(b, name);
+}
+
+void lq__sql_table(lq__sql *b) { lq__sql_qualified(b, b->table->schema, b->table->name); }
+
+void lq__sql_col(lq__sql *b, int role) { lq__sql_ident(b, b->table->columns[role]); }
+
+void lq__sql_id(lq__sql *b) { lq__sql_ident(b, b->table->id); }
+
+void lq__sql_param(lq__sql *b, lq__param p) {
+    lq__stmt *s = b->stmt;
+    if (s->nparams < LQ__MAX_PARAMS) s->params[s->nparams] = (unsigned char)p;
+    s->nparams++;
+    b->dialect->placeholder(&b->sb, s->nparams);
+}
+
+void lq__sql_literal(lq__sql *b, const char *text) { lq__sb_add_quoted(&b->sb, text, '\''); }
+
+/* "<and><column><op><param>", and what joins the next condition. */
+static void compare(lq__sql *b, const char **and, int role, const char *op, lq__param p) {
+    lq__sql_add(b, *and);
+    lq__sql_col(b, role);
+    lq__sql_add(b, op);
+    lq__sql_param(b, p);
+    *and = " AND ";
+}
+
+void lq__sql_claim_where(lq__sql *b, bool lease_free) {
+    const lq_table *t = b->table;
+    const char *and = "";
+    if (lq__has(t, LQ_ROLE_GROUP)) compare(b, &and, LQ_ROLE_GROUP, " = ", LQ__P_GROUP);
+    if (lq__has(t, LQ_ROLE_RETRY_AFTER)) compare(b, &and, LQ_ROLE_RETRY_AFTER, " <= ", LQ__P_NOW);
+    if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, and);
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " IS NULL");
+        and = " AND ";
+    }
+    if (lease_free) {
+        lq__sql_add(b, and);
+        lq__sql_add(b, "(");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " IS NULL OR ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " <= ");
+        lq__sql_param(b, LQ__P_LEASE_NOW);
+        lq__sql_add(b, ")");
+        and = " AND ";
+    }
+    if (!*and) lq__sql_add(b, "1 = 1");
+}
+
+void lq__sql_fifo_head(lq__sql *b, bool lease) {
+    lq__sql_add(b, " AND ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = (SELECT ");
+    lq__sql_id(b);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_GROUP);
+    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " IS NULL");
+    }
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " LIMIT 1)");
+    if (!lease) return;
+    /* A row that entered ahead of the head in work waits too. */
+    lq__sql_add(b, " AND NOT EXISTS (SELECT 1 FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_work");
+    lq__sql_add(b, " WHERE ");
+    lq__sql_ident(b, "lq_work");
+    lq__sql_add(b, ".");
+    lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_GROUP);
+    lq__sql_add(b, " AND ");
+    lq__sql_ident(b, "lq_work");
+    lq__sql_add(b, ".");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " > ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    lq__sql_add(b, ")");
+}
+
+void lq__sql_claim_order(lq__sql *b) {
+    if (lq__has(b->table, LQ_ROLE_PRIORITY)) {
+        lq__sql_col(b, LQ_ROLE_PRIORITY);
+        lq__sql_add(b, ", ");
+    }
+    if (lq__has(b->table, LQ_ROLE_RETRY_AFTER)) {
+        lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
+        lq__sql_add(b, ", ");
+    }
+    lq__sql_id(b);
+}
+
+void lq__sql_claim_limit(lq__sql *b) {
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " LIMIT ");
+    lq__sql_param(b, LQ__P_LIMIT);
+}
+
+void lq__sql_locking_read(lq__sql *b, bool lease) {
+    lq__sql_add(b, "SELECT ");
+    lq__sql_row_columns(b, NULL);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_claim_where(b, lease);
+    if (b->table->fifo) lq__sql_fifo_head(b, lease);
+    lq__sql_claim_limit(b);
+    lq__sql_add(b, " FOR UPDATE SKIP LOCKED");
+}
+
+/* "UPDATE t SET attempt = attempt + 1". */
+static void count_attempt(lq__sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, LQ_ROLE_ATTEMPT);
+    lq__sql_add(b, " = ");
+    lq__sql_col(b, LQ_ROLE_ATTEMPT);
+    lq__sql_add(b, " + 1");
+}
+
+/* " IN (SELECT lq_id[, lq_held] FROM <the rows of LQ__P_HELD_SET> AS lq_s)". */
+static void in_held_set(lq__sql *b, bool with_held) {
+    lq__sql_add(b, " IN (SELECT ");
+    lq__sql_ident(b, "lq_id");
+    if (with_held) {
+        lq__sql_add(b, ", ");
+        lq__sql_ident(b, "lq_held");
+    }
+    lq__sql_add(b, " FROM ");
+    b->dialect->held_set_source(b, with_held);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, ")");
+}
+
+void lq__sql_take(lq__sql *b, bool counts, bool set) {
+    if (counts) {
+        count_attempt(b);
+        lq__sql_add(b, " WHERE ");
+    } else {
+        lq__sql_add(b, "SELECT ");
+        lq__sql_row_columns(b, NULL);
+        lq__sql_add(b, " FROM ");
+        lq__sql_table(b);
+        lq__sql_add(b, " WHERE ");
+    }
+    lq__sql_id(b);
+    if (set) {
+        in_held_set(b, false);
+    } else {
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_ID);
+    }
+    lq__sql_add(b, " AND ");
+    lq__sql_claim_where(b, false);
+}
+
+/* The role of each LQ_COL_* column (the id column has none). */
+static const int row_roles[LQ__COL_COUNT] = {
+    [LQ__COL_ID] = 0,
+    [LQ__COL_PAYLOAD] = LQ_ROLE_PAYLOAD,   [LQ__COL_ATTEMPT] = LQ_ROLE_ATTEMPT,
+    [LQ__COL_GROUP] = LQ_ROLE_GROUP,       [LQ__COL_PKEY] = LQ_ROLE_PARTITION_KEY,
+    [LQ__COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ__COL_PRIORITY] = LQ_ROLE_PRIORITY,
+    [LQ__COL_DUE] = LQ_ROLE_RETRY_AFTER,
+    [LQ__COL_PAYLOAD_SIZE] = LQ_ROLE_PAYLOAD, [LQ__COL_HEADERS_SIZE] = LQ_ROLE_HEADERS,
+};
+
+/* The limit on a column's size the table's copy sets, or 0. */
+static int64_t size_limit(const lq_table *t, int col) {
+    if (col == LQ__COL_PAYLOAD || col == LQ__COL_PAYLOAD_SIZE) return t->max_payload;
+    if (col == LQ__COL_HEADERS || col == LQ__COL_HEADERS_SIZE) return t->max_headers;
+    return 0;
+}
+
+static bool is_size(int col) { return col == LQ__COL_PAYLOAD_SIZE || col == LQ__COL_HEADERS_SIZE; }
+
+void lq__row_layout(const lq_table *t, int at[LQ__COL_COUNT]) {
+    int next = 0;
+    for (int i = 0; i < LQ__COL_COUNT; i++) {
+        bool has = i == LQ__COL_ID || lq__has(t, row_roles[i]);
+        at[i] = has && (!is_size(i) || size_limit(t, i)) ? next++ : -1;
+    }
+}
+
+/* A column within its limit: CASE WHEN <its size> <= <the limit> THEN <it>
+ * END, so a row past it is claimed without its value ever being read. */
+static void limited_col(lq__sql *b, int col) {
+    lq__sql_add(b, "CASE WHEN ");
+    b->dialect->byte_length(b, row_roles[col]);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, col == LQ__COL_PAYLOAD ? LQ__P_MAX_PAYLOAD : LQ__P_MAX_HEADERS);
+    lq__sql_add(b, " THEN ");
+    lq__sql_col(b, row_roles[col]);
+    lq__sql_add(b, " END");
+}
+
+void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
+    int at[LQ__COL_COUNT];
+    lq__row_layout(b->table, at);
+    for (int i = 0; i < LQ__COL_COUNT; i++) {
+        if (at[i] < 0) continue; /* a column the table lacks is left out, not a NULL */
+        const char *cast = b->dialect->row_casts[i];
+        if (i) lq__sql_add(b, ", ");
+        if (cast) lq__sql_add(b, "(");
+        if (i == LQ__COL_ID) lq__sql_id(b);
+        else if (is_size(i)) b->dialect->byte_length(b, row_roles[i]);
+        else if (size_limit(b->table, i)) limited_col(b, i);
+        else lq__sql_col(b, row_roles[i]);
+        if (i == LQ__COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
+        if (cast) {
+            lq__sql_add(b, ")");
+            lq__sql_add(b, cast);
+        }
+        /* Named by their LQ_COL_*, so a statement can select them again. */
+        lq__sb_addf(&b->sb, " AS \"lq_c%d\"", i);
+    }
+}
+
+/* "WHERE id = ?" and, in the lease form, the token. */
+static void where_held(lq__sql *b) {
+    lq__sql_add(b, " WHERE ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_ID);
+    if (lq_table_form(b->table) == LQ_FORM_LEASE) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_HELD);
+    }
+}
+
+/* The SET list's tail every update of a settled row shares: the lease is
+ * cleared, and in the row lock form a retry counts its attempt. */
+static void settle_tail(lq__sql *b, bool counts) {
+    int form = lq_table_form(b->table);
+    if (form == LQ_FORM_LEASE) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = NULL");
+    }
+    if (counts && form == LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " + 1");
+    }
+}
+
+/* What an ack does to its rows, up to the WHERE: delete them, or mark them
+ * processed (and clear their leases). */
+static void ack_head(lq__sql *b) {
+    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(b, "UPDATE ");
+        lq__sql_table(b);
+        lq__sql_add(b, " SET ");
+        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_NOW);
+        settle_tail(b, false);
+    } else {
+        lq__sql_add(b, "DELETE FROM ");
+        lq__sql_table(b);
+    }
+}
+
+static int build_ack(lq__sql *b) {
+    ack_head(b);
+    where_held(b);
+    return lq__sql_finish(b);
+}
+
+/* "<set> AS lq_s JOIN <table> AS lq_t ON lq_t.id = lq_s.lq_id": the rows of
+ * LQ__P_HELD_SET, where the dialect's row source joins. */
+static void join_held_set(lq__sql *b, bool tokens) {
+    b->dialect->held_set_source(b, tokens);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, " JOIN ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_t");
+    lq__sql_add(b, " ON ");
+    lq__sql_qualified(b, "lq_t", b->table->id);
+    lq__sql_add(b, " = ");
+    lq__sql_qualified(b, "lq_s", "lq_id");
+}
+
+/* The ack of a set of rows: the ack's DELETE (or UPDATE of processed_at)
+ * for every row of LQ__P_HELD_SET, in the lease form each with its token, or
+ * with `one_token` all with the one of LQ__P_HELD (the rows of one claim),
+ * which spares the database reading a token per row. */
+static int build_ack_set(lq__sql *b, bool one_token) {
+    bool lease = lq_table_form(b->table) == LQ_FORM_LEASE;
+    bool tokens = lease && !one_token;
+    bool marks = lq__has(b->table, LQ_ROLE_PROCESSED_AT);
+    if (b->dialect->held_set_joins) {
+        lq__sql_add(b, marks ? "UPDATE " : "DELETE ");
+        if (!marks) {
+            lq__sql_ident(b, "lq_t");
+            lq__sql_add(b, " FROM ");
+        }
+        join_held_set(b, tokens);
+        if (lease) {
+            lq__sql_add(b, " AND ");
+            lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
+            lq__sql_add(b, " = ");
+            if (tokens) lq__sql_qualified(b, "lq_s", "lq_held");
+            else lq__sql_param(b, LQ__P_HELD);
+        }
+        if (marks) {
+            lq__sql_add(b, " SET ");
+            lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_PROCESSED_AT]);
+            lq__sql_add(b, " = ");
+            lq__sql_param(b, LQ__P_NOW);
+            if (lease) {
+                lq__sql_add(b, ", ");
+                lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
+                lq__sql_add(b, " = NULL");
+            }
+        }
+        return lq__sql_finish(b);
+    }
+    ack_head(b);
+    lq__sql_add(b, tokens ? " WHERE (" : " WHERE ");
+    lq__sql_id(b);
+    if (tokens) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, ")");
+    }
+    in_held_set(b, tokens);
+    if (lease && !tokens) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_HELD);
+    }
+    return lq__sql_finish(b);
+}
+
+void lq__held_set_add(lq__strbuf *sb, const lq__dialect *d, bool tokens, int64_t id, int64_t token) {
+    char number[LQ__INT_TEXT_SIZE], text[LQ__TIME_TEXT_SIZE];
+    size_t n = lq__int_text(number, id);
+    if (d->held_set_array) {
+        lq__sb_addc(sb, sb->len ? ',' : '{');
+        lq__sb_addn(sb, number, n);
+        if (tokens) {
+            lq__sb_addc(sb, ',');
+            lq__sb_addn(sb, number, lq__int_text(number, token));
+        }
+        return;
+    }
+    if (!tokens) {
+        lq__sb_addc(sb, sb->len ? ',' : '[');
+        lq__sb_addn(sb, number, n);
+        return;
+    }
+    d->held_time_text(text, token);
+    lq__sb_addn(sb, sb->len ? ",[" : "[[", 2);
+    lq__sb_addn(sb, number, n);
+    lq__sb_addn(sb, ",\"", 2);
+    lq__sb_add(sb, text);
+    lq__sb_addn(sb, "\"]", 2);
+}
+
+char *lq__held_set_take(lq__strbuf *sb, const lq__dialect *d) {
+    if (!sb->len) lq__sb_addc(sb, d->held_set_array ? '{' : '[');
+    lq__sb_addc(sb, d->held_set_array ? '}' : ']');
+    return lq__sb_take(sb);
+}
+
+/* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>. */
+static int build_update(lq__sql *b, int role, lq__param value, bool settles, bool counts) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, role);
+    lq__sql_add(b, " = ");
+    if (value) lq__sql_param(b, value);
+    else lq__sql_add(b, "NULL");
+    if (settles) settle_tail(b, counts);
+    where_held(b);
+    return lq__sql_finish(b);
+}
+
+static int build_retry(lq__sql *b) {
+    int form = lq_table_form(b->table);
+    if (form == LQ_FORM_LEASE) return build_update(b, LQ_ROLE_LOCKED_UNTIL, 0, false, false);
+    if (form == LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        count_attempt(b);
+        where_held(b);
+        return lq__sql_finish(b);
+    }
+    lq__sb_free(&b->sb);
+    return LQ_OK; /* no statement: the rollback or the key's release returns the row */
+}
+
+/* A row handed back unsettled (a stopping subscription's waiting rows, a
+ * delivery freed unsettled) spends no attempt: the lease and advisory forms
+ * counted one at the claim, so the release takes it back. In the row lock
+ * form the rollback undoes everything. */
+static int build_release(lq__sql *b) {
+    int form = lq_table_form(b->table);
+    bool counted = form != LQ_FORM_ROW_LOCK && lq__has(b->table, LQ_ROLE_ATTEMPT);
+    if (form != LQ_FORM_LEASE && !counted) {
+        lq__sb_free(&b->sb);
+        return LQ_OK;
+    }
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    const char *sep = "";
+    if (form == LQ_FORM_LEASE) {
+        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(b, " = NULL");
+        sep = ", ";
+    }
+    if (counted) {
+        lq__sql_add(b, sep);
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " - 1");
+    }
+    where_held(b);
+    return lq__sql_finish(b);
+}
+
+/* Splits "schema.table" or "table"; more parts are refused. */
+int lq__split_destination(char **schema, char **name, const char *dest) {
+    const char *dot = strchr(dest, '.');
+    *schema = *name = NULL;
+    if (dot && strchr(dot + 1, '.'))
+        return lq__error(LQ_MISUSE, "dead-letter table \"%s\": give \"table\" or \"schema.table\"",
+                         dest);
+    if (dot && (dot == dest || !dot[1]))
+        return lq__error(LQ_MISUSE, "dead-letter table \"%s\" has an empty part", dest);
+    if (dot) {
+        *schema = lq__memdup(dest, (size_t)(dot - dest) + 1);
+        if (*schema) (*schema)[dot - dest] = '\0';
+        *name = lq__strdup(dot + 1);
+    } else {
+        *name = lq__strdup(dest);
+    }
+    if ((dot && !*schema) || !*name) {
+        free(*schema);
+        free(*name);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    return LQ_OK;
+}
+
+/* Dead letter into a table of the same columns: copy the row as it is, clear
+ * its lease in the copy, delete it here; the three run in one transaction. */
+static int build_dead_table(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
+    char *schema, *name;
+    int rc = lq__split_destination(&schema, &name, t->dead_letter);
+    if (rc != LQ_OK) return rc;
+    lq__sql b;
+    lq__sql_start(&b, &set->dead_copy, d, t);
+    lq__sql_add(&b, "INSERT INTO ");
+    lq__sql_qualified(&b, schema, name);
+    lq__sql_add(&b, " SELECT * FROM ");
+    lq__sql_table(&b);
+    where_held(&b);
+    rc = lq__sql_finish(&b);
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->dead_clear, d, t);
+        lq__sql_add(&b, "UPDATE ");
+        lq__sql_qualified(&b, schema, name);
+        lq__sql_add(&b, " SET ");
+        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(&b, " = NULL WHERE ");
+        lq__sql_id(&b);
+        lq__sql_add(&b, " = ");
+        lq__sql_param(&b, LQ__P_ID);
+        rc = lq__sql_finish(&b);
+    }
+    if (rc == LQ_OK) {
+        lq__sql_start(&b, &set->dead_delete, d, t);
+        lq__sql_add(&b, "DELETE FROM ");
+        lq__sql_table(&b);
+        where_held(&b);
+        rc = lq__sql_finish(&b);
+    }
+    free(schema);
+    free(name);
+    return rc;
+}
+
+/* The columns an insert writes, besides the id and the attempt. */
+static const struct {
+    int role;
+    lq__param param;
+} insert_fields[] = {
+    {LQ_ROLE_PAYLOAD, LQ__P_PAYLOAD},         {LQ_ROLE_GROUP, LQ__P_MSG_GROUP},
+    {LQ_ROLE_PARTITION_KEY, LQ__P_PKEY},      {LQ_ROLE_PRIORITY, LQ__P_PRIORITY},
+    {LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ__P_HEADERS},
+};
+#define INSERT_FIELDS (sizeof insert_fields / sizeof insert_fields[0])
+
+bool lq__sql_insert_writes(const lq_table *t) {
+    if (!t->id_generated || lq__has(t, LQ_ROLE_ATTEMPT)) return true;
+    for (size_t i = 0; i < INSERT_FIELDS; i++)
+        if (lq__has(t, insert_fields[i].role)) return true;
+    return false;
+}
+
+/* "INSERT INTO t (columns)"; false when there is no column to write. */
+static bool insert_columns(lq__sql *b) {
+    const lq_table *t = b->table;
+    lq__sql_add(b, "INSERT INTO ");
+    lq__sql_table(b);
+    lq__sql_add(b, " (");
+    const char *sep = "";
+    if (!t->id_generated) {
+        lq__sql_id(b);
+        sep = ", ";
+    }
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, sep);
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        sep = ", ";
+    }
+    for (size_t i = 0; i < INSERT_FIELDS; i++) {
+        if (!lq__has(t, insert_fields[i].role)) continue;
+        lq__sql_add(b, sep);
+        lq__sql_col(b, insert_fields[i].role);
+        sep = ", ";
+    }
+    if (!*sep) return false;
+    lq__sql_add(b, ")");
+    return true;
+}
+
+/* One row's parameter: the first row names it, later rows repeat the first
+ * row's parameters at the next positions. */
+static void insert_param(lq__sql *b, lq__param p, int row, int *position) {
+    ++*position;
+    if (row == 0) lq__sql_param(b, p);
+    else b->dialect->placeholder(&b->sb, row * b->stmt->nparams + *position);
+}
+
+/* One row's tuple of values: "(?, 1, ?, ..)". */
+static void insert_tuple(lq__sql *b, int row) {
+    const lq_table *t = b->table;
+    const char *sep = "";
+    int position = 0;
+    lq__sql_add(b, "(");
+    if (!t->id_generated) {
+        insert_param(b, LQ__P_ID, row, &position);
+        sep = ", ";
+    }
+    if (lq__has(t, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, sep);
+        lq__sql_add(b, "1");
+        sep = ", ";
+    }
+    for (size_t i = 0; i < INSERT_FIELDS; i++) {
+        if (!lq__has(t, insert_fields[i].role)) continue;
+        lq__sql_add(b, sep);
+        insert_param(b, insert_fields[i].param, row, &position);
+        sep = ", ";
+    }
+    lq__sql_add(b, ")");
+}
+
+static int build_insert(lq__sql *b) {
+    if (insert_columns(b)) {
+        lq__sql_add(b, " VALUES ");
+        insert_tuple(b, 0);
+    } else {
+        /* Every column has a default: rewrite the start as the dialect says. */
+        b->sb.len = strlen("INSERT INTO ");
+        lq__sql_table(b);
+        lq__sql_add(b, b->dialect->insert_defaults ? b->dialect->insert_defaults : " DEFAULT VALUES");
+    }
+    if (b->dialect->insert_returning) {
+        lq__sql_add(b, " RETURNING ");
+        lq__sql_id(b);
+    }
+    int rc = lq__sql_finish(b);
+    b->stmt->insert = true;
+    return rc;
+}
+
+/* The stamp after a locking read: lease one row and count its attempt, while
+ * it is still free. */
+static int build_stamp(lq__sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_LEASE);
+    if (lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " + 1");
+    }
+    lq__sql_add(b, " WHERE ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_ID);
+    lq__sql_add(b, " AND (");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " IS NULL OR ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    lq__sql_add(b, ")");
+    return lq__sql_finish(b);
+}
+
+/* The stamps of a claim's rows in one statement, each row's expiry from
+ * LQ__P_HELD_SET, where a row source joins (MySQL's JSON_TABLE). */
+static int build_stamp_set(lq__sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    join_held_set(b, true);
+    lq__sql_add(b, " SET ");
+    const char *until = b->table->columns[LQ_ROLE_LOCKED_UNTIL];
+    lq__sql_qualified(b, "lq_t", until);
+    lq__sql_add(b, " = ");
+    lq__sql_qualified(b, "lq_s", "lq_held");
+    if (lq__has(b->table, LQ_ROLE_ATTEMPT)) {
+        const char *attempt = b->table->columns[LQ_ROLE_ATTEMPT];
+        lq__sql_add(b, ", ");
+        lq__sql_qualified(b, "lq_t", attempt);
+        lq__sql_add(b, " = ");
+        lq__sql_qualified(b, "lq_t", attempt);
+        lq__sql_add(b, " + 1");
+    }
+    lq__sql_add(b, " WHERE (");
+    lq__sql_qualified(b, "lq_t", until);
+    lq__sql_add(b, " IS NULL OR ");
+    lq__sql_qualified(b, "lq_t", until);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    lq__sql_add(b, ")");
+    return lq__sql_finish(b);
+}
+
+int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    int rc;
+    memset(set, 0, sizeof *set);
+    lq__sql_start(&b, &set->ack, d, t);
+    rc = build_ack(&b);
+    if (rc == LQ_OK && d->held_set_source) {
+        lq__sql_start(&b, &set->ack_set, d, t);
+        rc = build_ack_set(&b, false);
+    }
+    if (rc == LQ_OK && d->held_set_source && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->ack_set_held, d, t);
+        rc = build_ack_set(&b, true);
+    }
+    if (rc == LQ_OK) {
+        lq__sql_start(&b, &set->retry, d, t);
+        rc = build_retry(&b);
+    }
+    if (rc == LQ_OK) {
+        lq__sql_start(&b, &set->release, d, t);
+        rc = build_release(&b);
+    }
+    if (rc == LQ_OK && lq__has(t, LQ_ROLE_RETRY_AFTER)) {
+        lq__sql_start(&b, &set->retry_after, d, t);
+        rc = build_update(&b, LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER, true, true);
+    }
+    if (rc == LQ_OK && t->dead_letter) {
+        if (lq__has(t, LQ_ROLE_GROUP)) {
+            lq__sql_start(&b, &set->dead_group, d, t);
+            rc = build_update(&b, LQ_ROLE_GROUP, LQ__P_DEST, true, false);
+        } else {
+            rc = build_dead_table(set, d, t);
+        }
+    }
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE && !d->claim_writes_lease) {
+        lq__sql_start(&b, &set->stamp, d, t);
+        rc = build_stamp(&b);
+        if (rc == LQ_OK && d->held_set_joins) {
+            lq__sql_start(&b, &set->stamp_set, d, t);
+            rc = build_stamp_set(&b);
+        }
+    }
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->extend, d, t);
+        rc = build_update(&b, LQ_ROLE_LOCKED_UNTIL, LQ__P_LEASE, false, false);
+    }
+    if (rc == LQ_OK) rc = d->build_claims(set, t);
+    if (rc != LQ_OK) lq__sqlset_free(set);
+    return rc;
+}
+
+int lq__sqlset_build_insert(lq__stmt *insert, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, insert, d, t);
+    return build_insert(&b);
+}
+
+int lq__sql_build_insert_notify(lq__stmt *insert, const lq__dialect *d, const lq_table *t) {
+    lq__stmt plain;
+    int rc = lq__sqlset_build_insert(&plain, d, t);
+    if (rc != LQ_OK) return rc;
+    /* The insert's text and parameters first, then the notification's. */
+    lq__sql b;
+    lq__sql_start(&b, insert, d, t);
+    lq__sql_add(&b, "WITH ");
+    lq__sql_ident(&b, "lq_ins");
+    lq__sql_add(&b, " AS (");
+    lq__sql_add(&b, plain.sql);
+    lq__sql_add(&b, ") SELECT ");
+    lq__sql_qualified(&b, "lq_ins", t->id);
+    lq__sql_add(&b, ", ");
+    memcpy(insert->params, plain.params, sizeof plain.params);
+    insert->nparams = plain.nparams;
+    free(plain.sql);
+    d->notify_call(&b);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_ident(&b, "lq_ins");
+    return lq__sql_finish(&b);
+}
+
+int lq__sql_build_insert_rows(lq__stmt *insert, const lq__dialect *d, const lq_table *t, int rows) {
+    lq__sql b;
+    lq__sql_start(&b, insert, d, t);
+    if (!insert_columns(&b)) {
+        lq__sb_free(&b.sb);
+        return lq__error(LQ_MISUSE, "a multi-row insert with no column to write");
+    }
+    lq__sql_add(&b, " VALUES ");
+    for (int row = 0; row < rows; row++) {
+        if (row) lq__sql_add(&b, ", ");
+        insert_tuple(&b, row);
+    }
+    /* Only a generated id needs reading back: a given one is the message's. */
+    if (t->id_generated) {
+        lq__sql_add(&b, " RETURNING ");
+        lq__sql_id(&b);
+    }
+    int rc = lq__sql_finish(&b);
+    if (rc == LQ_OK) insert->rows = rows;
+    insert->insert = true;
+    return rc;
+}
+
+static int build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t, bool set) {
+    lq__sql b;
+    lq__sql_start(&b, take, d, t);
+    bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
+    lq__sql_take(&b, counts, set);
+    if (counts) {
+        lq__sql_add(&b, " RETURNING ");
+        lq__sql_row_columns(&b, " - 1");
+    }
+    return lq__sql_finish(&b);
+}
+
+int lq__sql_build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t) {
+    return build_take_returning(take, d, t, false);
+}
+
+int lq__sql_build_take_set_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t) {
+    return build_take_returning(take, d, t, true);
+}
+
+size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
+    lq__stmt *each[] = {&set->claim,       &set->take,       &set->take_read,    &set->take_set,
+                       &set->stamp,       &set->stamp_set,  &set->guard,        &set->ack,
+                       &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
+                       &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
+                       &set->dead_delete, &set->extend};
+    _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
+    memcpy(all, each, sizeof each);
+    return LQ__SQLSET_STATEMENTS;
+}
+
+void lq__sqlset_free(lq__sqlset *set) {
+    lq__stmt *all[LQ__SQLSET_STATEMENTS];
+    for (size_t i = 0, n = lq__sqlset_each(set, all); i < n; i++) {
+        free(all[i]->sql);
+        all[i]->sql = NULL;
+    }
+}

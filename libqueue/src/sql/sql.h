@@ -1,0 +1,178 @@
+/* Statements: SQL text with its parameters named by symbol, so the code that
+ * runs a statement binds values by meaning and each dialect keeps its own
+ * placeholders and parameter order. */
+#ifndef LQ_SQL_H
+#define LQ_SQL_H
+
+#include "base/strbuf.h"
+#include "sql/table.h"
+
+#include "base/options.h"
+
+typedef enum lq__param {
+    LQ__P_GROUP = 1,   /* the subscription's group */
+    LQ__P_NOW,         /* due comparison */
+    LQ__P_LEASE_NOW,   /* lease-ended comparison */
+    LQ__P_LIMIT,       /* rows to claim */
+    LQ__P_LEASE,       /* the new lease expiry */
+    LQ__P_HELD,        /* the lease the delivery holds: its token */
+    LQ__P_ID,
+    LQ__P_RETRY_AFTER, /* the time a retried row is due again */
+    LQ__P_DEST,        /* the dead-letter group */
+    LQ__P_PAYLOAD,
+    LQ__P_PKEY,
+    LQ__P_PRIORITY,
+    LQ__P_HEADERS,
+    LQ__P_MSG_GROUP,   /* the group a publish writes */
+    LQ__P_GUARD,       /* the FIFO group guard's key: "schema.table:group" */
+    LQ__P_HELD_SET,    /* rows settled together, as lq__held_set_add writes them */
+    LQ__P_CHANNEL,     /* the table's notification channel */
+    LQ__P_SCHEMA,      /* a schema's name, looked up in the catalog */
+    LQ__P_NAME,        /* a table's name, looked up in the catalog */
+    LQ__P_MAX_PAYLOAD, /* claims: the largest payload read (max_payload_bytes) */
+    LQ__P_MAX_HEADERS, /* and the largest headers' JSON */
+    LQ__P_COUNT
+} lq__param;
+
+#define LQ__MAX_PARAMS 24
+
+typedef struct lq__stmt {
+    char *sql;  /* NULL: the outcome runs no statement */
+    int id;     /* process-wide, for the per-connection cache of prepared statements */
+    int nparams;
+    /* A multi-row insert: `rows` (> 1) tuples of the same nparams parameters,
+     * bound from `rows` consecutive lq__param-indexed argument sets
+     * (lq__stmt_arg). 0 or 1: one set. */
+    int rows;
+    /* A publish's insert: where the dialect has no INSERT .. RETURNING, exec
+     * reports the new row's id as a one-column row. */
+    bool insert;
+    unsigned char params[LQ__MAX_PARAMS];
+} lq__stmt;
+
+/* Columns of every statement that returns rows of the queue, in this order,
+ * those the table has (lq__row_layout: where each is); a role the table lacks
+ * reads as NULL in the delivery. */
+enum { LQ__COL_ID, LQ__COL_PAYLOAD, LQ__COL_ATTEMPT, LQ__COL_GROUP, LQ__COL_PKEY, LQ__COL_HEADERS,
+       LQ__COL_PRIORITY, LQ__COL_DUE,
+       /* Where the table's copy limits them: the byte sizes, the values
+        * themselves then read only when within the limits. */
+       LQ__COL_PAYLOAD_SIZE, LQ__COL_HEADERS_SIZE, LQ__COL_COUNT };
+
+/* Every statement a subscription runs, built once when it opens. */
+typedef struct lq__sqlset {
+    lq__stmt claim;       /* lease: claims and stamps rows; advisory: candidates (id, key) */
+    lq__stmt take;        /* advisory: counts the attempt of one candidate and reads it */
+    lq__stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
+    lq__stmt take_set;    /* advisory, where keys live in the process: takes a set of
+                          * candidates (LQ__P_HELD_SET) in one statement, or NULL sql */
+    lq__stmt stamp;       /* lease, where the claim is a locking read: leases one row */
+    lq__stmt stamp_set;   /* and leases a set of rows (LQ__P_HELD_SET: id, expiry), or NULL
+                          * sql where the database cannot (the stamps then run one by one) */
+    lq__stmt guard;       /* FIFO: takes the group in the claim's transaction; returns 1 or 0 */
+    lq__stmt ack;
+    lq__stmt ack_set;     /* acks a set of rows in one statement, or NULL sql where the
+                          * database cannot (the acks then run one by one) */
+    lq__stmt ack_set_held; /* lease: acks a set of rows that share one token (LQ__P_HELD) */
+    lq__stmt retry;       /* NULL sql in the advisory form: releasing the key is the retry */
+    lq__stmt release;     /* gives back a row never settled, undoing the claim's count */
+    lq__stmt retry_after;
+    lq__stmt dead_group;  /* dead letter into another group */
+    lq__stmt dead_copy;   /* dead letter into another table: copy, clear the lease, delete */
+    lq__stmt dead_clear;
+    lq__stmt dead_delete;
+    lq__stmt extend;
+} lq__sqlset;
+
+/* A statement under construction. */
+typedef struct lq__sql {
+    lq__strbuf sb;
+    lq__stmt *stmt;
+    const struct lq__dialect *dialect;
+    const lq_table *table;
+} lq__sql;
+
+LQ__HIDDEN void lq__sql_start(lq__sql *b, lq__stmt *stmt, const struct lq__dialect *d, const lq_table *t);
+/* Finishes the statement; LQ_NOMEM or LQ_MISUSE (too many parameters). */
+LQ__HIDDEN int lq__sql_finish(lq__sql *b);
+LQ__HIDDEN void lq__sql_add(lq__sql *b, const char *text);
+LQ__HIDDEN void lq__sql_ident(lq__sql *b, const char *name);
+LQ__HIDDEN void lq__sql_table(lq__sql *b);
+LQ__HIDDEN void lq__sql_qualified(lq__sql *b, const char *schema, const char *name);
+LQ__HIDDEN void lq__sql_col(lq__sql *b, int role);
+LQ__HIDDEN void lq__sql_id(lq__sql *b);
+LQ__HIDDEN void lq__sql_param(lq__sql *b, lq__param p);
+/* "a = b AND ..." for due, unprocessed rows of the group; with the lease
+ * condition when `lease_free`. Writes "1 = 1" when there is nothing to say. */
+LQ__HIDDEN void lq__sql_claim_where(lq__sql *b, bool lease_free);
+/* FIFO groups: " AND id = <the group's head>", the head being its first
+ * unfinished row in claim order, due or not; in the lease form also " AND no
+ * row of the group is leased". */
+LQ__HIDDEN void lq__sql_fifo_head(lq__sql *b, bool lease);
+/* "priority, retry_after, id" for the columns the table has. */
+LQ__HIDDEN void lq__sql_claim_order(lq__sql *b);
+/* " ORDER BY <claim order> LIMIT <LQ__P_LIMIT>". */
+LQ__HIDDEN void lq__sql_claim_limit(lq__sql *b);
+/* The locking read of claimable rows (row lock, and the lease claims of
+ * PostgreSQL and MySQL): SELECT <row columns> FROM t WHERE <claimable> [FIFO
+ * head] ORDER BY .. LIMIT .. FOR UPDATE SKIP LOCKED. */
+LQ__HIDDEN void lq__sql_locking_read(lq__sql *b, bool lease);
+/* The advisory take up to its end: counts the attempt of a candidate still
+ * claimable (UPDATE .. SET attempt = attempt + 1 WHERE ..), or, without an
+ * attempt column, reads it (SELECT <row columns> FROM t WHERE ..); of the
+ * candidate LQ__P_ID, or with `set` of those in LQ__P_HELD_SET. */
+LQ__HIDDEN void lq__sql_take(lq__sql *b, bool counts, bool set);
+/* The LQ_COL_* columns the table has, in LQ_COL_* order, each named
+ * "lq_c<its LQ_COL_*>"; `attempt_expr` follows the attempt column when set
+ * (e.g. " - 1" after a count). */
+LQ__HIDDEN void lq__sql_row_columns(lq__sql *b, const char *attempt_expr);
+/* Where each LQ_COL_* column is in a row lq__sql_row_columns returns: its
+ * position, or -1 where the table lacks it (the row then leaves it out). */
+LQ__HIDDEN void lq__row_layout(const lq_table *t, int at[LQ__COL_COUNT]);
+/* Splits a destination "schema.table" or "table" (*schema NULL) into copies
+ * the caller frees. */
+LQ__HIDDEN int lq__split_destination(char **schema, char **name, const char *dest);
+/* A string literal in single quotes. */
+LQ__HIDDEN void lq__sql_literal(lq__sql *b, const char *text);
+
+/* Builds the settlements and the extension every dialect shares, then the
+ * dialect's claims. */
+LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, const lq_table *t);
+LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
+/* Every statement of a set, in `all`, for what is done to each of them
+ * (interning, freeing); returns how many. */
+#define LQ__SQLSET_STATEMENTS 18
+LQ__HIDDEN size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]);
+/* The advisory take where an update returns rows: count the attempt of a
+ * candidate still claimable and read it as it was (or only read it, without
+ * an attempt column). */
+LQ__HIDDEN int lq__sql_build_take_returning(lq__stmt *take, const struct lq__dialect *d,
+                                           const lq_table *t);
+/* The same for the candidates of LQ__P_HELD_SET, in one statement. */
+LQ__HIDDEN int lq__sql_build_take_set_returning(lq__stmt *take, const struct lq__dialect *d,
+                                               const lq_table *t);
+/* A set of rows as one text parameter: JSON [id, ..], or with tokens
+ * [[id, "token"], ..]; where the dialect reads arrays (held_set_array), an
+ * array literal of integers: {id, ..}, or with tokens {id, token ms, id,
+ * token ms, ..}. Add each row, then take the text (NULL when out of
+ * memory). */
+LQ__HIDDEN void lq__held_set_add(lq__strbuf *sb, const struct lq__dialect *d, bool tokens, int64_t id,
+                                int64_t token);
+LQ__HIDDEN char *lq__held_set_take(lq__strbuf *sb, const struct lq__dialect *d);
+/* The insert a publish runs: one row, returning its id. */
+LQ__HIDDEN int lq__sqlset_build_insert(lq__stmt *insert, const struct lq__dialect *d, const lq_table *t);
+/* One message's insert that also notifies the table's channel (LQ__P_CHANNEL)
+ * with its group, in one statement and one commit, where the dialect can
+ * (notify_call); it returns the id. */
+LQ__HIDDEN int lq__sql_build_insert_notify(lq__stmt *insert, const struct lq__dialect *d,
+                                          const lq_table *t);
+/* Whether an insert writes a column: otherwise its row is DEFAULT VALUES,
+ * which takes one statement a row. */
+LQ__HIDDEN bool lq__sql_insert_writes(const lq_table *t);
+/* The insert of `rows` rows in one statement (VALUES (..), (..), ..),
+ * returning the generated ids where the table generates them (in no promised
+ * order); only for a table lq__sql_insert_writes. */
+LQ__HIDDEN int lq__sql_build_insert_rows(lq__stmt *insert, const struct lq__dialect *d, const lq_table *t,
+                                        int rows);
+
+#endif

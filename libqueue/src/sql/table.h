@@ -1,0 +1,31 @@
+/* The table description as the core reads it. */
+#ifndef LQ_TABLE_H
+#define LQ_TABLE_H
+
+#include "sql/template.h"
+
+#define LQ__ROLE_COUNT (LQ_ROLE_HEADERS + 1)
+
+struct lq_table {
+    char *name;
+    char *schema;
+    char *id;
+    bool id_generated;
+    char *columns[LQ__ROLE_COUNT]; /* indexed by lq_role; NULL when unset */
+    bool fifo;
+    char *advisory;               /* the template's text */
+    lq__key_template key;          /* the template, parsed */
+    int isolation;
+    char *dead_letter;
+    /* A subscription's copy only: rows over these sizes are claimed by their
+     * size alone (0: no limit; the statements bind the limits). */
+    int64_t max_payload, max_headers;
+};
+
+/* A deep copy, so a subscription outlives the caller's description. */
+LQ__HIDDEN int lq__table_copy(lq_table **out, const lq_table *t);
+LQ__HIDDEN bool lq__has(const lq_table *t, int role);
+/* "schema.name" or "name", unquoted, for messages. */
+LQ__HIDDEN const char *lq__table_label(const lq_table *t, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,1 @@
+/* A runtime header, above the core. */
