@@ -1,6 +1,6 @@
 """A TCP relay on loopback between the library and a server, with the faults
-of the chaos suite. A copy grown from tests/python/relay.py (which stays as
-it is): besides ``cut()`` / ``restore()`` it has
+of the chaos suite. It extends tests/python/relay.py (whose ``url()``,
+``cut()`` and ``restore()`` it keeps): besides those it has
 
 * ``blackhole()`` / ``heal()``: every open connection turns half-open (what
   either side sends is swallowed; nothing is closed), and new connections
@@ -23,30 +23,12 @@ client closed it.
 from __future__ import annotations
 
 import collections
-import re
 import socket
-import struct
 import threading
 import time
 from typing import Deque, List, Optional, Tuple
 
-
-def _close(sock: Optional[socket.socket], reset: bool = False) -> None:
-    if sock is None:
-        return
-    # A thread blocked in recv() keeps the socket open past close(): the
-    # shutdown wakes it first. SHUT_RD sends nothing, so with SO_LINGER 0 the
-    # close that follows sends the reset; SHUT_RDWR sends a FIN.
-    try:
-        if reset:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        sock.shutdown(socket.SHUT_RD if reset else socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        sock.close()
-    except OSError:
-        pass
+from relay import Relay, close_socket  # tests/python (conftest.py puts it on sys.path)
 
 
 class Conn:
@@ -64,56 +46,42 @@ class Conn:
         self.lock = threading.Lock()
 
 
-class ChaosRelay:
+class ChaosRelay(Relay):
+    BACKLOG = 128
+
     def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self._lock = threading.Lock()
+        # Set before the relay listens: the accept thread reads them.
         self.conns: List[Conn] = []
         self.blackholed = False
         self.delay_s = 0.0
         self._cut_budget = 0
         self._cut_min_bytes = 0
         self.cuts = 0
-        self._closing = False
-        self._listener: Optional[socket.socket] = self._listen(0)
-        self.port = self._listener.getsockname()[1]
+        super().__init__(host, port)
 
     # -- set-up -------------------------------------------------------------
 
-    def _listen(self, port: int) -> socket.socket:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(128)
-        threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
-        return sock
+    def _connect(self) -> socket.socket:
+        server = super()._connect()
+        server.settimeout(None)
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return server
 
-    def url(self, url: str) -> str:
-        """The server's URL with this relay's port in place of the server's."""
-        return re.sub(r"@127\.0\.0\.1:\d+", "@127.0.0.1:%d" % self.port, url, count=1)
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
+    def _take(self, client: socket.socket) -> None:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        server = None
+        if not self.blackholed:
             try:
-                client, _ = listener.accept()
+                server = self._connect()
             except OSError:
-                return  # cut or closed
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            server = None
-            if not self.blackholed:
-                try:
-                    server = socket.create_connection(self.target, timeout=5)
-                    server.settimeout(None)
-                    server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                except OSError:
-                    _close(client)
-                    continue
-            conn = Conn(client, server)
-            with self._lock:
-                self.conns.append(conn)
-            threading.Thread(target=self._pump, args=(conn, True), daemon=True).start()
-            if server is not None:
-                threading.Thread(target=self._pump, args=(conn, False), daemon=True).start()
+                close_socket(client)
+                return
+        conn = Conn(client, server)
+        with self._lock:
+            self.conns.append(conn)
+        threading.Thread(target=self._pump, args=(conn, True), daemon=True).start()
+        if server is not None:
+            threading.Thread(target=self._pump, args=(conn, False), daemon=True).start()
 
     # -- forwarding -----------------------------------------------------------
 
@@ -198,8 +166,8 @@ class ChaosRelay:
             if conn.closed:
                 return
             conn.closed = True
-        _close(conn.client, reset)
-        _close(conn.server, reset)
+        close_socket(conn.client, reset)
+        close_socket(conn.server, reset)
 
     # -- faults ---------------------------------------------------------------
 
@@ -222,7 +190,7 @@ class ChaosRelay:
             conns = list(self.conns)
         for conn in conns:
             if conn.half_open and conn.server is not None:
-                _close(conn.server)
+                close_socket(conn.server)
 
     def set_delay(self, seconds: float) -> None:
         self.delay_s = seconds
@@ -236,25 +204,11 @@ class ChaosRelay:
         with self._lock:
             return self._cut_budget
 
-    def cut(self) -> None:
-        """Closes every connection and refuses new ones."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            try:  # wakes the accept() in progress: closing alone would not
-                listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            listener.close()
+    def _close_open(self) -> None:
         with self._lock:
             conns = list(self.conns)
         for conn in conns:
             self._end(conn)
-
-    def restore(self) -> None:
-        self._listener = self._listen(self.port)
-
-    def close(self) -> None:
-        self.cut()
 
     # -- what happened ----------------------------------------------------------
 

@@ -48,6 +48,13 @@ def _run(cmd: List[str], timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+def _must(cmd: List[str], what: str, timeout: float = 120) -> None:
+    """Runs ``cmd``; the test fails (with the end of its output) if it does."""
+    r = _run(cmd, timeout)
+    if r.returncode:
+        pytest.fail("%s failed: %s" % (what, r.stdout[-2000:]))
+
+
 def _children(pid: int) -> List[int]:
     out = []
     for stat in glob.glob("/proc/[0-9]*/stat"):
@@ -68,7 +75,52 @@ def pg_bin() -> Optional[str]:
     return None
 
 
-class PrivatePostgres:
+class _PrivateServer:
+    """What both servers share: a folder of their own (``folder``, with the
+    data folder ``data`` and the server's log ``log`` in it), a free
+    ``port``, ``ensure_up()``, ``log_tail()`` and ``close()``. A subclass
+    checks that its server is installed, calls this ``__init__``, makes the
+    data folder, starts the server and makes database lqchaos (``_must``
+    for each step); it has ``start()``, ``running()``, ``thaw()`` and
+    ``_crash()`` (a stop with no shutdown)."""
+
+    def __init__(self, name: str, data: str) -> None:
+        self.folder = base_folder(name)
+        self.data = os.path.join(self.folder, data)
+        self.log = os.path.join(self.folder, "server.log")
+        self.port = free_port()
+
+    def start(self) -> float:
+        raise NotImplementedError
+
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def thaw(self) -> None:
+        raise NotImplementedError
+
+    def _crash(self) -> None:
+        raise NotImplementedError
+
+    def ensure_up(self) -> None:
+        """Thawed and running (after a test that failed mid-fault)."""
+        self.thaw()
+        if not self.running():
+            self.start()
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            with open(self.log) as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        self._crash()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class PrivatePostgres(_PrivateServer):
     """``start()``, ``stop_immediate()`` (pg_ctl stop -m immediate: a crash
     to the clients, recovery at the next start), ``stop()`` (fast),
     ``freeze()`` / ``thaw()`` (SIGSTOP / SIGCONT to the postmaster and every
@@ -78,23 +130,17 @@ class PrivatePostgres:
         self.bin = pg_bin()
         if not self.bin:
             pytest.skip("no PostgreSQL server installed")
-        self.folder = base_folder("pg")
-        self.data = os.path.join(self.folder, "db")
-        self.port = free_port()
+        super().__init__("pg", "db")
         self.frozen: List[int] = []
         if os.geteuid() == 0:
             shutil.chown(self.folder, "postgres", "postgres")
         run = _as_user("postgres")
-        r = _run(run + [os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
-                        "-A", "trust", "--no-sync", "-E", "UTF8"])
-        if r.returncode:
-            pytest.fail("initdb failed: %s" % r.stdout[-2000:])
+        _must(run + [os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
+                     "-A", "trust", "--no-sync", "-E", "UTF8"], "initdb")
         self.start()
-        r = _run(run + [os.path.join(self.bin, "psql"), "-q", "-h", "127.0.0.1", "-p",
-                        str(self.port), "-U", "postgres", "-d", "postgres",
-                        "-c", "CREATE DATABASE lqchaos"])
-        if r.returncode:
-            pytest.fail("CREATE DATABASE failed: %s" % r.stdout)
+        _must(run + [os.path.join(self.bin, "psql"), "-q", "-h", "127.0.0.1", "-p",
+                     str(self.port), "-U", "postgres", "-d", "postgres",
+                     "-c", "CREATE DATABASE lqchaos"], "CREATE DATABASE")
         self.url = "postgresql://postgres@127.0.0.1:%d/lqchaos?sslmode=disable" % self.port
 
     def _ctl(self, *args: str) -> subprocess.CompletedProcess:
@@ -107,8 +153,7 @@ class PrivatePostgres:
         options = ("-c listen_addresses=127.0.0.1 -p %d -c unix_socket_directories=%s "
                    "-c max_connections=100 -c shared_buffers=32MB -c fsync=on "
                    "-c synchronous_commit=on" % (self.port, self.folder))
-        r = self._ctl("-l", os.path.join(self.folder, "server.log"), "-w", "-t", "60",
-                      "start", "-o", options)
+        r = self._ctl("-l", self.log, "-w", "-t", "60", "start", "-o", options)
         if r.returncode:
             pytest.fail("PostgreSQL did not start: %s\n%s" % (r.stdout, self.log_tail()))
         return time.monotonic()
@@ -116,15 +161,11 @@ class PrivatePostgres:
     def running(self) -> bool:
         return self._ctl("status").returncode == 0
 
-    def ensure_up(self) -> None:
-        """Thawed and running (after a test that failed mid-fault)."""
-        self.thaw()
-        if not self.running():
-            self.start()
-
     def stop_immediate(self) -> None:
         self.thaw()
         self._ctl("-m", "immediate", "-w", "stop")
+
+    _crash = stop_immediate
 
     def stop(self) -> None:
         self.thaw()
@@ -160,20 +201,8 @@ class PrivatePostgres:
                 pass
         self.frozen = []
 
-    def log_tail(self, n: int = 2000) -> str:
-        try:
-            with open(os.path.join(self.folder, "server.log")) as f:
-                return f.read()[-n:]
-        except OSError:
-            return ""
 
-    def close(self) -> None:
-        self.thaw()
-        self._ctl("-m", "immediate", "-w", "stop")
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-class PrivateMariaDB:
+class PrivateMariaDB(_PrivateServer):
     """``start()``, ``kill9()`` (SIGKILL: InnoDB recovers at the next start),
     ``stop()`` (SIGTERM, a clean shutdown), ``freeze()`` / ``thaw()``
     (SIGSTOP / SIGCONT), ``close()``. ``url``: user lq on database lqchaos."""
@@ -182,11 +211,9 @@ class PrivateMariaDB:
         self.server = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
         if not os.access(self.server, os.X_OK) or not shutil.which("mariadb-install-db"):
             pytest.skip("no MariaDB server installed")
-        self.folder = base_folder("mariadb")
-        self.data = os.path.join(self.folder, "data")
+        super().__init__("mariadb", "data")
         self.socket = os.path.join(self.folder, "mysqld.sock")
         self.pid_file = os.path.join(self.folder, "mariadbd.pid")
-        self.port = free_port()
         self.proc: Optional[subprocess.Popen] = None
         self.user = "root"
         if os.geteuid() == 0:
@@ -198,18 +225,14 @@ class PrivateMariaDB:
         else:
             import pwd
             self.user = pwd.getpwuid(os.geteuid()).pw_name
-        r = _run(["mariadb-install-db", "--no-defaults", "--datadir=" + self.data,
-                  "--user=" + self.user, "--skip-test-db",
-                  "--auth-root-authentication-method=socket"], timeout=180)
-        if r.returncode:
-            pytest.fail("mariadb-install-db failed: %s" % r.stdout[-2000:])
+        _must(["mariadb-install-db", "--no-defaults", "--datadir=" + self.data,
+               "--user=" + self.user, "--skip-test-db",
+               "--auth-root-authentication-method=socket"], "mariadb-install-db", timeout=180)
         self.start()
-        r = _run(["mariadb", "--no-defaults", "--socket=" + self.socket, "-u", "root", "-e",
-                  "CREATE DATABASE lqchaos; "
-                  "CREATE USER 'lq'@'127.0.0.1' IDENTIFIED BY 'lq'; "
-                  "GRANT ALL ON *.* TO 'lq'@'127.0.0.1';"])
-        if r.returncode:
-            pytest.fail("MariaDB set-up failed: %s" % r.stdout)
+        _must(["mariadb", "--no-defaults", "--socket=" + self.socket, "-u", "root", "-e",
+               "CREATE DATABASE lqchaos; "
+               "CREATE USER 'lq'@'127.0.0.1' IDENTIFIED BY 'lq'; "
+               "GRANT ALL ON *.* TO 'lq'@'127.0.0.1';"], "MariaDB set-up")
         self.url = "mysql://lq:lq@127.0.0.1:%d/lqchaos" % self.port
 
     def start(self) -> float:
@@ -219,7 +242,7 @@ class PrivateMariaDB:
             [self.server, "--no-defaults", "--datadir=" + self.data, "--user=" + self.user,
              "--port=%d" % self.port, "--bind-address=127.0.0.1", "--skip-name-resolve",
              "--socket=" + self.socket, "--pid-file=" + self.pid_file,
-             "--log-error=" + os.path.join(self.folder, "server.log"),
+             "--log-error=" + self.log,
              "--innodb-flush-log-at-trx-commit=1", "--innodb-buffer-pool-size=32M",
              "--max-connections=300", "--skip-log-bin"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -239,17 +262,13 @@ class PrivateMariaDB:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def ensure_up(self) -> None:
-        """Thawed and running (after a test that failed mid-fault)."""
-        self.thaw()
-        if not self.running():
-            self.start()
-
     def kill9(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(60)
+
+    _crash = kill9
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -267,14 +286,3 @@ class PrivateMariaDB:
     def thaw(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
-
-    def log_tail(self, n: int = 2000) -> str:
-        try:
-            with open(os.path.join(self.folder, "server.log")) as f:
-                return f.read()[-n:]
-        except OSError:
-            return ""
-
-    def close(self) -> None:
-        self.kill9()
-        shutil.rmtree(self.folder, ignore_errors=True)

@@ -18,8 +18,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import libqueue
 
+from helpers import Database
 
-class MariaDB:
+
+class MariaDB(Database):
     """A database of its own on a MariaDB or MySQL server, driven through
     pymysql. The interface is SqliteDB's (tests/python/helpers.py)."""
 
@@ -72,10 +74,6 @@ class MariaDB:
             **self._params)
         return conn
 
-    @staticmethod
-    def _sql(sql: str, params: Sequence[Any]) -> str:
-        return sql.replace("%", "%%").replace("?", "%s") if params else sql
-
     def execute(self, sql: str, params: Sequence[Any] = (), use_database: bool = True) -> None:
         with contextlib.closing(self.connect(use_database)) as conn, conn.cursor() as cur:
             cur.execute(self._sql(sql, params), tuple(params) or None)
@@ -92,10 +90,6 @@ class MariaDB:
             cur.execute(self._sql(sql, params), tuple(params) or None)
             return [tuple(v for v in row) for row in cur.fetchall()]
 
-    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        rows = self.query(sql, params)
-        return rows[0][0] if rows else None
-
     @staticmethod
     def quote(name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
@@ -109,18 +103,12 @@ class MariaDB:
         """CREATE TABLE for ``table`` (or a same-shaped table ``name``), with
         the claim-order index the README recommends on InnoDB."""
         id_type = "BIGINT AUTO_INCREMENT PRIMARY KEY" if table.id_generated else "BIGINT PRIMARY KEY"
-        cols = ["%s %s" % (self.quote(table.id), id_type)]
-        for role, column in table.columns.items():
-            cols.append("%s %s" % (self.quote(column), self.ROLE_TYPES[role]))
-        cols += list(extra)
+        cols = self._columns(table, id_type, extra)
         order = [table.columns[r] for r in ("group", "priority", "retry_after") if r in table.columns]
         cols.append("KEY %s (%s)" % (self.quote("claim_order"),
                                      ", ".join(self.quote(c) for c in order + [table.id])))
         self.execute("CREATE TABLE %s (%s) ENGINE=InnoDB" % (self.quote(name or table.name),
                                                               ", ".join(cols)))
-
-    def count(self, table: str, where: str = "1=1") -> int:
-        return int(self.scalar("SELECT count(*) FROM %s WHERE %s" % (self.quote(table), where)))
 
     def close(self) -> None:
         self.execute("DROP DATABASE IF EXISTS %s" % self.quote(self.database), use_database=False)

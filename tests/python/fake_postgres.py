@@ -9,12 +9,14 @@ import struct
 import threading
 from typing import Optional
 
+from fake_server import FakeServer
+
 
 def _message(kind: bytes, body: bytes) -> bytes:
     return kind + struct.pack("!I", len(body) + 4) + body
 
 
-class FakePostgres:
+class FakePostgres(FakeServer):
     def __init__(self, version: str, silent: bool = False, stall_on: Optional[bytes] = None) -> None:
         """``silent``: accept connections and never answer (a dead peer);
         ``stall_on``: answer until a message holds these bytes (a statement's
@@ -23,21 +25,8 @@ class FakePostgres:
         self.version = version
         self.silent = silent
         self.stall_on = stall_on
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
+        super().__init__()
         self.url = "postgresql://fake@127.0.0.1:%d/fake?sslmode=disable" % self.port
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
 
     def _session(self, conn: socket.socket) -> None:
         with conn:
@@ -57,14 +46,10 @@ class FakePostgres:
             conn.sendall(out)
             self._answer(conn)
 
-    @staticmethod
-    def _read(conn: socket.socket, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = conn.recv(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
+    def _read(self, conn: socket.socket, n: int) -> bytes:
+        data = self._recv_exact(conn, n)
+        if data is None:
+            raise EOFError
         return data
 
     def _answer(self, conn: socket.socket) -> None:
@@ -91,6 +76,3 @@ class FakePostgres:
                     conn.sendall(row)
         except (EOFError, OSError):
             return
-
-    def close(self) -> None:
-        self.sock.close()

@@ -24,6 +24,8 @@ import pytest
 
 import libqueue
 
+from fake_server import FakeServer
+
 # Capabilities: CLIENT_MYSQL/LONG_PASSWORD, FOUND_ROWS, LONG_FLAG,
 # CONNECT_WITH_DB, PROTOCOL_41, TRANSACTIONS, SECURE_CONNECTION,
 # MULTI_RESULTS, PLUGIN_AUTH.
@@ -56,11 +58,13 @@ def _lenenc_str(s: bytes) -> bytes:
     return _lenenc_int(len(s)) + s
 
 
-class FakeMySQL:
+class FakeMySQL(FakeServer):
     """A fake server on a free loopback port. ``binlog``: the answer to the
     binary log query (binlog_format, log_bin, sql_log_bin). ``silent``:
     accept and never send a byte. ``mute_queries``: handshake, then never
     answer a statement (a server that hangs mid-session)."""
+
+    BACKLOG = 16
 
     def __init__(self, version: str, binlog: Sequence[str] = ("ROW", "0", "1"),
                  silent: bool = False, mute_queries: bool = False) -> None:
@@ -70,15 +74,8 @@ class FakeMySQL:
         self.mute_queries = mute_queries
         self.queries: List[str] = []
         self.logins: List[tuple] = []  # (user, auth response) of each handshake response
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
+        super().__init__()
         self.url = "mysql://fake:secret@127.0.0.1:%d/fake" % self.port
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def close(self) -> None:
-        self.sock.close()
 
     # -- the protocol -------------------------------------------------------
 
@@ -86,16 +83,6 @@ class FakeMySQL:
     def _send(conn: socket.socket, seq: int, payload: bytes) -> int:
         conn.sendall(struct.pack("<I", len(payload))[:3] + bytes([seq & 0xFF]) + payload)
         return seq + 1
-
-    @staticmethod
-    def _recv_exact(conn: socket.socket, n: int) -> Optional[bytes]:
-        data = b""
-        while len(data) < n:
-            chunk = conn.recv(n - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
 
     def _recv(self, conn: socket.socket) -> Optional[bytes]:
         head = self._recv_exact(conn, 4)
@@ -135,14 +122,6 @@ class FakeMySQL:
         seq = self._send(conn, seq, self._eof())
         seq = self._send(conn, seq, b"".join(_lenenc_str(v.encode()) for v in values))
         self._send(conn, seq, self._eof())
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
 
     def _session(self, conn: socket.socket) -> None:
         with conn:

@@ -17,7 +17,6 @@ import os
 import re
 import socket
 import struct
-import threading
 import uuid
 from typing import Any, Iterator, List, Optional
 from urllib.parse import quote, urlsplit
@@ -26,6 +25,7 @@ import pytest
 
 import libqueue
 
+from fake_server import FakeServer
 from helpers import POLL_MS, WAIT_S, make_table
 from relay import Relay
 
@@ -168,13 +168,7 @@ class UncertifiedRelay(Relay):
     """A relay listening on 127.0.0.2, a loopback address the servers'
     certificate does not name."""
 
-    def _listen(self, port: int) -> socket.socket:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((UNCERTIFIED_HOST, port))
-        sock.listen(64)
-        threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
-        return sock
+    HOST = UNCERTIFIED_HOST
 
 
 @pytest.fixture
@@ -264,44 +258,45 @@ def test_an_unknown_ca_is_refused(target) -> None:
 SSL_REQUEST, GSSENC_REQUEST = 80877103, 80877104
 
 
-class PostgresWithoutTls:
+class ServerWithoutTls(FakeServer):
+    """A fake that takes one connection at a time (5 s for each read) and
+    records in ``received`` what the client sends."""
+
+    THREADED = False
+
+    def __init__(self) -> None:
+        self.received: List[bytes] = []
+        super().__init__()
+
+    def _session(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                self._converse(conn)
+            except OSError:
+                pass
+
+    def _converse(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class PostgresWithoutTls(ServerWithoutTls):
     """Answers libpq's SSLRequest (and GSSENCRequest) with 'N', as a server
     with ssl=off does, then records whatever the client sends: a startup
     packet would carry the user name."""
 
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.received: List[bytes] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    data = conn.recv(8)
-                    while len(data) == 8 and struct.unpack("!II", data) in (
-                            (8, SSL_REQUEST), (8, GSSENC_REQUEST)):
-                        conn.sendall(b"N")
-                        data = conn.recv(8)
-                    while data:
-                        self.received.append(data)
-                        data = conn.recv(65536)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.sock.close()
+    def _converse(self, conn: socket.socket) -> None:
+        data = conn.recv(8)
+        while len(data) == 8 and struct.unpack("!II", data) in (
+                (8, SSL_REQUEST), (8, GSSENC_REQUEST)):
+            conn.sendall(b"N")
+            data = conn.recv(8)
+        while data:
+            self.received.append(data)
+            data = conn.recv(65536)
 
 
-class MariaDBWithoutTls:
+class MariaDBWithoutTls(ServerWithoutTls):
     """A MariaDB greeting without the TLS capability (CLIENT_SSL), as a
     server without ssl_cert sends it. Records the client's handshake
     response, then asks for the password in clear (mysql_clear_password),
@@ -311,26 +306,14 @@ class MariaDBWithoutTls:
     # TRANSACTIONS, SECURE_CONNECTION, MULTI_RESULTS, PLUGIN_AUTH: no SSL.
     CAPABILITIES = 0x1 | 0x2 | 0x4 | 0x8 | 0x200 | 0x2000 | 0x8000 | 0x20000 | 0x80000
 
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.received: List[bytes] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
     @staticmethod
     def _send(conn: socket.socket, seq: int, payload: bytes) -> None:
         conn.sendall(struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload)
 
-    @staticmethod
-    def _recv(conn: socket.socket) -> bytes:
-        head = b""
-        while len(head) < 4:
-            chunk = conn.recv(4 - len(head))
-            if not chunk:
-                return b""
-            head += chunk
+    def _recv(self, conn: socket.socket) -> bytes:
+        head = self._recv_exact(conn, 4)
+        if head is None:
+            return b""
         length, body = head[0] | head[1] << 8 | head[2] << 16, b""
         while len(body) < length:
             chunk = conn.recv(length - len(body))
@@ -346,29 +329,16 @@ class MariaDBWithoutTls:
                 + struct.pack("<H", caps >> 16) + bytes([21]) + b"\0" * 10 + scramble[8:] + b"\0"
                 + b"mysql_native_password\0")
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    self._send(conn, 0, self._greeting())
-                    response = self._recv(conn)
-                    if not response:
-                        continue
-                    self.received.append(response)
-                    self._send(conn, 2, b"\xfe" + b"mysql_clear_password\0")
-                    self.received.append(self._recv(conn))
-                    self._send(conn, 4, b"\x00\x00\x00\x02\x00\x00\x00")  # OK
-                    self.received.append(self._recv(conn))
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.sock.close()
+    def _converse(self, conn: socket.socket) -> None:
+        self._send(conn, 0, self._greeting())
+        response = self._recv(conn)
+        if not response:
+            return
+        self.received.append(response)
+        self._send(conn, 2, b"\xfe" + b"mysql_clear_password\0")
+        self.received.append(self._recv(conn))
+        self._send(conn, 4, b"\x00\x00\x00\x02\x00\x00\x00")  # OK
+        self.received.append(self._recv(conn))
 
 
 #: The fakes' users: PostgreSQL's startup packet and MySQL's handshake
