@@ -5,7 +5,7 @@
  *   lq_bench count --url U                      rows left, as {"remaining": n}
  *   lq_bench w1 --url U --form F --n N [--workers 4] [--batch B] [--pool P]
  *               [--poll-ms 50] [--coalesce 0|1] [--rss-at 100000,1000000] [--no-setup] [--callgrind]
- *               [--warm W]
+ *               [--warm W] [--concurrency C]
  *       W1 drain: preload N rows (untimed), start a push subscription with a
  *       no-op C handler, and time until the subscription has settled N
  *       deliveries; then check the table is empty. With --warm, W rows more
@@ -132,6 +132,9 @@ static int cmd_w1(int argc, char **argv) {
     if (coalesce_wait)
         check(lq_options_set_int(o, LQ_OPT_COALESCE_WAIT_US, strtoll(coalesce_wait, NULL, 10)),
               "coalesce_wait_us");
+    const char *concurrency = bench_arg(argc, argv, "--concurrency", NULL);
+    if (concurrency)
+        check(lq_options_set_int(o, LQ_OPT_CONCURRENCY, strtoll(concurrency, NULL, 10)), "concurrency");
     lq_subscription *sub;
     int rc = lq_subscription_open(&sub, broker, table, o);
     lq_options_free(o);
@@ -208,6 +211,7 @@ static int cmd_w1(int argc, char **argv) {
     bj_int(&j, "workers", workers);
     if (batch > 0) bj_int(&j, "batch", batch);
     if (coalesce) bj_int(&j, "coalesce", strtoll(coalesce, NULL, 10));
+    if (concurrency) bj_int(&j, "concurrency", strtoll(concurrency, NULL, 10));
     bj_int(&j, "poll_ms", poll_ms);
     bj_int(&j, "claims", claims);
     bj_int(&j, "empty_claims", empty);

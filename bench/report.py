@@ -129,7 +129,9 @@ def figure(records, rec):
 
 
 def figures(records):
-    return [figure(records, r) for r in records if r.get("kind") in ("lib", "cpu")]
+    """The figures of the records, in order; flow control's come as measured."""
+    return [figure(records, r) if r.get("kind") != "flow" else r for r in records
+            if r.get("kind") in ("lib", "cpu", "flow")]
 
 
 def cpu_record(db, form, n, lib_out, raw_out, workload="W1-cpu", lib_n=None):
@@ -285,6 +287,16 @@ def targets(figs):
             "%.2fx the target" % (v / minimum))
 
     ratio_target("PG W1 row lock, 4 workers", dict(db="postgresql", form="row_lock", binding="c", workload="W1"), 0.9)
+    for f in (f for f in figs if f.get("kind") == "flow"):
+        name = "%s %s" % (f["db"], f["workload"])
+        if f["workload"] == "F-limit" and f.get("ratio") is not None:
+            add(name, ">= 0.90x unlimited", "%.2fx" % f["ratio"], f["ratio"] >= 0.9,
+                "%+.0f%% of the target" % ((f["ratio"] / 0.9 - 1) * 100))
+        elif f["workload"] == "F-util":
+            add(name, ">= 0.90 busy", "%.2f" % f["busy_fraction"], f["busy_fraction"] >= 0.9, "")
+        elif f["workload"] == "F-rate":
+            ok = 0.95 <= f["ratio"] <= 1.0 and f.get("window_ok")
+            add(name, "0.95-1.00, window kept", "%.2f" % f["ratio"], ok, "")
     abs_target("PG W1 lease, 4 workers (coalesced settlements)", dict(db="postgresql", form="lease", binding="c", workload="W1"), 15000)
     for form in ("row_lock", "lease"):
         ratio_target("PG W1 best settings (%s, batch 100)" % form,
@@ -326,6 +338,19 @@ def targets(figs):
     else:
         add("RSS growth 100k -> 1M jobs (SQLite)", "<= 5%", "not measured (full run only)", None, "")
     return rows
+
+
+def flow_measured(f):
+    """A flow control figure in words."""
+    if f["workload"] == "F-limit":
+        return "W1 with concurrency=1000 %s/s, without %s/s: %.2fx" % (
+            fmt(f.get("jobs_per_s")), fmt(f.get("unlimited_jobs_per_s")), f.get("ratio") or 0)
+    if f["workload"] == "F-util":
+        return "concurrency=4, 3 processes x 4 workers, 20 ms handlers: %.2f of the limit busy" % (
+            f.get("busy_fraction") or 0)
+    return "rate_limit=20/s, 2 processes, %d s: %d starts of %d allowed (%.2f), window %s" % (
+        f.get("seconds", 0), f.get("starts", 0), f.get("allowed", 0), f.get("ratio") or 0,
+        "kept" if f.get("window_ok") else "**broken**")
 
 
 def markdown(figs, meta):
@@ -382,6 +407,12 @@ def markdown(figs, meta):
                       fmt(f.get("rss_100k_kb")), fmt(f.get("rss_1m_kb")), f.get("rss_growth_pct") or 0,
                       fmt(f.get("anon_100k_kb")), fmt(f.get("anon_1m_kb")),
                       fmt(f.get("sqlite_100k_kb")), fmt(f.get("sqlite_1m_kb")))]
+    flow = [f for f in figs if f.get("kind") == "flow"]
+    if flow:
+        lines += ["", "## Flow control (lease form)", "",
+                  "| db | figure | measured |", "|---|---|---|"]
+        for f in sorted(flow, key=lambda f: (DB_ORDER.get(f["db"], 9), f["workload"])):
+            lines.append("| %s | %s | %s |" % (f["db"], f["workload"], flow_measured(f)))
     lines += ["", "## Targets", "", "| figure | target | measured | met | margin |", "|---|---|---|---|---|"]
     for row in targets(figs):
         lines.append("| %s | %s | %s | %s | %s |" % row)

@@ -10,6 +10,9 @@ text that ``cffi.FFI().cdef()`` accepts:
   matter);
 * anything inside ``#ifdef __cplusplus`` blocks (the ``extern "C"`` guards) is
   dropped;
+* function-like macros the header defines (the X-macro list of the status
+  codes and the enumerator it is expanded with) are expanded where used, so
+  the enum reaches cffi as plain enumerators;
 * the ``LQ_API`` decoration is removed;
 * comments are removed;
 * the ``extern "Python"`` declarations of the binding's two callbacks are
@@ -44,6 +47,7 @@ _INT_DEFINE = re.compile(
     r"^\s*#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)\s+(-?(?:0[xX][0-9a-fA-F]+|\d+))[uUlL]*\s*$"
 )
 _DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
+_FUNCTION_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\(([^)]*)\)\s*(.*)$")
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _LINE_COMMENT = re.compile(r"//[^\n]*")
 
@@ -64,9 +68,61 @@ def _join_continuations(text: str) -> str:
     return text.replace("\\\n", " ")
 
 
+class _Macro:
+    def __init__(self, params: List[str], body: str) -> None:
+        self.params, self.body = params, body
+
+
+def _split_args(text: str, start: int) -> "tuple[List[str], int] | None":
+    """The arguments of a call whose "(" is at ``start``, split at top-level
+    commas (strings and nested parentheses kept whole), and the index after
+    its ")"; None when it does not close."""
+    args, depth, begin, quoted, escaped = [], 0, start + 1, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if quoted:
+            quoted = escaped or c != '"'
+            escaped = not escaped and c == "\\"
+        elif c == '"':
+            quoted = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                args.append(text[begin:i].strip())
+                return args, i + 1
+        elif c == "," and depth == 1:
+            args.append(text[begin:i].strip())
+            begin = i + 1
+    return None
+
+
+def _expand(text: str, macros: "dict[str, _Macro]") -> str:
+    """Expands calls of ``macros`` in ``text`` until none is left (the C
+    preprocessor's rescan, without its corner cases: the header uses none)."""
+    call = re.compile(r"\b(%s)\s*\(" % "|".join(map(re.escape, macros))) if macros else None
+    while call and (found := call.search(text)):
+        split = _split_args(text, found.end() - 1)
+        if split is None:
+            break
+        args, end = split
+        macro = macros[found.group(1)]
+        body = macro.body
+        for param, arg in zip(macro.params, args):
+            body = re.sub(r"\b%s\b" % re.escape(param), lambda _m, a=arg: a, body)
+        text = text[:found.start()] + body + text[end:]
+    return text
+
+
 def cdef_from_text(header: str) -> str:
     """Return the cdef for the header text ``header``."""
     text = _join_continuations(_strip_comments(header))
+    macros = {}
+    for line in text.splitlines():
+        f = _FUNCTION_DEFINE.match(line)
+        if f:
+            macros[f.group(1)] = _Macro([p.strip() for p in f.group(2).split(",")], f.group(3))
     out: List[str] = []
     # Stack of booleans: is the current conditional block dropped?
     dropping: List[bool] = []
@@ -96,6 +152,7 @@ def cdef_from_text(header: str) -> str:
             continue
         for word in DECORATIONS:
             line = re.sub(r"\b%s\b\s*" % re.escape(word), "", line)
+        line = _expand(line, macros)
         if line.strip():
             out.append(line.rstrip())
     return "\n".join(out) + "\n\n" + PYTHON_CALLBACKS

@@ -40,25 +40,32 @@ extern "C" {
 /* major * 10000 + minor * 100 + patch */
 #define LQ_VERSION_NUMBER 100
 
-/* Status codes. Values are fixed for good; new codes are only appended. */
-typedef enum lq_status {
-    LQ_OK = 0,
-    LQ_ERROR = 1,               /* a failure with no more precise code */
-    LQ_MISUSE = 2,              /* a bad argument, option or call order */
-    LQ_NOMEM = 3,               /* out of memory */
-    LQ_CONNECT = 4,             /* the database could not be reached */
-    LQ_BACKEND = 5,             /* a statement failed on the database */
-    LQ_SCHEMA = 6,              /* the table or one of its columns is missing */
-    LQ_DIALECT = 7,             /* the database cannot serve this description */
-    LQ_SERVER_TOO_OLD = 8,      /* the database is older than the floor */
-    LQ_CONNECTION_LIMIT = 9,    /* more connections than allowed */
-    LQ_TIMEOUT = 10,            /* nothing arrived before the deadline */
-    LQ_CLOSED = 11,             /* the broker or subscription is stopped */
-    LQ_LEASE_LOST = 12,         /* the row is no longer ours: nothing changed */
-    LQ_CONTENTION = 13,         /* the database reported a conflict; retried later */
-    LQ_ALREADY_SUBSCRIBED = 14, /* this queue already has a subscription here */
-    LQ_BATCH_ROLLED_BACK = 15   /* an earlier settlement rolled the batch back */
-} lq_status;
+/* Status codes, each with its value and its description (lq_status_describe).
+ * The one list of them: the enum below, the library's names and descriptions
+ * and the bindings' exceptions are all made from it. Values are fixed for
+ * good; new codes are only appended. */
+#define LQ_STATUS_LIST(X)                                                              \
+    X(LQ_OK, 0, "success")                                                             \
+    X(LQ_ERROR, 1, "a failure with no more precise code")                              \
+    X(LQ_MISUSE, 2, "a bad argument, option or call order")                            \
+    X(LQ_NOMEM, 3, "out of memory")                                                    \
+    X(LQ_CONNECT, 4, "the database could not be reached")                              \
+    X(LQ_BACKEND, 5, "a statement failed on the database")                             \
+    X(LQ_SCHEMA, 6, "the table or one of its columns is missing")                      \
+    X(LQ_DIALECT, 7, "the database cannot serve this description")                     \
+    X(LQ_SERVER_TOO_OLD, 8, "the database is older than the floor")                    \
+    X(LQ_CONNECTION_LIMIT, 9, "more connections than allowed")                         \
+    X(LQ_TIMEOUT, 10, "nothing arrived before the deadline")                           \
+    X(LQ_CLOSED, 11, "the broker or subscription is stopped")                          \
+    X(LQ_LEASE_LOST, 12, "the row is no longer ours: nothing changed")                 \
+    X(LQ_CONTENTION, 13, "the database reported a conflict; retried later")            \
+    X(LQ_ALREADY_SUBSCRIBED, 14, "this queue already has a subscription here")         \
+    X(LQ_BATCH_ROLLED_BACK, 15, "an earlier settlement rolled the batch back")          \
+    X(LQ_DUPLICATE, 16, "a row with this dedup key is queued or in work")
+
+#define LQ_STATUS_ENUMERATOR(name, value, description) name = value,
+typedef enum lq_status { LQ_STATUS_LIST(LQ_STATUS_ENUMERATOR) } lq_status;
+#undef LQ_STATUS_ENUMERATOR
 
 /* Version of the linked library: LQ_VERSION_NUMBER and "major.minor.patch". */
 LQ_API int lq_version_number(void);
@@ -120,7 +127,8 @@ typedef enum lq_option {
     LQ_OPT_WORKERS = 20,            /* deliveries in work at once; default 1 */
     LQ_OPT_WORKERS_BY_KEY = 21,     /* lanes by partition key; default 0 = off */
     LQ_OPT_BATCH = 22,              /* rows per claim for a batch subscription; default 0 */
-    LQ_OPT_POLL_INTERVAL_MS = 23,   /* wait after a short claim; default 1000 */
+    LQ_OPT_POLL_INTERVAL_MS = 23,   /* wait after a short claim, x0.95-1.05 at random;
+                                       default 1000 */
     LQ_OPT_LEASE_MS = 24,           /* lease length, whole seconds; default 30000 */
     LQ_OPT_MAX_ATTEMPTS = 25,       /* dead-letter after this many; default 0 = none */
     LQ_OPT_TRANSACTIONAL = 26,      /* handler writes commit with the ack; default 0 */
@@ -142,7 +150,28 @@ typedef enum lq_option {
                                        unread, with a warning naming its size: the claim
                                        reads its size, not the payload; needs a dead-letter
                                        destination; default 0 = no limit */
-    LQ_OPT_MAX_HEADERS_BYTES = 33   /* the same for the headers' JSON; default 0 */
+    LQ_OPT_MAX_HEADERS_BYTES = 33,  /* the same for the headers' JSON; default 0 */
+    LQ_OPT_CONCURRENCY = 34,        /* at most n rows of the queue (table, or table and
+                                       group) in work at once, counted on the database
+                                       across every broker and process that sets it;
+                                       lease form; default 0 = no limit */
+    LQ_OPT_WORKER_CONCURRENCY = 35, /* at most n rows of the queue held by this
+                                       subscription at once (in work, waiting for a worker,
+                                       or being claimed), counted here without a round
+                                       trip; not above concurrency; default 0 = no limit */
+    LQ_OPT_POLL_CEILING_MS = 36,    /* the longest the poll interval grows to while claims
+                                       meet contention (it doubles at each, and shrinks by
+                                       x0.9 at each claim that does not); default 10000, or
+                                       poll_interval_ms where that is longer */
+    LQ_OPT_RATE_LIMIT = 37,         /* at most n starts (claims of a row) of the queue in
+                                       any window of rate_period_ms, across every broker and
+                                       process that sets it, on the database's clock; lease
+                                       form; default 0 = none */
+    LQ_OPT_RATE_PERIOD_MS = 38,     /* the window of rate_limit; default 1000 */
+    LQ_OPT_PARTITION_CONCURRENCY = 39 /* at most n rows of one partition key in work at once,
+                                       across every broker and process that sets it (1: one
+                                       at a time per key, fleet-wide); rows without a key are
+                                       not limited; lease form; default 0 = none */
 } lq_option;
 
 typedef enum lq_option_type {
@@ -185,7 +214,9 @@ typedef enum lq_role {
     LQ_ROLE_PRIORITY = 6,       /* integer, smaller first */
     LQ_ROLE_RETRY_AFTER = 7,    /* timestamp: due when <= now */
     LQ_ROLE_PROCESSED_AT = 8,   /* timestamp: acks mark instead of deleting */
-    LQ_ROLE_HEADERS = 9         /* JSON object of strings */
+    LQ_ROLE_HEADERS = 9,        /* JSON object of strings */
+    LQ_ROLE_DEDUP_KEY = 10      /* text, nullable, under a unique index: a publish whose key
+                                   a row queued or in work holds is refused */
 } lq_role;
 
 typedef enum lq_form {
@@ -308,6 +339,18 @@ LQ_API int lq_message_set_priority(lq_message *message, int64_t priority);
 LQ_API int lq_message_set_delay_ms(lq_message *message, int64_t delay_ms);
 /* Adds or replaces one header (needs a headers column). */
 LQ_API int lq_message_set_header(lq_message *message, const char *name, const char *value);
+/* The message's dedup key (needs a dedup_key column). While a row holding
+ * the key is queued or in work (delayed, retried, leased, locked), a publish
+ * of the same key fails with LQ_DUPLICATE and writes nothing, or, with
+ * LQ_ON_DUPLICATE_EXISTING, writes nothing for this message and gives the
+ * holder's id. The key is free again once its row is acked or dead-lettered.
+ * The unique index lq_table_create makes keeps it exact across processes. */
+LQ_API int lq_message_set_dedup_key(lq_message *message, const char *key);
+typedef enum lq_on_duplicate {
+    LQ_ON_DUPLICATE_REFUSE = 0,  /* LQ_DUPLICATE, and nothing of the call is written */
+    LQ_ON_DUPLICATE_EXISTING = 1 /* the holder's id in ids_out; the others are written */
+} lq_on_duplicate;
+LQ_API int lq_message_set_on_duplicate(lq_message *message, int on_duplicate);
 
 /* Writes `count` messages into `table` in one transaction: all or none.
  * A field the table has no column for fails with LQ_SCHEMA and writes nothing.
@@ -402,7 +445,9 @@ typedef enum lq_stat {
     LQ_STAT_SETTLED = 4,        /* deliveries settled (any outcome) */
     LQ_STAT_EXTENSIONS = 5,     /* lease extensions written */
     LQ_STAT_IN_WORK = 6,        /* deliveries handed out, not yet settled */
-    LQ_STAT_WAITING = 7         /* claimed rows waiting for a worker */
+    LQ_STAT_WAITING = 7,        /* claimed rows waiting for a worker */
+    LQ_STAT_POLL_INTERVAL_MS = 8, /* the poll interval now (LQ_OPT_POLL_CEILING_MS) */
+    LQ_STAT_CONTENTION = 9      /* claims that met a conflict the database reported */
 } lq_stat;
 /* A counter of the subscription's own. Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);

@@ -92,7 +92,9 @@ end
 -- Publishing
 
 local MESSAGE_FIELDS = { payload = true, id = true, group = true, partition_key = true,
-                         priority = true, delay_ms = true, headers = true }
+                         priority = true, delay_ms = true, headers = true, dedup_key = true,
+                         on_duplicate = true }
+local ON_DUPLICATE = { refuse = 0, existing = 1 }
 
 local function integer_field(value, name)
   local n = type(value) == "number" and tointeger(value)
@@ -154,6 +156,18 @@ local function build_message(tbl, fields)
   if ok and fields.delay_ms ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_delay_ms, integer_field(fields.delay_ms, "delay_ms"))
   end
+  if ok and fields.dedup_key ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_dedup_key, string_field(fields.dedup_key, "dedup_key"))
+  end
+  if ok and fields.on_duplicate ~= nil then
+    local policy = ON_DUPLICATE[fields.on_duplicate]
+    if not policy then
+      message:free()
+      return misuse(format("message field 'on_duplicate' is 'refuse' or 'existing', not %s",
+                           tostring(fields.on_duplicate)))
+    end
+    ok, m, c, s, n = set(core.lq_message_set_on_duplicate, policy)
+  end
   if ok and fields.headers ~= nil then
     if type(fields.headers) ~= "table" then
       message:free()
@@ -199,8 +213,10 @@ end
 --- Writes one message; returns its id (an integer), or nil, message, code.
 -- payload: a string (bytes; NULs allowed), "" when nil. opts: group,
 -- partition_key, priority, delay_ms, headers ({name = value}), id (when the
--- table's ids are not generated). A field the table has no column for fails
--- with LQ_SCHEMA and writes nothing.
+-- table's ids are not generated), dedup_key and on_duplicate ("refuse", the
+-- default: nil, msg, "LQ_DUPLICATE" while a row queued or in work holds the
+-- key; "existing": that row's id, nothing written). A field the table has no
+-- column for fails with LQ_SCHEMA and writes nothing.
 function Broker:publish(tbl, payload, opts)
   local fields = {}
   if opts ~= nil then

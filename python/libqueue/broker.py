@@ -17,7 +17,10 @@ Payload = Union[bytes, bytearray, memoryview, str]
 #: arguments of ``Broker.publish`` (``{"payload": b"..", "group": "g"}``).
 Message = Union[Payload, Mapping[str, Any]]
 
-_MESSAGE_FIELDS = ("payload", "group", "partition_key", "priority", "delay_ms", "headers", "id")
+_MESSAGE_FIELDS = ("payload", "group", "partition_key", "priority", "delay_ms", "headers", "id",
+                   "dedup_key", "on_duplicate")
+#: on_duplicate's names.
+_ON_DUPLICATE = {"refuse": 0, "existing": 1}
 
 
 def redact_url(url: str) -> str:
@@ -65,6 +68,14 @@ def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
         check(lib.lq_message_set_priority(m, int(fields["priority"])), "priority")
     if fields.get("delay_ms") is not None:
         check(lib.lq_message_set_delay_ms(m, int(fields["delay_ms"])), "delay_ms")
+    if fields.get("dedup_key") is not None:
+        check(lib.lq_message_set_dedup_key(m, ctext(fields["dedup_key"])), "dedup_key")
+    on_duplicate = fields.get("on_duplicate")
+    if on_duplicate is not None:
+        if on_duplicate not in _ON_DUPLICATE:
+            raise make_error(lib.LQ_MISUSE, "on_duplicate is %s, not %r" % (
+                " or ".join(map(repr, _ON_DUPLICATE)), on_duplicate))
+        check(lib.lq_message_set_on_duplicate(m, _ON_DUPLICATE[on_duplicate]), "on_duplicate")
     headers: Optional[Mapping[str, str]] = fields.get("headers")
     if headers:
         for name, value in headers.items():
@@ -146,13 +157,18 @@ class Broker:
                 group: Optional[str] = None, partition_key: Optional[str] = None,
                 priority: Optional[int] = None, delay_ms: Optional[int] = None,
                 headers: Optional[Mapping[str, str]] = None,
-                id: Optional[int] = None) -> int:
+                id: Optional[int] = None, dedup_key: Optional[str] = None,
+                on_duplicate: Optional[str] = None) -> int:
         """Write one message into ``table``; returns its id.
 
         A field the table has no column for raises ``SchemaError`` and writes
-        nothing. Wakes this process's subscriptions of the table at once."""
+        nothing. Wakes this process's subscriptions of the table at once.
+        While a row holding ``dedup_key`` is queued or in work, raises
+        ``Duplicate`` and writes nothing, or with ``on_duplicate="existing"``
+        writes nothing and returns that row's id."""
         fields = dict(payload=payload, group=group, partition_key=partition_key,
-                      priority=priority, delay_ms=delay_ms, headers=headers, id=id)
+                      priority=priority, delay_ms=delay_ms, headers=headers, id=id,
+                      dedup_key=dedup_key, on_duplicate=on_duplicate)
         return self._publish(table, [fields])[0]
 
     def publish_many(self, table: Table, messages: Iterable[Message]) -> List[int]:

@@ -13,28 +13,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Type
 
 from libqueue._ffi import ffi, lib, text
 
-__all__ = [
-    "Error",
-    "check",
-    "last_error",
-    "make_error",
-    "error_class",
-    # The subclasses, generated below:
-    "Misuse",
-    "NoMemory",
-    "ConnectError",
-    "BackendError",
-    "SchemaError",
-    "DialectError",
-    "ServerTooOld",
-    "ConnectionLimit",
-    "Timeout",
-    "Closed",
-    "LeaseLost",
-    "Contention",
-    "AlreadySubscribed",
-    "BatchRolledBack",
-]
+__all__ = ["Error", "check", "last_error", "make_error", "error_class"]  # + the subclasses
 
 
 class Error(Exception):
@@ -104,6 +83,7 @@ def _make_classes() -> None:
         cls = type(name, (Error,), {"status": value, "__doc__": doc, "__module__": __name__})
         _BY_STATUS[value] = cls
         globals()[name] = cls
+        __all__.append(name)
 
 
 _make_classes()

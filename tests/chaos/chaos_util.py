@@ -363,29 +363,6 @@ def duplicates(log: Log) -> Tuple[Dict[int, int], List[str]]:
     return dup, unexplained
 
 
-#: A defect of the library the suite shows (xfail reasons): a frozen
-#: PostgreSQL (test_server_faults.py) and half-open connections to one
-#: (test_network_faults.py).
-PQCANCEL_BLOCKS = (
-    "libqueue/src/dialects/postgres.c await_result(): when the client's deadline passes it "
-    "calls libpq's PQcancel(), which opens a connection to the server, sends the cancel "
-    "request and blocks in recv() until the server closes that connection, with no timeout; "
-    "a frozen server (SIGSTOP: the kernel still accepts and ACKs) or a half-open link never "
-    "does, so the claimer and acker threads hang in PQcancel until the server continues: "
-    "the LQ_TIMEOUT is neither returned nor logged while the server is frozen")
-
-
-GATHERED_ACKS_ON_A_BROKEN_CONN = (
-    "libqueue/src/coalesce.c run_gathered(): when the transaction of gathered acks fails with "
-    "LQ_TIMEOUT (the PostgreSQL connection is marked broken, its timed-out statement still in "
-    "progress), it rolls back and runs each ack again on that same connection (it takes a "
-    "new one only after LQ_CONNECT); each send fails at once, and postgres.c finish() even "
-    "clears the broken mark (c->broken = PQstatus() != CONNECTION_OK), so every ack reports "
-    "LQ_BACKEND 'cannot send a statement: another command is already in progress' instead "
-    "of the deadline (the rows stay leased and come back later: no loss, a misreported error "
-    "and a redelivery)")
-
-
 #: Broker deadlines of the fault tests: the client gives up on a statement
 #: about statement_timeout_ms + 2 s after sending it.
 DEADLINES = dict(connect_timeout_ms=1000, statement_timeout_ms=1000)

@@ -34,8 +34,7 @@ import pytest
 import libqueue
 
 from chaos_relay import ChaosRelay
-from chaos_util import (DEADLINES, GATHERED_ACKS_ON_A_BROKEN_CONN, PQCANCEL_BLOCKS, drain_through,
-                        now_ns, pick, report, wait_for)
+from chaos_util import DEADLINES, drain_through, now_ns, pick, report, wait_for
 from helpers import make_table
 
 FORMS = pick(("lease",), ("lease", "row_lock", "advisory"))
@@ -53,9 +52,7 @@ def relay(db: Any) -> Iterator[ChaosRelay]:
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("db", [
-    pytest.param("pg", marks=pytest.mark.xfail(strict=True, reason=PQCANCEL_BLOCKS)),
-    "mariadb"], indirect=True)
+@pytest.mark.parametrize("db", ["pg", "mariadb"], indirect=True)
 def test_half_open_connections(db, form, relay, log) -> None:
     hold_s = pick(6, 20)
 
@@ -131,9 +128,7 @@ def test_connections_cut_mid_result(db, form, relay, log) -> None:
     assert figures["errors_during_fault"] + figures["errors_after_back"] >= 1
 
 
-@pytest.mark.parametrize("db", [
-    pytest.param("pg", marks=pytest.mark.xfail(strict=True, reason=GATHERED_ACKS_ON_A_BROKEN_CONN)),
-    "mariadb"], indirect=True)
+@pytest.mark.parametrize("db", ["pg", "mariadb"], indirect=True)
 def test_gathered_acks_past_their_deadline_report_the_deadline(db, relay) -> None:
     """Two pulled deliveries acked at once (gathered into one transaction by
     the coalescer) while every answer comes 4 s late, past the 3 s deadline:

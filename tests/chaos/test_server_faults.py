@@ -26,7 +26,7 @@ import pytest
 
 from backend_mariadb import MariaDB
 from chaos_servers import PrivateMariaDB, PrivatePostgres
-from chaos_util import PQCANCEL_BLOCKS, drain_through, drop, kill_leftover_workers, now_ns, pick
+from chaos_util import drain_through, drop, kill_leftover_workers, now_ns, pick
 from helpers import PostgresDB
 
 #: Forms each fault runs in: quick mode, long mode.
@@ -100,9 +100,7 @@ def test_a_server_down_for_a_while_during_a_drain(server, form, log) -> None:
 
 
 @pytest.mark.parametrize("form", OTHER_FORMS)
-@pytest.mark.parametrize("server", [
-    pytest.param("pg", marks=pytest.mark.xfail(strict=True, reason=PQCANCEL_BLOCKS)),
-    "mariadb"], indirect=True)
+@pytest.mark.parametrize("server", ["pg", "mariadb"], indirect=True)
 def test_a_frozen_server_fires_the_deadlines_and_work_resumes(server, form, log) -> None:
     """SIGSTOP past the statement timeout: the client's deadlines (about
     statement_timeout_ms + 2 s) fire while the server is frozen, so errors

@@ -1,5 +1,5 @@
 -- Publishing: payloads as bytes, 64-bit ids, batches, groups, headers,
--- partition keys, priorities.
+-- partition keys, priorities, dedup keys.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -227,6 +227,22 @@ H.case("smaller priorities come first", { forms = H.FORMS }, function(db, form)
   local order = {}
   for _, d in ipairs(drain(sub)) do order[#order + 1] = d.payload end
   H.same_list(order, { "first", "middle", "late" }, "order")
+end)
+
+H.case("a dedup key a queued row holds is refused, or gives that row's id",
+       { forms = H.FORMS }, function(db, form)
+  local tbl = H.make_table(form, { dedup_key = "dedup_key" })
+  local broker = H.open(db)
+  ok(broker:create_table(tbl))
+  local first = ok(broker:publish(tbl, "a", { dedup_key = "k" }))
+  local message = fails("LQ_DUPLICATE", broker:publish(tbl, "b", { dedup_key = "k" }))
+  H.truthy(message:find('dedup key "k" is held by row', 1, true), "the message names the key")
+  eq(ok(broker:publish(tbl, "c", { dedup_key = "k", on_duplicate = "existing" })), first,
+     "the holder's id")
+  fails("LQ_MISUSE", broker:publish(tbl, "d", { dedup_key = "k", on_duplicate = "skip" }))
+  local sub = H.subscribe(broker, tbl)
+  eq(#drain(sub), 1, "one row for the key")
+  H.truthy(ok(broker:publish(tbl, "e", { dedup_key = "k" })) ~= first, "free after the ack")
 end)
 
 H.run()

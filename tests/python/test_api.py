@@ -24,6 +24,7 @@ EXPECTED_CLASSES = {
     "LQ_CONTENTION": "Contention",
     "LQ_ALREADY_SUBSCRIBED": "AlreadySubscribed",
     "LQ_BATCH_ROLLED_BACK": "BatchRolledBack",
+    "LQ_DUPLICATE": "Duplicate",
 }
 
 

@@ -4,7 +4,9 @@
 
 MODE "drain": works the table with push workers, writing a B line when a
 handler starts and an E line when it ends (one write(2) each, O_APPEND, so
-lines from several processes interleave whole), until SIGTERM.
+lines from several processes interleave whole), until SIGTERM. The option
+"sleep_ms": [low, high] makes each handler sleep that long (uniform), else
+up to 4 ms.
 MODE "hold": pulls one delivery, prints its id, and sleeps until killed.
 """
 
@@ -30,6 +32,7 @@ def main() -> int:
         line = "%s %d %d %d %s\n" % (kind, row, pid, time.monotonic_ns(), payload.decode() or "-")
         os.write(log, line.encode())
 
+    low, high = options.pop("sleep_ms", (0, 4))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with libqueue.Broker(url, **options.pop("broker", {})) as broker:
@@ -42,7 +45,7 @@ def main() -> int:
 
             def handle(delivery: libqueue.Delivery) -> None:
                 write("B", delivery.id, delivery.payload)
-                time.sleep(random.uniform(0, 0.004))
+                time.sleep(random.uniform(low, high) / 1000)
                 write("E", delivery.id, delivery.payload)
 
             sub.run(handle)

@@ -16,22 +16,9 @@ static const struct {
     const char *name;
     const char *description;
 } status_table[] = {
-    [LQ_OK] = {"LQ_OK", "success"},
-    [LQ_ERROR] = {"LQ_ERROR", "failure"},
-    [LQ_MISUSE] = {"LQ_MISUSE", "bad argument, option or call order"},
-    [LQ_NOMEM] = {"LQ_NOMEM", "out of memory"},
-    [LQ_CONNECT] = {"LQ_CONNECT", "the database could not be reached"},
-    [LQ_BACKEND] = {"LQ_BACKEND", "a statement failed on the database"},
-    [LQ_SCHEMA] = {"LQ_SCHEMA", "the table or a column is missing"},
-    [LQ_DIALECT] = {"LQ_DIALECT", "the database cannot serve this description"},
-    [LQ_SERVER_TOO_OLD] = {"LQ_SERVER_TOO_OLD", "the database is older than required"},
-    [LQ_CONNECTION_LIMIT] = {"LQ_CONNECTION_LIMIT", "more connections than allowed"},
-    [LQ_TIMEOUT] = {"LQ_TIMEOUT", "the deadline passed"},
-    [LQ_CLOSED] = {"LQ_CLOSED", "closed"},
-    [LQ_LEASE_LOST] = {"LQ_LEASE_LOST", "the lease was lost; nothing changed"},
-    [LQ_CONTENTION] = {"LQ_CONTENTION", "the database reported a conflict"},
-    [LQ_ALREADY_SUBSCRIBED] = {"LQ_ALREADY_SUBSCRIBED", "the queue already has a subscription"},
-    [LQ_BATCH_ROLLED_BACK] = {"LQ_BATCH_ROLLED_BACK", "the batch was rolled back"},
+#define LQ__STATUS_ENTRY(name, value, description) [value] = {#name, description},
+    LQ_STATUS_LIST(LQ__STATUS_ENTRY)
+#undef LQ__STATUS_ENTRY
 };
 
 #define STATUS_COUNT ((int)(sizeof status_table / sizeof status_table[0]))

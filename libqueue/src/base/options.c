@@ -33,6 +33,12 @@ static const option_spec specs[] = {
     {LQ_OPT_COALESCE_WAIT_US, "coalesce_wait_us", LQ_OPTION_INT, 0, 1000000, 1000},
     {LQ_OPT_MAX_PAYLOAD_BYTES, "max_payload_bytes", LQ_OPTION_INT, 0, INT32_MAX, 0},
     {LQ_OPT_MAX_HEADERS_BYTES, "max_headers_bytes", LQ_OPTION_INT, 0, INT32_MAX, 0},
+    {LQ_OPT_CONCURRENCY, "concurrency", LQ_OPTION_INT, 1, 1000000, 0},
+    {LQ_OPT_WORKER_CONCURRENCY, "worker_concurrency", LQ_OPTION_INT, 1, 1000000, 0},
+    {LQ_OPT_POLL_CEILING_MS, "poll_ceiling_ms", LQ_OPTION_INT, 1, INT32_MAX, 10000},
+    {LQ_OPT_RATE_LIMIT, "rate_limit", LQ_OPTION_INT, 1, 1000000, 0},
+    {LQ_OPT_RATE_PERIOD_MS, "rate_period_ms", LQ_OPTION_INT, 1, INT32_MAX, 1000},
+    {LQ_OPT_PARTITION_CONCURRENCY, "partition_concurrency", LQ_OPTION_INT, 1, 1000000, 0},
 };
 
 #define SPEC_COUNT (sizeof specs / sizeof specs[0])

@@ -18,6 +18,7 @@ void lq_message_reset(lq_message *m) {
     free(m->payload);
     free(m->group);
     free(m->partition_key);
+    free(m->dedup_key);
     lq__headers_clear(&m->headers);
     memset(m, 0, sizeof *m);
 }
@@ -65,6 +66,22 @@ int lq_message_set_partition_key(lq_message *m, const char *key) {
     lq__error_clear();
     LQ__CHECK_ARG(m, "message is NULL");
     return replace(&m->partition_key, key);
+}
+
+int lq_message_set_dedup_key(lq_message *m, const char *key) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(!key || *key, "an empty dedup key: pass NULL for none");
+    return replace(&m->dedup_key, key);
+}
+
+int lq_message_set_on_duplicate(lq_message *m, int on_duplicate) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    LQ__CHECK_ARG(on_duplicate == LQ_ON_DUPLICATE_REFUSE || on_duplicate == LQ_ON_DUPLICATE_EXISTING,
+                  "on_duplicate is LQ_ON_DUPLICATE_REFUSE or LQ_ON_DUPLICATE_EXISTING");
+    m->on_duplicate = on_duplicate;
+    return LQ_OK;
 }
 
 int lq_message_set_priority(lq_message *m, int64_t priority) {

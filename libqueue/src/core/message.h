@@ -15,6 +15,8 @@ struct lq_message {
     bool has_priority;
     int64_t delay_ms;
     lq__headers headers;
+    char *dedup_key;
+    int on_duplicate; /* lq_on_duplicate */
 };
 
 #endif

@@ -2,8 +2,9 @@
  * several, all in one transaction, then a wake-up for this process's
  * subscriptions of the table. */
 #include "base/clock.h"
-#include "core/message.h"
 #include "core/broker.h"
+#include "core/dedup.h"
+#include "core/message.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ static int check_message(const lq_table *t, const lq_message *m, size_t index) {
     else if (m->delay_ms && !lq__has(t, LQ_ROLE_RETRY_AFTER)) missing = "a delay (no retry_after column)";
     else if (m->headers.count && !lq__has(t, LQ_ROLE_HEADERS)) missing = "headers (no headers column)";
     else if (m->payload_size && !lq__has(t, LQ_ROLE_PAYLOAD)) missing = "a payload (no payload column)";
+    else if (m->dedup_key && !lq__has(t, LQ_ROLE_DEDUP_KEY)) missing = "a dedup key (no dedup_key column)";
     else if (!t->id_generated && !m->has_id) missing = "no id, and the table does not generate ids";
     else if (t->id_generated && m->has_id) missing = "an id, and the table generates ids";
     if (!missing) return LQ_OK;
@@ -42,6 +44,8 @@ static int row_args(lq__value *args, lq__strbuf *json, const lq_message *m, int6
         args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = m->partition_key, .n = strlen(m->partition_key)};
     args[LQ__P_PRIORITY] = (lq__value){.type = LQ__V_INT, .i = m->priority};
     args[LQ__P_RETRY_AFTER] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, m->delay_ms)};
+    if (m->dedup_key)
+        args[LQ__P_DEDUP] = (lq__value){.type = LQ__V_TEXT, .p = m->dedup_key, .n = strlen(m->dedup_key)};
     if (m->headers.count) {
         lq__headers_to_json(json, &m->headers);
         if (json->failed) return lq__error(LQ_NOMEM, "out of memory");
@@ -182,6 +186,25 @@ static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq__conn *
     return rc;
 }
 
+/* insert_all, past the messages whose dedup key a row holds. */
+static int write_messages(int64_t *ids_out, bool *notified, lq_broker *b, lq__conn *conn,
+                          const lq_table *t, lq_message *const *messages, size_t count) {
+    bool existing;
+    *notified = false;
+    if (!lq__dedup_any(messages, count, &existing))
+        return insert_all(ids_out, notified, b, conn, t, messages, count);
+    lq__dedup dd;
+    int64_t *fresh_ids = calloc(count, sizeof *fresh_ids);
+    int rc = fresh_ids ? lq__dedup_resolve(&dd, ids_out, b, conn, t, messages, count)
+                       : lq__error(LQ_NOMEM, "out of memory");
+    if (rc == LQ_OK && dd.fresh_count)
+        rc = insert_all(fresh_ids, notified, b, conn, t, dd.fresh, dd.fresh_count);
+    if (rc == LQ_OK) lq__dedup_spread(&dd, ids_out, fresh_ids, count);
+    if (fresh_ids) lq__dedup_free(&dd);
+    free(fresh_ids);
+    return rc;
+}
+
 static int check_call(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {
     LQ__CHECK_ARG(b && t, "the broker or table is NULL");
     LQ__CHECK_ARG(messages || count == 0, "messages is NULL");
@@ -214,13 +237,22 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
     if (rc != LQ_OK || count == 0) return rc;
     lq__conn *conn;
     if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
-    bool in_tx = count > 1;
-    if (in_tx) rc = b->dialect->begin(conn, LQ_ISOLATION_DEFAULT);
-    bool notified = false;
-    if (rc == LQ_OK) rc = insert_all(ids_out, &notified, b, conn, t, messages, count);
-    if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
-    if (in_tx && rc == LQ_OK) rc = b->dialect->commit(conn);
-    if (in_tx && rc != LQ_OK) b->dialect->rollback(conn);
+    bool existing;
+    lq__dedup_any(messages, count, &existing);
+    bool in_tx = count > 1; /* one message: its lookup and insert need none */
+    /* A key taken by a publish racing this one since its lookup fails the
+     * insert on the unique index: looked up again, it names the holder,
+     * whose id a message may take. */
+    for (int tries = 0;; tries++) {
+        if (in_tx) rc = b->dialect->begin(conn, LQ_ISOLATION_DEFAULT);
+        bool notified = false;
+        if (rc == LQ_OK) rc = write_messages(ids_out, &notified, b, conn, t, messages, count);
+        if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
+        if (in_tx && rc == LQ_OK) rc = b->dialect->commit(conn);
+        if (in_tx && rc != LQ_OK) b->dialect->rollback(conn);
+        if (rc != LQ_DUPLICATE || !existing || tries == 2) break;
+        rc = LQ_OK;
+    }
     lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
     if (rc != LQ_OK) {
         char label[256];
@@ -240,7 +272,7 @@ int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_tab
     lq__conn *conn;
     if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;
     bool notified = false;
-    rc = insert_all(ids_out, &notified, b, conn, t, messages, count);
+    rc = write_messages(ids_out, &notified, b, conn, t, messages, count);
     if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
     b->dialect->release_borrowed(conn);
     if (rc != LQ_OK) {

@@ -1,7 +1,7 @@
 /* A queue's tables in the database: the recommended CREATE TABLE for a
  * description (lq_table_create_sql), and lq_table_create, which creates what
  * is missing or checks that what exists fits the description. */
-#include "core/broker.h"
+#include "core/schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,16 +47,17 @@ static void add_index_columns(lq__sql *b) {
     lq__sql_add(b, ")");
 }
 
-static void add_index_name(lq__sql *b) {
+static void add_index_name(lq__sql *b, const char *what) {
     lq__strbuf name = {0};
-    lq__sb_addf(&name, "%s_claim_order", b->table->name);
+    lq__sb_addf(&name, "%s_%s", b->table->name, what);
     char *text = lq__sb_take(&name);
     if (text) lq__sql_ident(b, text);
     else b->sb.failed = true;
     free(text);
 }
 
-static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_table *t,
+                              bool unique_keys) {
     const lq__ddl_types *ty = d->ddl;
     char *const *c = t->columns;
     column_list added = {0};
@@ -78,15 +79,38 @@ static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_tabl
     add_column(&b, &added, c[LQ_ROLE_LOCKED_UNTIL], ty->time, "");
     add_column(&b, &added, c[LQ_ROLE_PROCESSED_AT], ty->time, "");
     add_column(&b, &added, c[LQ_ROLE_HEADERS], ty->json, "");
+    add_column(&b, &added, c[LQ_ROLE_DEDUP_KEY], ty->text, "");
     for (size_t i = 0; i < t->key.count; i++)
         if (t->key.parts[i].is_column) add_column(&b, &added, t->key.parts[i].text, ty->text, "");
     if (ty->index_in_table) {
         lq__sql_add(&b, ",\n  INDEX ");
-        add_index_name(&b);
+        add_index_name(&b, "claim_order");
         lq__sql_add(&b, " ");
         add_index_columns(&b);
+        if (unique_keys && lq__has(t, LQ_ROLE_DEDUP_KEY)) {
+            lq__sql_add(&b, ",\n  UNIQUE INDEX ");
+            add_index_name(&b, "dedup_key");
+            lq__sql_add(&b, " (");
+            lq__sql_col(&b, LQ_ROLE_DEDUP_KEY);
+            lq__sql_add(&b, ")");
+        }
     }
     lq__sql_add(&b, "\n)");
+    return lq__sql_finish(&b);
+}
+
+/* The dedup keys' unique index (NULLs, the rows without a key or past
+ * their queue, are distinct on every database). */
+static int build_dedup_index(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "CREATE UNIQUE INDEX IF NOT EXISTS ");
+    add_index_name(&b, "dedup_key");
+    lq__sql_add(&b, " ON ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " (");
+    lq__sql_col(&b, LQ_ROLE_DEDUP_KEY);
+    lq__sql_add(&b, ")");
     return lq__sql_finish(&b);
 }
 
@@ -94,7 +118,7 @@ static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_tabl
     lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "CREATE INDEX IF NOT EXISTS ");
-    add_index_name(&b);
+    add_index_name(&b, "claim_order");
     lq__sql_add(&b, " ON ");
     lq__sql_table(&b);
     lq__sql_add(&b, " ");
@@ -108,9 +132,10 @@ static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_tabl
 }
 
 /* The statements creating one table: CREATE TABLE, and CREATE INDEX where
- * the index is not part of it. */
+ * the indexes are not part of it. A dead-letter table takes no unique keys:
+ * its rows have left the queue. */
 typedef struct table_ddl {
-    lq__stmt stmts[2];
+    lq__stmt stmts[3];
     int count;
 } table_ddl;
 
@@ -119,13 +144,17 @@ static void ddl_free(table_ddl *ddl) {
     ddl->count = 0;
 }
 
-static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t) {
+static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t, bool unique_keys) {
     ddl->count = 0;
-    int rc = build_create_table(&ddl->stmts[0], d, t);
+    int rc = build_create_table(&ddl->stmts[0], d, t, unique_keys);
     if (rc == LQ_OK) ddl->count = 1;
     if (rc == LQ_OK && !d->ddl->index_in_table) {
         rc = build_create_index(&ddl->stmts[1], d, t);
         if (rc == LQ_OK) ddl->count = 2;
+    }
+    if (rc == LQ_OK && !d->ddl->index_in_table && unique_keys && lq__has(t, LQ_ROLE_DEDUP_KEY)) {
+        rc = build_dedup_index(&ddl->stmts[2], d, t);
+        if (rc == LQ_OK) ddl->count = 3;
     }
     if (rc != LQ_OK) ddl_free(ddl);
     return rc;
@@ -174,7 +203,7 @@ int lq_table_create_sql(char **sql_out, const lq_table *t, const char *dialect) 
     lq__strbuf sb = {0};
     for (size_t i = 0; rc == LQ_OK && i < 2 && tables[i]; i++) {
         table_ddl ddl;
-        rc = ddl_build(&ddl, d, tables[i]);
+        rc = ddl_build(&ddl, d, tables[i], i == 0);
         for (int k = 0; rc == LQ_OK && k < ddl.count; k++) {
             if (sb.len) lq__sb_add(&sb, ";\n");
             lq__sb_add(&sb, ddl.stmts[k].sql);
@@ -298,6 +327,7 @@ static const struct role_need {
     {LQ_ROLE_RETRY_AFTER, "retry_after", LQ__KIND_TIME, "a time"},
     {LQ_ROLE_PROCESSED_AT, "processed_at", LQ__KIND_TIME, "a time"},
     {LQ_ROLE_HEADERS, "headers", LQ__KIND_JSON | LQ__KIND_TEXT, "JSON or text"},
+    {LQ_ROLE_DEDUP_KEY, "dedup_key", LQ__KIND_TEXT, "text"},
 };
 
 static const found_column *find_column(const found_table *f, const char *name) {
@@ -342,7 +372,8 @@ static int verify(const found_table *f, const lq_table *t) {
 /* ---- creating ----------------------------------------------------------- */
 
 /* Creates the table if it is missing, then checks it. */
-static int ensure(lq__conn *conn, const lq__dialect *d, const lq_table *t, int flags) {
+static int ensure(lq__conn *conn, const lq__dialect *d, const lq_table *t, int flags,
+                  bool unique_keys) {
     found_table f;
     int rc = read_table(&f, conn, d, t);
     if (rc == LQ_OK && f.count == 0) {
@@ -353,7 +384,7 @@ static int ensure(lq__conn *conn, const lq__dialect *d, const lq_table *t, int f
                              lq__table_label(t, label, sizeof label));
         }
         table_ddl ddl;
-        rc = ddl_build(&ddl, d, t);
+        rc = ddl_build(&ddl, d, t, unique_keys);
         for (int i = 0; rc == LQ_OK && i < ddl.count; i++)
             rc = d->execute(NULL, conn, ddl.stmts[i].sql, NULL, 0);
         ddl_free(&ddl);
@@ -395,8 +426,8 @@ int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
     if (rc == LQ_OK) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     if (rc == LQ_OK) begun = true;
     if (rc == LQ_OK) rc = take_turn(conn, d, t);
-    if (rc == LQ_OK) rc = ensure(conn, d, t, flags);
-    if (rc == LQ_OK && dead) rc = ensure(conn, d, dead, flags);
+    if (rc == LQ_OK) rc = ensure(conn, d, t, flags, true);
+    if (rc == LQ_OK && dead) rc = ensure(conn, d, dead, flags, false);
     if (rc == LQ_OK) rc = d->commit(conn);
     else if (begun) {
         lq__error_copy failure;
@@ -408,4 +439,123 @@ int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
     lq_table_free(dead);
     if (rc != LQ_OK) lq__error_prefix("create table %s", label);
     return rc;
+}
+
+/* ---- the starts of rate limits ------------------------------------------ */
+
+static int build_starts_table(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "CREATE TABLE IF NOT EXISTS ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_add(&b, " (\n  ");
+    lq__sql_ident(&b, "queue");
+    lq__sql_add(&b, " ");
+    lq__sql_add(&b, d->ddl->text);
+    lq__sql_add(&b, " NOT NULL,\n  ");
+    lq__sql_ident(&b, "started_at");
+    lq__sql_add(&b, " BIGINT NOT NULL");
+    if (d->ddl->index_in_table) {
+        lq__sql_add(&b, ",\n  INDEX ");
+        lq__sql_ident(&b, LQ__STARTS_TABLE "_queue");
+        lq__sql_add(&b, " (");
+        lq__sql_ident(&b, "queue");
+        lq__sql_add(&b, ", ");
+        lq__sql_ident(&b, "started_at");
+        lq__sql_add(&b, ")");
+    }
+    lq__sql_add(&b, "\n)");
+    return lq__sql_finish(&b);
+}
+
+static int build_starts_index(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "CREATE INDEX IF NOT EXISTS ");
+    lq__sql_ident(&b, LQ__STARTS_TABLE "_queue");
+    lq__sql_add(&b, " ON ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_add(&b, " (");
+    lq__sql_ident(&b, "queue");
+    lq__sql_add(&b, ", ");
+    lq__sql_ident(&b, "started_at");
+    lq__sql_add(&b, ")");
+    return lq__sql_finish(&b);
+}
+
+int lq__starts_table_create(lq_broker *b, const lq_table *t) {
+    const lq__dialect *d = b->dialect;
+    lq__stmt table = {0}, index = {0};
+    int rc = build_starts_table(&table, d, t);
+    if (rc == LQ_OK && !d->ddl->index_in_table) rc = build_starts_index(&index, d, t);
+    lq__conn *conn = NULL;
+    bool begun = false;
+    if (rc == LQ_OK) rc = lq__pool_acquire(&conn, &b->pool);
+    if (rc == LQ_OK && (rc = d->begin(conn, LQ_ISOLATION_DEFAULT)) == LQ_OK) begun = true;
+    /* Brokers opening rate limits at once take turns, as lq_table_create's do. */
+    if (rc == LQ_OK && d->ddl_lock_query)
+        rc = run_query(conn, d, t, d->ddl_lock_query, "libqueue create " LQ__STARTS_TABLE, NULL,
+                       NULL);
+    if (rc == LQ_OK) rc = d->execute(NULL, conn, table.sql, NULL, 0);
+    if (rc == LQ_OK && index.sql) rc = d->execute(NULL, conn, index.sql, NULL, 0);
+    if (rc == LQ_OK) {
+        rc = d->commit(conn);
+    } else if (begun) {
+        lq__error_copy failure;
+        lq__error_save(&failure);
+        d->rollback(conn);
+        lq__error_restore(&failure);
+    }
+    if (conn) lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+    if (rc != LQ_OK)
+        lq__error_prefix("rate limits keep their starts in table %s, which could not be made",
+                         LQ__STARTS_TABLE);
+    free(table.sql);
+    free(index.sql);
+    return rc;
+}
+
+/* ---- the indexes of the queue-wide limits -------------------------------- */
+
+static int build_limit_index(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool by_key) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, d->ddl->index_in_table ? "CREATE INDEX " : "CREATE INDEX IF NOT EXISTS ");
+    add_index_name(&b, by_key ? "key_leased" : "leased");
+    lq__sql_add(&b, " ON ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " (");
+    if (by_key) {
+        lq__sql_col(&b, LQ_ROLE_PARTITION_KEY);
+        lq__sql_add(&b, ", ");
+    }
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, ")");
+    if (d->ddl->partial_index) {
+        lq__sql_add(&b, " WHERE ");
+        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(&b, " IS NOT NULL");
+    }
+    return lq__sql_finish(&b);
+}
+
+void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key) {
+    const lq__dialect *d = b->dialect;
+    lq__conn *conn = NULL;
+    int rc = lq__pool_acquire(&conn, &b->pool);
+    for (int i = 0; rc == LQ_OK && i < (by_key ? 2 : 1); i++) {
+        lq__stmt index = {0};
+        rc = build_limit_index(&index, d, t, i == 1);
+        if (rc == LQ_OK) rc = d->execute(NULL, conn, index.sql, NULL, 0);
+        if (rc != LQ_OK && d->ddl->duplicate_index && lq_errcode_native() == d->ddl->duplicate_index)
+            rc = LQ_OK; /* made before */
+        free(index.sql);
+    }
+    if (conn) lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+    if (rc != LQ_OK) {
+        char label[512];
+        lq__error_prefix("table %s: the limits count its leased rows without an index on %s",
+                         lq__table_label(t, label, sizeof label), t->columns[LQ_ROLE_LOCKED_UNTIL]);
+        lq__log_error(LQ_LOG_WARNING, "a subscription's limits");
+    }
 }

@@ -32,7 +32,7 @@
 
 /* Statements of the dialect's own, cached beside the core's (whose ids are
  * positive). */
-enum { STMT_LOCK_KEY = -1, STMT_UNLOCK_KEY = -2 };
+enum { STMT_LOCK_KEY = -1, STMT_UNLOCK_KEY = -2, STMT_LOCK_QUEUE = -3, STMT_UNLOCK_QUEUE = -4 };
 
 /* ------------------------------------------------------------------------ */
 /* The connector's per-process and per-thread initialisation. */
@@ -152,6 +152,8 @@ static int error_of(int status, unsigned err, const char *state, const char *msg
     if (is_connection_error(err)) status = LQ_CONNECT;
     else if (err == 1205 || err == 1213 || err == 3572 || err == 1020)
         status = LQ_CONTENTION; /* lock wait timeout, deadlock, NOWAIT, changed since read */
+    else if (err == 1062 || err == 1586)
+        status = LQ_DUPLICATE; /* ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME */
     else if (err == 1969 || err == 3024) {
         status = LQ_TIMEOUT; /* max_statement_time (MariaDB), max_execution_time (MySQL) */
         hint = " (statement_timeout_ms)";
@@ -1360,6 +1362,10 @@ static int my_commit_chain(bool *chained, lq__conn *c) {
 }
 
 static int my_rollback(lq__conn *c) {
+    /* A lost connection's transaction ends with its session, when the pool
+     * closes it: nothing to send, and the failure that lost it stays the
+     * thread's error. */
+    if (c->lost) return LQ_OK;
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
     /* Also after a deadlock (1213), which rolled back the transaction
@@ -1427,6 +1433,44 @@ static bool my_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     return rc == LQ_OK && answer == 1;
 }
 
+/* A queue-wide limit's lock: a GET_LOCK name of its own, waiting as long as
+ * a row lock would (innodb_lock_wait_timeout). GET_LOCK outlives
+ * transactions, so it is given back after the claim's; a session that ends
+ * gives it back too. A name over GET_LOCK's 64 characters is hashed (two
+ * queues sharing a lock only take turns more often). */
+static void queue_lock_name(char out[NAME_LIMIT + 1], const char *key) {
+    size_t n = strlen(key);
+    if (n <= NAME_LIMIT) {
+        memcpy(out, key, n + 1);
+        return;
+    }
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    snprintf(out, NAME_LIMIT + 1, "%.40s#%016llx", key, (unsigned long long)h);
+}
+
+static int my_lock_queue(lq__conn *c, const char *key) {
+    char name[NAME_LIMIT + 1];
+    queue_lock_name(name, key);
+    int64_t answer = 0;
+    /* Held by this session already (a give-back that failed): not taken twice. */
+    int rc = ask(&answer, c, STMT_LOCK_QUEUE,
+                 "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, "
+                 "CAST(COALESCE(GET_LOCK(?, @@SESSION.innodb_lock_wait_timeout), 0) AS SIGNED))",
+                 name);
+    if (rc == LQ_OK && answer != 1)
+        rc = lq__error(LQ_CONTENTION, "mysql: the lock of queue %s was not free in time", key);
+    return rc;
+}
+
+static bool my_unlock_queue(lq__conn *c, const char *key) {
+    char name[NAME_LIMIT + 1];
+    queue_lock_name(name, key);
+    int64_t answer = 0;
+    return c && ask(&answer, c, STMT_UNLOCK_QUEUE, "SELECT COALESCE(RELEASE_LOCK(?), 0)", name) ==
+                    LQ_OK && answer == 1;
+}
+
 /* ---- tables ---- */
 
 /* No CREATE INDEX IF NOT EXISTS in MySQL: the index is part of the table's
@@ -1441,6 +1485,7 @@ static const lq__ddl_types my_ddl = {
     .text = "VARCHAR(255)",
     .json = "JSON",
     .index_in_table = true,
+    .duplicate_index = 1061, /* ER_DUP_KEYNAME */
 };
 
 static void my_schema_query(lq__sql *b) {
@@ -1489,6 +1534,10 @@ static unsigned my_type_kinds(const char *type) {
  * none, and its LAST_INSERT_ID names only a multi-row insert's first row. */
 static bool my_insert_rows_returning(lq__conn *c) { return server_is_mariadb(c->my); }
 
+static void my_now_ms_sql(lq__sql *b) {
+    lq__sql_add(b, "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)");
+}
+
 const lq__dialect lq__mysql_dialect = {
     .name = "mysql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -1529,6 +1578,9 @@ const lq__dialect lq__mysql_dialect = {
     .columns_fold_case = true,
     .type_kinds = my_type_kinds,
     .byte_length = my_byte_length,
+    .now_ms_sql = my_now_ms_sql,
+    .lock_queue = my_lock_queue,
+    .unlock_queue = my_unlock_queue,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,
 };

@@ -38,6 +38,7 @@ static int pg_error(lq__conn *c, PGresult *res, int status, const char *what) {
                        strcmp(state, "55P03") == 0))
         status = LQ_CONTENTION;
     else if (state && strcmp(state, "57014") == 0) status = LQ_TIMEOUT;
+    else if (state && strcmp(state, "23505") == 0) status = LQ_DUPLICATE; /* unique_violation */
     else if (state && (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 ||
                        strcmp(state, "3F000") == 0) && status == LQ_BACKEND)
         status = LQ_SCHEMA;
@@ -74,8 +75,8 @@ static bool wait_socket(lq__conn *c, short events, int64_t *deadline) {
 
 /* The answer to what was just sent, within the connection's deadline: a
  * server that stops answering becomes an error, not a hang. On a passed
- * deadline the query is cancelled and the connection is marked broken, so
- * the pool closes it. Returns the first result (the caller clears it). */
+ * deadline the connection is marked broken, so the pool closes it. Returns
+ * the first result (the caller clears it). */
 static PGresult *await_result(lq__conn *c, int *status) {
     int64_t deadline = 0;
     PGresult *first = NULL, *res;
@@ -97,16 +98,19 @@ static PGresult *await_result(lq__conn *c, int *status) {
     if (!first) goto broken;
     return first;
 timeout:
+    /* No cancel request: libpq before 17 sends one on a new connection and
+     * waits, with no deadline, for the server to close it, which a frozen
+     * server or a half-open link never does. On a connection of ours, a
+     * running server has ended the statement already (its statement_timeout
+     * fires 2 s earlier); closing the connection ends the session, and with
+     * it the transaction. Nor does the close wait: on a nonblocking
+     * connection PQfinish sends only what the socket takes at once. */
     if (first) PQclear(first);
-    PGcancel *cancel = PQgetCancel(c->pg);
-    char ignored[256];
-    if (cancel) {
-        PQcancel(cancel, ignored, sizeof ignored);
-        PQfreeCancel(cancel);
-    }
     c->broken = true;
-    *status = lq__error(LQ_TIMEOUT, "postgresql: no answer within %lld ms; the connection is closed",
-                        (long long)c->deadline_ms);
+    *status = lq__error(LQ_TIMEOUT, "postgresql: no answer within %lld ms; %s",
+                        (long long)c->deadline_ms,
+                        c->borrowed ? "the caller's connection still runs the statement"
+                                    : "the connection is closed");
     return NULL;
 broken:
     if (first) PQclear(first);
@@ -118,11 +122,19 @@ broken:
 /* Runs a query sent by `sent` (a PQsend* result) to its end. */
 static PGresult *finish(lq__conn *c, int sent, int *status) {
     if (!sent) {
-        c->broken = PQstatus(c->pg) != CONNECTION_OK;
+        if (PQstatus(c->pg) != CONNECTION_OK) c->broken = true; /* never unmarked */
         *status = pg_error(c, NULL, LQ_BACKEND, "cannot send a statement");
         return NULL;
     }
     return await_result(c, status);
+}
+
+/* Nothing is sent on a broken connection: its last statement may still be
+ * in progress, and the pool closes it. */
+static int not_broken(const lq__conn *c) {
+    if (!c->broken) return LQ_OK;
+    return lq__error(LQ_CONNECT, "postgresql: not sent: the connection broke in an earlier "
+                                 "statement and takes no more");
 }
 
 static int pg_check_version(lq__conn *c, const lq_table *table);
@@ -373,7 +385,8 @@ static int ensure_prepared(const char **name, lq__conn *c, const lq__stmt *st) {
 
 static int pg_prepare(lq__conn *c, const lq__stmt *st) {
     const char *name;
-    return ensure_prepared(&name, c, st);
+    int rc = not_broken(c);
+    return rc != LQ_OK ? rc : ensure_prepared(&name, c, st);
 }
 
 /* A big-endian integer of a binary result; written out byte by byte so the
@@ -474,6 +487,7 @@ static PGresult *run_stmt(lq__conn *c, const lq__stmt *st, int count, const char
                           const int *lengths, const int *formats, int result_format, int *status) {
     bool once = c->borrowed || st->id == 0;
     const char *name = NULL;
+    if ((*status = not_broken(c)) != LQ_OK) return NULL;
     if (!once && (*status = ensure_prepared(&name, c, st)) != LQ_OK) return NULL;
     int sent = once ? PQsendQueryParams(c->pg, st->sql, count, NULL, values, lengths, formats, result_format)
                     : PQsendQueryPrepared(c->pg, name, count, values, lengths, formats, result_format);
@@ -508,7 +522,8 @@ static int pg_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__
 
 static int pg_execute(int64_t *changes, lq__conn *c, const char *sql, const char *const *params,
                       int count) {
-    int rc = LQ_OK;
+    int rc = not_broken(c);
+    if (rc != LQ_OK) return rc;
     PGresult *res = finish(c, PQsendQueryParams(c->pg, sql, count, NULL, params, NULL, NULL, 0), &rc);
     if (!res) return rc;
     ExecStatusType status = PQresultStatus(res);
@@ -523,7 +538,8 @@ static int pg_execute(int64_t *changes, lq__conn *c, const char *sql, const char
  * simple protocol sends it in one message, where the extended one takes a
  * parse, bind, describe, execute and sync. */
 static int run_plain(lq__conn *c, const char *sql) {
-    int rc = LQ_OK;
+    int rc = not_broken(c);
+    if (rc != LQ_OK) return rc;
     PGresult *res = finish(c, PQsendQuery(c->pg, sql), &rc);
     if (!res) return rc;
     if (PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_BACKEND, "the statement failed");
@@ -551,8 +567,11 @@ static int pg_commit_chain(bool *chained, lq__conn *c) {
     return rc;
 }
 
+/* A broken connection's transaction ends with its session, when the pool
+ * closes it: nothing to send, and the failure that broke it stays the
+ * thread's error. */
 static int pg_rollback(lq__conn *c) {
-    if (PQtransactionStatus(c->pg) == PQTRANS_IDLE) return LQ_OK;
+    if (c->broken || PQtransactionStatus(c->pg) == PQTRANS_IDLE) return LQ_OK;
     return run_plain(c, "ROLLBACK");
 }
 
@@ -600,6 +619,15 @@ static int pg_wait_notes(lq__conn *c, int64_t timeout_ms,
  * statements of a subscription: negative ids, which no built statement has. */
 static const lq__stmt try_lock_stmt = {.sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", .id = -1};
 static const lq__stmt unlock_stmt = {.sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0))", .id = -2};
+/* A queue-wide limit's lock waits, and ends with the claim's transaction.
+ * The wait ends before the statement's deadline (a second before, or at
+ * half a deadline of two seconds or less) as LQ_CONTENTION (55P03), so the
+ * claim backs off rather than fails: lock_timeout, for this transaction,
+ * set before the lock is asked for. */
+static const lq__stmt lock_queue_stmt = {
+    .sql = "SELECT true FROM (SELECT set_config('lock_timeout', $2, true)) AS \"lq_wait\", "
+           "pg_advisory_xact_lock(hashtextextended($1, 0))",
+    .id = -3};
 
 /* A 0/1 answer from an advisory lock function. */
 static int lock_call(bool *result, lq__conn *c, const lq__stmt *st, const char *key) {
@@ -625,6 +653,21 @@ static bool pg_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     if (!c || lock_call(&released, c, &unlock_stmt, key) != LQ_OK)
         return false;
     return released;
+}
+
+static int pg_lock_queue(lq__conn *c, const char *key) {
+    int64_t statement_ms = c->deadline_ms - 2000;
+    char wait[32];
+    snprintf(wait, sizeof wait, "%lld",
+             (long long)(statement_ms > 2000 ? statement_ms - 1000 : statement_ms / 2));
+    const char *params[2] = {key, wait};
+    int rc = LQ_OK;
+    PGresult *res = run_stmt(c, &lock_queue_stmt, 2, params, NULL, NULL, 0, &rc);
+    if (!res) return rc;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return pg_error(c, res, LQ_BACKEND, "a queue's lock could not be taken");
+    PQclear(res);
+    return LQ_OK;
 }
 
 /* ---- tables ---- */
@@ -697,6 +740,10 @@ static void pg_ddl_lock_query(lq__sql *b) {
     lq__sql_add(b, "))");
 }
 
+static void pg_now_ms_sql(lq__sql *b) {
+    lq__sql_add(b, "(extract(epoch from clock_timestamp()) * 1000)::bigint");
+}
+
 const lq__dialect lq__postgres_dialect = {
     .name = "postgresql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -740,6 +787,8 @@ const lq__dialect lq__postgres_dialect = {
     .type_kinds = pg_type_kinds,
     .byte_length = pg_byte_length,
     .ddl_lock_query = pg_ddl_lock_query,
+    .now_ms_sql = pg_now_ms_sql,
+    .lock_queue = pg_lock_queue,
     .try_lock_key = pg_try_lock_key,
     .unlock_key = pg_unlock_key,
 };

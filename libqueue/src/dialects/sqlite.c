@@ -34,6 +34,8 @@ static int db_error(int status, sqlite3 *db, int rc, const char *what) {
     int native = db ? sqlite3_extended_errcode(db) : rc;
     const char *msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) status = LQ_CONTENTION;
+    if (native == SQLITE_CONSTRAINT_UNIQUE || native == SQLITE_CONSTRAINT_PRIMARYKEY)
+        status = LQ_DUPLICATE;
     if (rc == SQLITE_INTERRUPT) {
         status = LQ_TIMEOUT;
         msg = "the statement passed its deadline (statement_timeout_ms)";
@@ -532,6 +534,10 @@ static unsigned sqlite_type_kinds(const char *type) {
     return 0;
 }
 
+static void sqlite_now_ms_sql(lq__sql *b) {
+    lq__sql_add(b, "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)");
+}
+
 const lq__dialect lq__sqlite_dialect = {
     .name = "sqlite",
     .forms = (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -565,6 +571,7 @@ const lq__dialect lq__sqlite_dialect = {
     .columns_fold_case = true,
     .type_kinds = sqlite_type_kinds,
     .byte_length = sqlite_byte_length,
+    .now_ms_sql = sqlite_now_ms_sql,
     .try_lock_key = sqlite_try_lock_key,
     .unlock_key = sqlite_unlock_key,
     .keys_held = sqlite_keys_held,

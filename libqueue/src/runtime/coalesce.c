@@ -89,9 +89,33 @@ static int run_ack_set(bool *whole, lq__coalescer *c, const lq__dialect *d, lq__
     return rc;
 }
 
+/* Whether a failure `rc` left `conn` unfit for another statement: its link
+ * failed, or a deadline passed with its statement still in progress. */
+static bool broke(const lq__dialect *d, lq__conn *conn, int rc) {
+    return rc == LQ_CONNECT || (d->reusable && !d->reusable(conn));
+}
+
+/* Each statement of the list on its own, then the connection back to the
+ * pool. Once one breaks the connection, the rest report its failure: none
+ * is sent on a broken connection, nor waits out another deadline on a new
+ * one. */
+static void run_each(lq__pool *pool, lq__conn *conn, lq__pending *list) {
+    const lq__dialect *d = pool->dialect;
+    for (lq__pending *p = list; p; p = p->next) {
+        run_alone(d, conn, p);
+        if (p->rc != LQ_OK && broke(d, conn, p->rc)) {
+            for (lq__pending *q = p->next; q; q = q->next) record(q, p->rc, 0);
+            lq__pool_release(pool, conn, true);
+            return;
+        }
+    }
+    lq__pool_release(pool, conn, false);
+}
+
 /* One transaction for the gathered statements; if any fails, the
  * transaction is rolled back and each runs on its own, so one bad row does not
- * fail the others. */
+ * fail the others: on the same connection, or on a new one when the failure
+ * broke it. */
 static void run_gathered(lq__coalescer *c, lq__pool *pool, lq__pending *list) {
     const lq__dialect *d = pool->dialect;
     lq__conn *conn;
@@ -101,8 +125,7 @@ static void run_gathered(lq__coalescer *c, lq__pool *pool, lq__pending *list) {
         return;
     }
     if (!list->next) {
-        run_alone(d, conn, list);
-        lq__pool_release(pool, conn, list->rc == LQ_CONNECT);
+        run_each(pool, conn, list);
         return;
     }
     bool whole = true;
@@ -113,21 +136,18 @@ static void run_gathered(lq__coalescer *c, lq__pool *pool, lq__pending *list) {
     if (rc == LQ_OK && whole) rc = d->commit(conn);
     if (rc == LQ_OK && whole) {
         for (lq__pending *p = list; p; p = p->next) p->rc = LQ_OK;
-    } else {
-        d->rollback(conn);
-        if (rc == LQ_CONNECT) { /* the connection is gone: each on a new one */
-            lq__pool_release(pool, conn, true);
-            if ((rc = lq__pool_acquire(&conn, pool)) != LQ_OK) {
-                for (lq__pending *p = list; p; p = p->next) record(p, rc, 0);
-                return;
-            }
-        }
-        for (lq__pending *p = list; p; p = p->next) run_alone(d, conn, p);
-        rc = LQ_OK;
-        for (lq__pending *p = list; p; p = p->next)
-            if (p->rc == LQ_CONNECT) rc = LQ_CONNECT;
+        lq__pool_release(pool, conn, false);
+        return;
     }
-    lq__pool_release(pool, conn, rc == LQ_CONNECT);
+    d->rollback(conn);
+    if (broke(d, conn, rc)) {
+        lq__pool_release(pool, conn, true);
+        if ((rc = lq__pool_acquire(&conn, pool)) != LQ_OK) {
+            for (lq__pending *p = list; p; p = p->next) record(p, rc, 0);
+            return;
+        }
+    }
+    run_each(pool, conn, list);
 }
 
 void lq__coalesced_run(lq__coalescer *c, lq__pool *pool, lq__pending *list, bool gather) {

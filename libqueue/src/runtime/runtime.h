@@ -74,7 +74,20 @@ struct lq_subscription {
     char *group;
     int workers;
     int64_t poll_ms, lease_ms;
+    int64_t ceiling_ms;  /* the most interval_ms grows to under contention */
+    double interval_ms;  /* the poll interval now: poll_ms, or more after contention */
     int max_attempts;
+    int concurrency;        /* queue-wide limit, or 0 (sql.in_work counts it) */
+    int worker_concurrency; /* this subscription's limit on rows it holds, or 0 */
+    int rate_limit;         /* starts in any window of rate_period_ms, or 0 */
+    int partition_concurrency; /* rows of one partition key in work, or 0 */
+    int64_t rate_period_ms;
+    bool rate_set_alone;    /* rate_period_ms given without rate_limit: refused */
+    char *limit_key;        /* the lock of the queue-wide limits: "concurrency:<queue>" */
+    char *starts_key;       /* the queue's name in the starts table */
+    atomic_bool at_limit;   /* the last claim was cut short by the queue's concurrency */
+    atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
+                                  from its claim, a start leaves the window (0: not cut) */
     bool transactional;
     lq__flow flow; /* claims in flight and their sizes (flow.h) */
     int held;     /* pool connections its deliveries hold */
@@ -104,7 +117,6 @@ struct lq_subscription {
     int in_work; /* handed out, not yet settled */
     int settling; /* of those, settling now: their workers' next rows may be claimed */
     unsigned jitter_seed;
-    int contention_streak; /* claims in a row that met a conflict */
     int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
     /* Claims failing in a row (contention aside): since when (monotonic ms;
      * 0 while they work), and the last failure. A pull that would time out
@@ -126,7 +138,7 @@ struct lq_subscription {
     lq_handler_fn handler;
     void *userdata;
 
-    atomic_llong stats[LQ_STAT_WAITING + 1];
+    atomic_llong stats[LQ_STAT_CONTENTION + 1];
     lq__member member; /* as its broker knows it */
     /* Blocks of deliveries let go, for the next claims (delivery.c). */
     pthread_mutex_t spares_mu;

@@ -9,10 +9,12 @@
  * wait. Under workers_by_key(n) each row goes to the lane its partition key
  * hashes to, and a lane runs one row at a time. */
 #include "base/clock.h"
+#include "core/schema.h"
 #include "runtime/runtime.h"
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,8 @@ static void subscription_free(lq_subscription *s) {
     lq__sqlset_free(&s->sql);
     lq_table_free(s->table);
     free(s->group);
+    free(s->limit_key);
+    free(s->starts_key);
     free(s->threads);
     free(s->claimers);
     free(s->lane_busy);
@@ -138,6 +142,41 @@ static void dead_letter_oversized(lq_delivery *list) {
     }
 }
 
+/* The flow control options: a limit the form can keep, each within the
+ * wider one. */
+static int check_limits(lq_subscription *s, const char *label) {
+    const char *form = s->form == LQ_FORM_ADVISORY ? "advisory" : "row lock";
+    if (s->concurrency && s->form != LQ_FORM_LEASE)
+        return lq__error(LQ_MISUSE, "table %s: concurrency counts the leases of the lease form; "
+                                    "this table's form is %s",
+                         label, form);
+    if (s->rate_limit && s->form != LQ_FORM_LEASE)
+        return lq__error(LQ_MISUSE, "table %s: rate_limit counts the claims of the lease form; "
+                                    "this table's form is %s",
+                         label, form);
+    if (s->partition_concurrency && s->form != LQ_FORM_LEASE)
+        return lq__error(LQ_MISUSE, "table %s: partition_concurrency counts the leases of the "
+                                    "lease form; this table's form is %s",
+                         label, form);
+    if (s->partition_concurrency && !lq__has(s->table, LQ_ROLE_PARTITION_KEY))
+        return lq__error(LQ_MISUSE, "table %s: partition_concurrency needs a partition_key column",
+                         label);
+    if (s->concurrency && s->partition_concurrency > s->concurrency)
+        return lq__error(LQ_MISUSE, "table %s: partition_concurrency %d is above concurrency %d",
+                         label, s->partition_concurrency, s->concurrency);
+    if (s->rate_set_alone)
+        return lq__error(LQ_MISUSE, "table %s: rate_period_ms is the window of rate_limit, "
+                                    "which is not set",
+                         label);
+    if (s->ceiling_ms < s->poll_ms)
+        return lq__error(LQ_MISUSE, "table %s: poll_ceiling_ms %lld is below poll_interval_ms %lld",
+                         label, (long long)s->ceiling_ms, (long long)s->poll_ms);
+    if (s->concurrency && s->worker_concurrency > s->concurrency)
+        return lq__error(LQ_MISUSE, "table %s: worker_concurrency %d is above concurrency %d",
+                         label, s->worker_concurrency, s->concurrency);
+    return LQ_OK;
+}
+
 /* What the table and options declare must fit together before any statement
  * is built. */
 static int check_declaration(lq_subscription *s) {
@@ -183,7 +222,33 @@ static int check_declaration(lq_subscription *s) {
     if (s->lanes && !lq__has(t, LQ_ROLE_PARTITION_KEY))
         return lq__error(LQ_MISUSE, "table %s: workers_by_key needs a partition_key column",
                          label);
-    return LQ_OK;
+    return check_limits(s, label);
+}
+
+/* "<prefix>:<queue>[:<group>]", the name of the queue in the limits' locks
+ * and the starts table. */
+static char *queue_name(const lq_subscription *s, const char *prefix) {
+    char label[256];
+    lq__table_label(s->table, label, sizeof label);
+    size_t n = strlen(prefix) + strlen(label) + (s->group ? strlen(s->group) + 1 : 0) + 2;
+    char *name = malloc(n);
+    if (name) snprintf(name, n, "%s%s%s%s", prefix, label, s->group ? ":" : "", s->group ? s->group : "");
+    return name;
+}
+
+/* The queue-wide limits' statements, the name of their lock and the table of
+ * a rate limit's starts. */
+static int plan_limits(lq_subscription *s) {
+    if (!s->concurrency && !s->rate_limit && !s->partition_concurrency) return LQ_OK;
+    if (!(s->limit_key = queue_name(s, "concurrency:"))) return lq__error(LQ_NOMEM, "out of memory");
+    if (s->rate_limit && !(s->starts_key = queue_name(s, "")))
+        return lq__error(LQ_NOMEM, "out of memory");
+    int rc = lq__sqlset_build_limits(&s->sql, s->broker->dialect, s->table, s->concurrency > 0,
+                                     s->rate_limit > 0);
+    if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table);
+    if (rc == LQ_OK && (s->concurrency || s->partition_concurrency))
+        lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
+    return rc;
 }
 
 /* What the form and table ask of the flow. */
@@ -288,8 +353,18 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
                  : s->on_threads ? s->on_threads
                                  : (int)lq__opt_int(o, LQ_OPT_WORKERS);
     s->poll_ms = lq__opt_int(o, LQ_OPT_POLL_INTERVAL_MS);
+    s->interval_ms = (double)s->poll_ms;
+    s->ceiling_ms = lq__opt_int(o, LQ_OPT_POLL_CEILING_MS);
+    if (!lq__opt_is_set(o, LQ_OPT_POLL_CEILING_MS) && s->ceiling_ms < s->poll_ms)
+        s->ceiling_ms = s->poll_ms;
     s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
     s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
+    s->concurrency = (int)lq__opt_int(o, LQ_OPT_CONCURRENCY);
+    s->worker_concurrency = (int)lq__opt_int(o, LQ_OPT_WORKER_CONCURRENCY);
+    s->rate_limit = (int)lq__opt_int(o, LQ_OPT_RATE_LIMIT);
+    s->partition_concurrency = (int)lq__opt_int(o, LQ_OPT_PARTITION_CONCURRENCY);
+    s->rate_period_ms = lq__opt_int(o, LQ_OPT_RATE_PERIOD_MS);
+    s->rate_set_alone = !s->rate_limit && lq__opt_is_set(o, LQ_OPT_RATE_PERIOD_MS);
     s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
     s->jitter_seed = (unsigned)lq__now_ms() ^ (unsigned)(uintptr_t)s;
     s->batch = (int)lq__opt_int(o, LQ_OPT_BATCH);
@@ -305,6 +380,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
         s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
+        s->table->partition_limit = lq_table_form(s->table) == LQ_FORM_LEASE ? s->partition_concurrency : 0;
     }
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
         !(s->group = lq__strdup(lq__opt_str(o, LQ_OPT_GROUP))))
@@ -315,6 +391,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         rc = check_declaration(s);
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
+    if (rc == LQ_OK) rc = plan_limits(s);
     if (rc == LQ_OK) lq__row_layout(s->table, s->row_at);
     if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
     if (rc == LQ_OK) rc = prepare_all(s);
@@ -414,6 +491,11 @@ static int may_claim(lq_subscription *s) {
     int kept = chained.of == s;
     bool wants = flow_may_start(s, kept);
     int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
+    if (s->worker_concurrency) { /* rows held here: in work, waiting, asked for */
+        int left = s->worker_concurrency - s->in_work - s->waiting - s->flow.asked;
+        if (left <= 0) wants = false;
+        else if (limit > left) limit = left;
+    }
     lq_broker *b = s->broker;
     int mine = room_of(s) - kept;
     pthread_mutex_lock(&b->room_mu);
@@ -497,14 +579,24 @@ static int lane_of(const lq_subscription *s, const lq_delivery *d) {
     return (int)(h % (uint64_t)s->lanes);
 }
 
-/* After a conflict the database reported (a serialization failure at a
- * strict isolation level), back off with jitter, doubling up to the poll
- * interval, so competing claimers spread out. */
-static int64_t contention_wait(lq_subscription *s, int streak) {
-    int64_t base = 10;
-    for (int i = 1; i < streak && base < s->poll_ms; i++) base *= 2;
-    if (base > s->poll_ms) base = s->poll_ms;
-    return base / 2 + (int64_t)(rand_r(&s->jitter_seed) % (unsigned)(base / 2 + 1));
+/* The wait after a claim. A conflict the database reported (a serialization
+ * failure, a lock not free, a FIFO group held) doubles the poll interval, up
+ * to the ceiling; a claim that met none shrinks it by x0.9 back towards
+ * poll_interval_ms. Every wait is x0.95-1.05 at random, so claimers that
+ * started together do not poll in step. s->mu held. */
+static int64_t rest_after(lq_subscription *s, int rc, bool short_claim) {
+    if (rc == LQ_CONTENTION) {
+        s->interval_ms *= 2;
+        if (s->interval_ms > (double)s->ceiling_ms) s->interval_ms = (double)s->ceiling_ms;
+    } else if (rc == LQ_OK && s->interval_ms > (double)s->poll_ms) {
+        s->interval_ms *= 0.9;
+        if (s->interval_ms < (double)s->poll_ms) s->interval_ms = (double)s->poll_ms;
+    }
+    double wait = rc == LQ_CONTENTION || (rc == LQ_OK && short_claim) ? s->interval_ms
+                  : rc != LQ_OK                                        ? FAILED_CLAIM_WAIT_MS
+                                                                       : 0;
+    double jitter = 0.95 + 0.1 * ((double)rand_r(&s->jitter_seed) / RAND_MAX);
+    return (int64_t)(wait * jitter);
 }
 
 /* Wakes the workers a claim's rows need, s->mu held: under lanes every one
@@ -583,7 +675,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     s->flow.asked -= limit;
     lq__flow_claimed(&s->flow, got.count, rc != LQ_OK);
     lq__flow_look_ahead(&s->flow, rc == LQ_OK && got.count == limit);
-    s->contention_streak = rc == LQ_CONTENTION ? s->contention_streak + 1 : 0;
+    if (rc == LQ_CONTENTION) atomic_fetch_add(&s->stats[LQ_STAT_CONTENTION], 1);
     s->claim_extra -= extra; /* now counted in held, as far as rows came */
     s->held += held_by(s, &got);
     bool room_freed = account_room(s);
@@ -609,10 +701,9 @@ static void claim_turn(lq_subscription *s, bool own) {
         s->waiting += got.count;
         wake_takers(s, got.count, own);
     }
-    int64_t rest = 0;
-    if (rc == LQ_CONTENTION) rest = contention_wait(s, s->contention_streak);
-    else if (rc != LQ_OK) rest = FAILED_CLAIM_WAIT_MS;
-    else if (got.count < limit) rest = s->poll_ms;
+    int64_t rest = rest_after(s, rc, got.count < limit);
+    int64_t rate_wait = atomic_load(&s->rate_wait_ms); /* the window frees a start then */
+    if (rc == LQ_OK && rate_wait && rate_wait < rest) rest = rate_wait;
     if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
     wake_a_claimer(s); /* the flow changed: another may go */
     if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
@@ -766,7 +857,8 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
         room_freed = account_room(s);
     }
     for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
-    if (s->form == LQ_FORM_ADVISORY) s->woken = true; /* a key came free */
+    /* A key came free, or room under the queue-wide limit. */
+    if (s->form == LQ_FORM_ADVISORY || atomic_load(&s->at_limit)) s->woken = true;
     wake_a_claimer(s);
     if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
     pthread_mutex_unlock(&s->mu);
@@ -1120,12 +1212,16 @@ int lq_subscription_in_handler(const lq_subscription *s) {
 int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
     if (!s) return 0;
     lq_subscription *m = (lq_subscription *)s;
-    if (stat == LQ_STAT_IN_WORK || stat == LQ_STAT_WAITING) {
+    if (stat == LQ_STAT_IN_WORK || stat == LQ_STAT_WAITING || stat == LQ_STAT_POLL_INTERVAL_MS) {
         pthread_mutex_lock(&m->mu);
-        int64_t v = stat == LQ_STAT_IN_WORK ? m->in_work : m->waiting;
+        int64_t v = stat == LQ_STAT_IN_WORK ? m->in_work
+                    : stat == LQ_STAT_WAITING ? m->waiting
+                                              : (int64_t)m->interval_ms;
         pthread_mutex_unlock(&m->mu);
         return v;
     }
-    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXTENSIONS) return 0;
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_CONTENTION || stat == LQ_STAT_IN_WORK ||
+        stat == LQ_STAT_WAITING)
+        return 0;
     return atomic_load(&m->stats[stat]);
 }

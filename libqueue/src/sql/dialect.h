@@ -43,6 +43,7 @@ typedef struct lq__ddl_types {
     bool partial_index;  /* CREATE INDEX .. WHERE */
     bool index_in_table; /* the claim-order index is declared inside CREATE TABLE,
                             where the database has no CREATE INDEX IF NOT EXISTS */
+    int duplicate_index; /* there: the native error of a CREATE INDEX whose name exists */
 } lq__ddl_types;
 
 /* What the broker parsed from its URL: the URL and its password for every
@@ -176,6 +177,18 @@ typedef struct lq__dialect {
      * or the DDL itself keeps them apart). */
     void (*ddl_lock_query)(lq__sql *b);
 
+    /* The database's clock now, in epoch milliseconds, as an SQL expression
+     * read when the statement runs: rate limits count starts on it. */
+    void (*now_ms_sql)(lq__sql *b);
+    /* Queue-wide limits: takes the lock of the queue named `key` for the
+     * claim's transaction open on conn, waiting for it up to the statement's
+     * deadline, so that the claims counting the queue's rows in work take
+     * turns (LQ_CONTENTION when the wait ends first). NULL where the
+     * transaction is the lock already (SQLite's one writer). */
+    int (*lock_queue)(lq__conn *conn, const char *key);
+    /* Gives it back after the transaction ended (false: not confirmed, and
+     * the connection must not be reused); NULL where it ends with it. */
+    bool (*unlock_queue)(lq__conn *conn, const char *key);
     /* Advisory keys: take without waiting (*taken false when held
      * elsewhere), and give back (false when the database did not confirm). */
     int (*try_lock_key)(bool *taken, lq__conn *conn, const lq__broker_target *target, const char *key);

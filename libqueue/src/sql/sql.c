@@ -65,6 +65,31 @@ static void compare(lq__sql *b, const char **and, int role, const char *op, lq__
     *and = " AND ";
 }
 
+/* " AND <the rows of the row's partition key leased now> < limit": a key at
+ * its partition_concurrency is passed over (rows without a key are not
+ * limited). */
+static void partition_has_room(lq__sql *b) {
+    const lq_table *t = b->table;
+    char limit[LQ__INT_TEXT_SIZE];
+    lq__int_text(limit, t->partition_limit);
+    lq__sql_add(b, " AND (SELECT COUNT(*) FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_k");
+    lq__sql_add(b, " WHERE ");
+    lq__sql_qualified(b, "lq_k", t->columns[LQ_ROLE_PARTITION_KEY]);
+    lq__sql_add(b, " = ");
+    lq__sql_table(b);
+    lq__sql_add(b, ".");
+    lq__sql_col(b, LQ_ROLE_PARTITION_KEY);
+    lq__sql_add(b, " AND ");
+    lq__sql_qualified(b, "lq_k", t->columns[LQ_ROLE_LOCKED_UNTIL]);
+    lq__sql_add(b, " > ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    lq__sql_add(b, ") < ");
+    lq__sql_add(b, limit);
+}
+
 void lq__sql_claim_where(lq__sql *b, bool lease_free) {
     const lq_table *t = b->table;
     const char *and = "";
@@ -87,6 +112,7 @@ void lq__sql_claim_where(lq__sql *b, bool lease_free) {
         lq__sql_add(b, ")");
         and = " AND ";
     }
+    if (lease_free && t->partition_limit) partition_has_room(b);
     if (!*and) lq__sql_add(b, "1 = 1");
 }
 
@@ -302,8 +328,18 @@ static void settle_tail(lq__sql *b, bool counts) {
     }
 }
 
+/* A row that stays in the table after it leaves the queue (marked processed,
+ * dead-lettered into a group) gives its dedup key back: ", key = NULL". */
+static void free_dedup_key(lq__sql *b, const char *qualifier) {
+    if (!lq__has(b->table, LQ_ROLE_DEDUP_KEY)) return;
+    lq__sql_add(b, ", ");
+    if (qualifier) lq__sql_qualified(b, qualifier, b->table->columns[LQ_ROLE_DEDUP_KEY]);
+    else lq__sql_col(b, LQ_ROLE_DEDUP_KEY);
+    lq__sql_add(b, " = NULL");
+}
+
 /* What an ack does to its rows, up to the WHERE: delete them, or mark them
- * processed (and clear their leases). */
+ * processed (and clear their leases and dedup keys). */
 static void ack_head(lq__sql *b) {
     if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
         lq__sql_add(b, "UPDATE ");
@@ -313,6 +349,7 @@ static void ack_head(lq__sql *b) {
         lq__sql_add(b, " = ");
         lq__sql_param(b, LQ__P_NOW);
         settle_tail(b, false);
+        free_dedup_key(b, NULL);
     } else {
         lq__sql_add(b, "DELETE FROM ");
         lq__sql_table(b);
@@ -373,6 +410,7 @@ static int build_ack_set(lq__sql *b, bool one_token) {
                 lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
                 lq__sql_add(b, " = NULL");
             }
+            free_dedup_key(b, "lq_t");
         }
         return lq__sql_finish(b);
     }
@@ -425,7 +463,8 @@ char *lq__held_set_take(lq__strbuf *sb, const lq__dialect *d) {
     return lq__sb_take(sb);
 }
 
-/* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>. */
+/* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>.
+ * A move to the dead-letter group also gives the row's dedup key back. */
 static int build_update(lq__sql *b, int role, lq__param value, bool settles, bool counts) {
     lq__sql_add(b, "UPDATE ");
     lq__sql_table(b);
@@ -435,6 +474,7 @@ static int build_update(lq__sql *b, int role, lq__param value, bool settles, boo
     if (value) lq__sql_param(b, value);
     else lq__sql_add(b, "NULL");
     if (settles) settle_tail(b, counts);
+    if (value == LQ__P_DEST) free_dedup_key(b, NULL);
     where_held(b);
     return lq__sql_finish(b);
 }
@@ -552,6 +592,7 @@ static const struct {
     {LQ_ROLE_PAYLOAD, LQ__P_PAYLOAD},         {LQ_ROLE_GROUP, LQ__P_MSG_GROUP},
     {LQ_ROLE_PARTITION_KEY, LQ__P_PKEY},      {LQ_ROLE_PRIORITY, LQ__P_PRIORITY},
     {LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ__P_HEADERS},
+    {LQ_ROLE_DEDUP_KEY, LQ__P_DEDUP},
 };
 #define INSERT_FIELDS (sizeof insert_fields / sizeof insert_fields[0])
 
@@ -821,12 +862,121 @@ int lq__sql_build_take_set_returning(lq__stmt *take, const lq__dialect *d, const
     return build_take_returning(take, d, t, true);
 }
 
+int lq__sql_build_dedup_lookup(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_col(&b, LQ_ROLE_DEDUP_KEY);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ__P_DEDUP);
+    return lq__sql_finish(&b);
+}
+
+static int build_in_work(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "SELECT COUNT(*) FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, " > ");
+    lq__sql_param(&b, LQ__P_LEASE_NOW);
+    if (lq__has(t, LQ_ROLE_GROUP)) {
+        lq__sql_add(&b, " AND ");
+        lq__sql_col(&b, LQ_ROLE_GROUP);
+        lq__sql_add(&b, " = ");
+        lq__sql_param(&b, LQ__P_GROUP);
+    }
+    if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
+        lq__sql_add(&b, " AND ");
+        lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(&b, " IS NULL");
+    }
+    return lq__sql_finish(&b);
+}
+
+/* The rows of one partition key (LQ__P_PKEY) of the queue leased now. */
+static int build_key_in_work(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "SELECT COUNT(*) FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_col(&b, LQ_ROLE_PARTITION_KEY);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ__P_PKEY);
+    lq__sql_add(&b, " AND ");
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, " > ");
+    lq__sql_param(&b, LQ__P_LEASE_NOW);
+    return lq__sql_finish(&b);
+}
+
+/* " WHERE queue = ? AND started_at <op> <now> - period". */
+static void starts_where(lq__sql *b, const char *op) {
+    lq__sql_add(b, " WHERE ");
+    lq__sql_ident(b, "queue");
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_QUEUE);
+    lq__sql_add(b, " AND ");
+    lq__sql_ident(b, "started_at");
+    lq__sql_add(b, op);
+    b->dialect->now_ms_sql(b);
+    lq__sql_add(b, " - ");
+    lq__sql_param(b, LQ__P_PERIOD);
+}
+
+static int build_starts(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, &set->starts, d, t);
+    lq__sql_add(&b, "SELECT COUNT(*), MIN(");
+    lq__sql_ident(&b, "started_at");
+    lq__sql_add(&b, "), ");
+    d->now_ms_sql(&b);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    starts_where(&b, " > ");
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+    lq__sql_start(&b, &set->start_add, d, t);
+    lq__sql_add(&b, "INSERT INTO ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_add(&b, " (");
+    lq__sql_ident(&b, "queue");
+    lq__sql_add(&b, ", ");
+    lq__sql_ident(&b, "started_at");
+    lq__sql_add(&b, ") VALUES (");
+    lq__sql_param(&b, LQ__P_QUEUE);
+    lq__sql_add(&b, ", ");
+    d->now_ms_sql(&b);
+    lq__sql_add(&b, ")");
+    if ((rc = lq__sql_finish(&b)) != LQ_OK) return rc;
+    lq__sql_start(&b, &set->start_prune, d, t);
+    lq__sql_add(&b, "DELETE FROM ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    starts_where(&b, " <= ");
+    return lq__sql_finish(&b);
+}
+
+int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_table *t,
+                            bool concurrency, bool rate) {
+    int rc = concurrency ? build_in_work(&set->in_work, d, t) : LQ_OK;
+    if (rc == LQ_OK && rate) rc = build_starts(set, d, t);
+    if (rc == LQ_OK && t->partition_limit) rc = build_key_in_work(&set->key_in_work, d, t);
+    return rc;
+}
+
 size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
     lq__stmt *each[] = {&set->claim,       &set->take,       &set->take_read,    &set->take_set,
                        &set->stamp,       &set->stamp_set,  &set->guard,        &set->ack,
                        &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
                        &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
-                       &set->dead_delete, &set->extend};
+                       &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
+                       &set->start_add,   &set->start_prune, &set->key_in_work};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

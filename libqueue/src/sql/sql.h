@@ -31,6 +31,9 @@ typedef enum lq__param {
     LQ__P_NAME,        /* a table's name, looked up in the catalog */
     LQ__P_MAX_PAYLOAD, /* claims: the largest payload read (max_payload_bytes) */
     LQ__P_MAX_HEADERS, /* and the largest headers' JSON */
+    LQ__P_DEDUP,       /* a message's dedup key */
+    LQ__P_QUEUE,       /* a rate limit's queue, in the starts table */
+    LQ__P_PERIOD,      /* a rate limit's period, ms */
     LQ__P_COUNT
 } lq__param;
 
@@ -82,6 +85,13 @@ typedef struct lq__sqlset {
     lq__stmt dead_clear;
     lq__stmt dead_delete;
     lq__stmt extend;
+    lq__stmt in_work;     /* concurrency, lease form: the queue's rows leased now, anywhere
+                          * (NULL sql without a queue-wide limit) */
+    lq__stmt starts;      /* rate limit: the queue's starts within the period, the oldest
+                          * of them and the database's clock now (NULL sql without one) */
+    lq__stmt start_add;   /* rate limit: one start, now */
+    lq__stmt start_prune; /* rate limit: the starts past the period, deleted */
+    lq__stmt key_in_work; /* partition_concurrency: one key's rows leased now */
 } lq__sqlset;
 
 /* A statement under construction. */
@@ -141,7 +151,16 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 18
+#define LQ__SQLSET_STATEMENTS 23
+/* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
+LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
+                                          const lq_table *t);
+/* The statements of the queue-wide limits a subscription sets: in_work for
+ * concurrency, the starts for a rate limit. */
+LQ__HIDDEN int lq__sqlset_build_limits(lq__sqlset *set, const struct lq__dialect *d,
+                                       const lq_table *t, bool concurrency, bool rate);
+/* The table rate limits keep their starts in, beside the queue's table. */
+#define LQ__STARTS_TABLE "lq_starts"
 LQ__HIDDEN size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]);
 /* The advisory take where an update returns rows: count the attempt of a
  * candidate still claimable and read it as it was (or only read it, without

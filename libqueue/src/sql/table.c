@@ -61,7 +61,7 @@ int lq_table_set_id(lq_table *t, const char *column, int generated) {
 int lq_table_set_column(lq_table *t, int role, const char *column) {
     lq__error_clear();
     LQ__CHECK_ARG(t, "table is NULL");
-    if (role < LQ_ROLE_PAYLOAD || role > LQ_ROLE_HEADERS)
+    if (role < LQ_ROLE_PAYLOAD || role >= LQ__ROLE_COUNT)
         return lq__error(LQ_MISUSE, "unknown role %d", role);
     LQ__CHECK_ARG(!column || *column, "a column name is empty");
     if (role == LQ_ROLE_LOCKED_UNTIL && column && t->advisory)

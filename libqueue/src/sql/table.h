@@ -4,7 +4,7 @@
 
 #include "sql/template.h"
 
-#define LQ__ROLE_COUNT (LQ_ROLE_HEADERS + 1)
+#define LQ__ROLE_COUNT (LQ_ROLE_DEDUP_KEY + 1)
 
 struct lq_table {
     char *name;
@@ -20,6 +20,9 @@ struct lq_table {
     /* A subscription's copy only: rows over these sizes are claimed by their
      * size alone (0: no limit; the statements bind the limits). */
     int64_t max_payload, max_headers;
+    /* A subscription's copy only: its partition_concurrency, which its lease
+     * claims keep to (0: none). */
+    int partition_limit;
 };
 
 /* A deep copy, so a subscription outlives the caller's description. */

@@ -148,6 +148,139 @@ static int sort_claimed(lq__claimed *c) {
     return LQ_OK;
 }
 
+static int read_count(void *ctx, const lq__value *cols, int count) {
+    if (count < 1 || cols[0].type != LQ__V_INT)
+        return lq__error(LQ_BACKEND, "counting the rows in work returned no number");
+    *(int64_t *)ctx = cols[0].i;
+    return LQ_OK;
+}
+
+/* The starts of the rate limit's window: how many, the oldest, and the
+ * database's clock now. */
+typedef struct window {
+    int64_t count, oldest, now;
+} window;
+
+static int read_window(void *ctx, const lq__value *cols, int count) {
+    window *w = ctx;
+    if (count < 3 || cols[0].type != LQ__V_INT || cols[2].type != LQ__V_INT)
+        return lq__error(LQ_BACKEND, "counting a rate limit's starts returned no numbers");
+    w->count = cols[0].i;
+    w->oldest = cols[1].type == LQ__V_INT ? cols[1].i : 0;
+    w->now = cols[2].i;
+    return LQ_OK;
+}
+
+/* Cuts *limit to `room`; returns whether it cut. */
+static bool cut_to(int *limit, int64_t room) {
+    if (room >= *limit) return false;
+    *limit = room > 0 ? (int)room : 0;
+    return true;
+}
+
+/* The queue-wide limits, in the claim's transaction: it takes the queue's
+ * lock, counts the queue's rows leased now (by any broker, in any process)
+ * for concurrency and its starts within the window for the rate limit, and
+ * asks for no more rows than both leave. The lock is held until the leases
+ * and the starts commit, so a claim that counts after another counts that
+ * one's rows and starts too: two claims never share the same room. A lease
+ * that ran out (its holder died or froze) no longer counts, and its row is
+ * claimable again. */
+static int limit_to_room(int *limit, bool *locked, lq_subscription *s, lq__conn *conn,
+                         lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    int rc = d->lock_queue ? d->lock_queue(conn, s->limit_key) : LQ_OK;
+    *locked = rc == LQ_OK && d->lock_queue;
+    if (rc == LQ_OK && s->concurrency) {
+        int64_t in_work = 0;
+        rc = d->exec(NULL, conn, &s->sql.in_work, args, read_count, &in_work);
+        /* Cut short by the limit: the next settlement here wakes a claim. */
+        if (rc == LQ_OK) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
+    }
+    if (rc == LQ_OK && s->rate_limit) {
+        window w = {0};
+        rc = d->exec(NULL, conn, &s->sql.starts, args, read_window, &w);
+        /* Cut short: the next claim may go when the oldest start leaves. */
+        int64_t wait = w.oldest + s->rate_period_ms - w.now + 1;
+        if (rc == LQ_OK)
+            atomic_store(&s->rate_wait_ms,
+                         cut_to(limit, s->rate_limit - w.count) ? (wait > 1 ? wait : 1) : 0);
+    }
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
+    return rc;
+}
+
+/* Gives back, in the claim's transaction, a row it leased. */
+static int give_back(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
+    lq__value args[LQ__P_COUNT] = {0};
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
+    args[LQ__P_HELD] = (lq__value){.type = LQ__V_TIME, .i = d->token};
+    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.release, args, NULL, NULL);
+    d->settled = true; /* never handed out */
+    lq__delivery_unref(d);
+    return rc;
+}
+
+static bool same_key(const lq_delivery *a, const lq_delivery *b) {
+    return a->partition_key && b->partition_key && strcmp(a->partition_key, b->partition_key) == 0;
+}
+
+/* Where the first row of d's key is among all[0..i]. */
+static int first_of_key(lq_delivery *const *all, int i) {
+    int first = 0;
+    while (first < i && !same_key(all[first], all[i])) first++;
+    return first;
+}
+
+/* partition_concurrency, under the queue's lock: the claim passed over the
+ * keys at their limit, but may have taken several rows of one key. For each
+ * key, its rows leased now are counted (this claim's among them), and the
+ * claim's rows past what the limit leaves, the last in claim order, are
+ * given back. A failure leaves every row in `out`, for the rollback. */
+static int trim_partitions(lq__claimed *out, lq_subscription *s, lq__conn *conn,
+                           lq__value *args) {
+    int n = out->count;
+    if (n < 1) return LQ_OK;
+    lq_delivery **all = malloc((size_t)n * sizeof *all);
+    int64_t *room = malloc((size_t)n * sizeof *room);
+    if (!all || !room) {
+        free(all);
+        free(room);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    int i = 0, rc = LQ_OK;
+    for (lq_delivery *d = out->head; d; d = d->queue_next) all[i++] = d;
+    for (i = 0; rc == LQ_OK && i < n; i++) { /* each key's room, at its first row */
+        room[i] = 0;
+        if (!all[i]->partition_key || first_of_key(all, i) < i) continue;
+        int64_t mine = 0, leased = 0;
+        for (int j = i; j < n; j++) mine += same_key(all[j], all[i]);
+        args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = all[i]->partition_key,
+                                       .n = strlen(all[i]->partition_key)};
+        rc = s->broker->dialect->exec(NULL, conn, &s->sql.key_in_work, args, read_count, &leased);
+        room[i] = s->partition_concurrency - (leased - mine);
+    }
+    lq__claimed kept = {0};
+    for (i = 0; i < n; i++) {
+        bool keep = rc != LQ_OK || !all[i]->partition_key || room[first_of_key(all, i)]-- > 0;
+        if (keep) lq__claimed_add(&kept, all[i]);
+        else rc = give_back(s, conn, all[i]);
+    }
+    *out = kept;
+    free(all);
+    free(room);
+    return rc;
+}
+
+/* The claim's starts, in its transaction, and the window's old ones gone. */
+static int record_starts(lq_subscription *s, lq__conn *conn, const lq__value *args, int count) {
+    const lq__dialect *d = s->broker->dialect;
+    int rc = count ? d->exec(NULL, conn, &s->sql.start_prune, args, NULL, NULL) : LQ_OK;
+    for (int i = 0; rc == LQ_OK && i < count; i++)
+        rc = d->exec(NULL, conn, &s->sql.start_add, args, NULL, NULL);
+    return rc;
+}
+
 int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
@@ -161,17 +294,27 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
     args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = ctx.token};
     lq__claim_limits(s, args);
+    if (s->starts_key) {
+        args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->starts_key, .n = strlen(s->starts_key)};
+        args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->rate_period_ms};
+    }
     const lq__dialect *d = s->broker->dialect;
-    if (d->claim_writes_lease && !s->sql.guard.sql) {
+    bool limited = s->limit_key != NULL, locked = false, broken = false;
+    /* Under the queue's lock, so that no two claims count the same room. */
+    if (d->claim_writes_lease && !s->sql.guard.sql && !limited) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     } else {
-        /* A transaction: for the FIFO guard, or for the stamps after a
-         * locking read. */
+        /* A transaction: for a queue-wide limit, for the FIFO guard, or for
+         * the stamps after a locking read. */
         bool guarded = true;
         rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
-        if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
-        if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+        if (rc == LQ_OK && limited) rc = limit_to_room(&limit, &locked, s, conn, args);
+        if (rc == LQ_OK && limit > 0) rc = lq__fifo_guard(&guarded, s, conn);
+        if (rc == LQ_OK && guarded && limit > 0)
+            rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
         if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
+        if (rc == LQ_OK && s->partition_concurrency) rc = trim_partitions(out, s, conn, args);
+        if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
         if (rc == LQ_OK) rc = d->commit(conn);
         if (rc != LQ_OK) {
             d->rollback(conn);
@@ -186,8 +329,11 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
             }
             memset(out, 0, sizeof *out);
         }
+        /* A lock not given back would keep every other claim out: its
+         * session ends instead. */
+        if (locked && d->unlock_queue && !d->unlock_queue(conn, s->limit_key)) broken = true;
     }
-    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    lq__pool_release(&s->broker->pool, conn, broken || rc == LQ_CONNECT);
     if (rc == LQ_OK) rc = sort_claimed(out);
     return rc;
 }

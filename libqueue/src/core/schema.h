@@ -1,0 +1,19 @@
+/* The tables the library keeps beside a queue's own. */
+#ifndef LQ_SCHEMA_H
+#define LQ_SCHEMA_H
+
+#include "core/broker.h"
+
+/* Creates, if missing, the table rate limits keep their starts in
+ * (LQ__STARTS_TABLE, in the queue table's schema): a queue's name and a
+ * start on the database's clock, indexed by both. */
+LQ__HIDDEN int lq__starts_table_create(lq_broker *b, const lq_table *t);
+
+/* Makes, if missing, the indexes the queue-wide limits count leased rows by
+ * (on locked_until, and with `by_key` on the partition key and
+ * locked_until; partial where the database has them). Best effort: where
+ * they cannot be made (a role without CREATE), a warning says so, and the
+ * limits count without them. */
+LQ__HIDDEN void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key);
+
+#endif

@@ -1,0 +1,293 @@
+"""Flow control: queue-wide concurrency, counted on the database across
+processes, and worker_concurrency, counted in the subscription."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, make_table, wait_until
+from test_processes import spawn
+
+Span = Tuple[int, int, int]  # start, end (monotonic ns), pid
+
+
+def read_spans(log: str) -> List[Span]:
+    """The handler spans a drain log holds, one per B/E pair."""
+    begun: Dict[Tuple[int, int], int] = {}
+    spans: List[Span] = []
+    with open(log) as f:
+        for line in f:
+            kind, row, pid, at, _ = line.split()
+            key = (int(row), int(pid))
+            if kind == "B":
+                begun[key] = int(at)
+            else:
+                spans.append((begun.pop(key), int(at), int(pid)))
+    assert not begun, "handlers that never ended: %s" % begun
+    return spans
+
+
+def overlap(spans: List[Span]) -> Tuple[int, float]:
+    """The most spans open at once, and the mean number open while the
+    backlog lasted: from the first start to the last."""
+    events = sorted([(s, 1) for s, _, _ in spans] + [(e, -1) for _, e, _ in spans])
+    backlog_end = max(s for s, _, _ in spans)
+    most = open_now = 0
+    area = 0
+    last = events[0][0]
+    for at, step in events:
+        if last < backlog_end:
+            area += open_now * (min(at, backlog_end) - last)
+        last = at
+        open_now += step
+        most = max(most, open_now)
+    return most, area / (backlog_end - events[0][0])
+
+
+def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: Any) -> None:
+    workers = [spawn(db, table, log, "drain", poll_interval_ms=POLL_MS, **options)
+               for _ in range(processes)]
+    try:
+        for w in workers:
+            assert w.stdout.readline().strip() == "ready"
+        wait_until(lambda: db.count(table.name) == 0, timeout=120, what="the table to drain")
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0
+
+
+@pytest.mark.forms("lease")
+@pytest.mark.across_processes
+def test_concurrency_holds_across_processes(db, form, tmp_path) -> None:
+    """3 processes x 6 workers with concurrency=4: never more than 4
+    handlers at once, and close to 4 while the backlog lasts."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 200
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+    log = str(tmp_path / "spans.log")
+    drain(db, table, log, 3, workers=6, concurrency=4, sleep_ms=(20, 50))
+    spans = read_spans(log)
+    assert len(spans) == rows
+    most, mean = overlap(spans)
+    assert most <= 4, "%d handlers ran at once under concurrency=4" % most
+    assert mean >= 3.5, "only %.2f of 4 busy on average while the backlog lasted" % mean
+
+
+@pytest.mark.forms("lease")
+def test_worker_concurrency_caps_what_one_subscription_holds(db, form) -> None:
+    """workers=8, worker_concurrency=3: at most 3 handlers at once here."""
+    table = make_table(form)
+    db.create_table(table)
+    running = most = 0
+    lock = threading.Lock()
+
+    def handle(d: libqueue.Delivery) -> None:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.03)
+        with lock:
+            running -= 1
+
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(40)])
+        with broker.subscribe(table, workers=8, worker_concurrency=3,
+                              poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            wait_until(lambda: db.count("jobs") == 0, what="the table to drain")
+    assert most == 3, "%d handlers ran at once under worker_concurrency=3" % most
+
+
+@pytest.mark.forms("lease")
+def test_a_queue_at_its_limit_is_not_claimed_past_it(db, form) -> None:
+    """A broker that holds the whole limit leaves nothing to another, whose
+    claims take no row until the room is given back."""
+    table = make_table(form)
+    db.create_table(table)
+    with libqueue.Broker(db.url) as first, libqueue.Broker(db.url) as second:
+        first.publish_many(table, [b"%d" % i for i in range(6)])
+        b = second.subscribe(table, concurrency=2, workers=2, poll_interval_ms=POLL_MS)
+        with first.subscribe(table, concurrency=2, workers=2, poll_interval_ms=POLL_MS) as a:
+            held = [a.next(10), a.next(10)]
+            assert all(held)
+            assert b.next(0.5) is None, "a row was claimed past concurrency=2"
+            held[0].ack()
+            held[1].ack()
+        # The first closed: its rows waiting went back, and the room is the second's.
+        with b:
+            got = [b.next(10), b.next(10)]
+            assert all(got), "the room the first gave back was not taken"
+            assert b.next(0.5) is None, "a row was claimed past concurrency=2"
+            for d in got:
+                d.ack()
+    assert db.count("jobs") == 2
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(concurrency=0), "option concurrency must be between 1 and"),
+    (dict(worker_concurrency=-1), "option worker_concurrency must be between 1 and"),
+    (dict(concurrency=2, worker_concurrency=3), "worker_concurrency 3 is above concurrency 2"),
+])
+def test_bad_limits_are_refused(db, broker, options: Dict[str, int], message: str) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match=message):
+        broker.subscribe(table, **options)
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.forms("row_lock", "advisory")
+def test_concurrency_outside_the_lease_form_is_refused(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="concurrency counts the leases of the lease form"):
+        broker.subscribe(table, concurrency=2)
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+def test_contention_doubles_the_poll_interval_and_claims_that_meet_none_shrink_it(db, broker):
+    """The queue-wide limit's lock held by another session: each claim's
+    wait for it ends a second before its deadline as contention, and the
+    interval doubles to the ceiling; once the lock is free again, claims
+    that meet no conflict shrink it back to poll_interval_ms."""
+    table = make_table("lease")
+    db.create_table(table)
+    broker.publish(table, b"a")
+    hold = db.connect()
+    cur = hold.cursor()
+    if db.dialect == "postgresql":
+        cur.execute("SELECT pg_advisory_lock(hashtextextended('concurrency:jobs', 0))")
+    else:
+        cur.execute("SELECT GET_LOCK('concurrency:jobs', 0)")
+    try:
+        with libqueue.Broker(db.url, statement_timeout_ms=1500) as quick, \
+                quick.subscribe(table, concurrency=1, poll_interval_ms=20,
+                                poll_ceiling_ms=160) as sub:
+            assert sub.next(0.05) is None  # pulls: the claims begin
+            wait_until(lambda: sub.stat("poll_interval_ms") == 160, timeout=30,
+                       what="the ceiling")
+            assert sub.stat("contention") >= 3 and sub.stat("delivered") == 0
+            cur.execute("SELECT pg_advisory_unlock(hashtextextended('concurrency:jobs', 0))"
+                        if db.dialect == "postgresql" else "SELECT RELEASE_LOCK('concurrency:jobs')")
+            d = sub.next(10)
+            assert d is not None
+            d.ack()
+            wait_until(lambda: sub.stat("poll_interval_ms") == 20, what="the interval back")
+    finally:
+        hold.close()
+
+
+def test_poll_ceiling_below_the_interval_is_refused(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="poll_ceiling_ms 10 is below poll_interval_ms 50"):
+        broker.subscribe(table, poll_interval_ms=50, poll_ceiling_ms=10)
+
+
+def start_times(log: str) -> List[int]:
+    """The handlers' start times (monotonic ns, one clock for every process
+    of the machine), sorted."""
+    return sorted(s for s, _, _ in read_spans(log))
+
+
+@pytest.mark.forms("lease")
+@pytest.mark.across_processes
+def test_rate_limit_holds_across_processes(db, form, tmp_path) -> None:
+    """rate_limit=20 per 1000 ms, 2 processes x 4 workers, 100 rows: no 21
+    starts within a second, and the limit is used: at least 90% of the 80
+    starts four windows allow come in the first four seconds."""
+    table = make_table(form)
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(100)])
+    log = str(tmp_path / "spans.log")
+    drain(db, table, log, 2, workers=4, rate_limit=20, rate_period_ms=1000)
+    t = start_times(log)
+    assert len(t) == 100
+    slack = 30_000_000  # ns: the database's clock against the handlers' starts
+    for i in range(len(t) - 20):
+        assert t[i + 20] - t[i] >= 1_000_000_000 - slack, \
+            "starts %d and %d are %.3f s apart" % (i, i + 20, (t[i + 20] - t[i]) / 1e9)
+    in_four = sum(1 for x in t if x - t[0] < 4_000_000_000)
+    assert in_four >= 72, "only %d starts in the first four seconds (80 allowed)" % in_four
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(rate_limit=0), "option rate_limit must be between 1 and"),
+    (dict(rate_period_ms=500), "rate_period_ms is the window of rate_limit, which is not set"),
+])
+def test_bad_rate_limits_are_refused(db, broker, options: Dict[str, int], message: str) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match=message):
+        broker.subscribe(table, **options)
+
+
+@pytest.mark.forms("row_lock", "advisory")
+def test_rate_limit_outside_the_lease_form_is_refused(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="rate_limit counts the claims of the lease form"):
+        broker.subscribe(table, rate_limit=5)
+
+
+def spans_by_key(log: str) -> Dict[str, List[Tuple[int, int]]]:
+    """The handler spans of a drain log by payload (the row's partition key)."""
+    begun: Dict[Tuple[int, int], int] = {}
+    spans: Dict[str, List[Tuple[int, int]]] = {}
+    with open(log) as f:
+        for line in f:
+            kind, row, pid, at, payload = line.split()
+            if kind == "B":
+                begun[(int(row), int(pid))] = int(at)
+            else:
+                spans.setdefault(payload, []).append((begun.pop((int(row), int(pid))), int(at)))
+    return spans
+
+
+@pytest.mark.forms("lease")
+@pytest.mark.across_processes
+def test_partition_concurrency_one_runs_each_key_alone(db, form, tmp_path) -> None:
+    """partition_concurrency=1 with 10 keys, 3 processes x 6 workers: no two
+    spans of one key overlap, and different keys do run side by side."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    rows = 120
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [dict(payload=b"k%d" % (i % 10), partition_key="k%d" % (i % 10))
+                                    for i in range(rows)])
+    log = str(tmp_path / "spans.log")
+    drain(db, table, log, 3, workers=6, partition_concurrency=1, sleep_ms=(10, 30))
+    by_key = spans_by_key(log)
+    assert sum(len(v) for v in by_key.values()) == rows
+    for key, spans in by_key.items():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert end <= start, "two rows of key %s ran at once" % key
+    everything = [(s, e, 0) for spans in by_key.values() for s, e in spans]
+    most, mean = overlap(everything)
+    assert most > 1, "the keys never ran side by side"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(partition_concurrency=2), "partition_concurrency needs a partition_key column"),
+    (dict(partition_concurrency=3, concurrency=2), "partition_concurrency 3 is above concurrency 2"),
+])
+def test_bad_partition_limits_are_refused(db, broker, options: Dict[str, int], message: str):
+    table = make_table("lease") if "concurrency" not in options else make_table(
+        "lease", partition_key="account")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match=message):
+        broker.subscribe(table, **options)
