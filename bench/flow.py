@@ -28,15 +28,9 @@ from typing import Any, Dict, List, Tuple
 
 import libqueue
 
+from w1 import db_name  # bench/w1.py, beside this file
+
 TABLE = dict(payload="payload", attempt="attempt", locked_until="locked_until")
-
-
-def db_name(url: str) -> str:
-    if url.startswith("sqlite:"):
-        return "sqlite"
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql"
-    return "mariadb"
 
 
 def lq_bench_w1(lq_bench: str, url: str, n: int, *extra: str) -> float:

@@ -145,7 +145,8 @@ typedef enum lq_option {
                                        meanwhile together, and the worker moves on */
     LQ_OPT_COALESCE_WAIT_US = 31,   /* how long a coalesced settlement waits for the other
                                        deliveries in work to settle with it, at most;
-                                       default 1000 (1 ms), 0 = never */
+                                       default 1000 (1 ms), 0 under concurrency (each
+                                       settlement frees a slot), 0 = never */
     LQ_OPT_MAX_PAYLOAD_BYTES = 32,  /* a row whose payload is longer is dead-lettered
                                        unread, with a warning naming its size: the claim
                                        reads its size, not the payload; needs a dead-letter
@@ -154,7 +155,8 @@ typedef enum lq_option {
     LQ_OPT_CONCURRENCY = 34,        /* at most n rows of the queue (table, or table and
                                        group) in work at once, counted on the database
                                        across every broker and process that sets it;
-                                       lease form; default 0 = no limit */
+                                       lease form, and row lock form on PostgreSQL;
+                                       default 0 = no limit */
     LQ_OPT_WORKER_CONCURRENCY = 35, /* at most n rows of the queue held by this
                                        subscription at once (in work, waiting for a worker,
                                        or being claimed), counted here without a round
@@ -189,7 +191,8 @@ LQ_API int lq_options_set_int(lq_options *options, int option, int64_t value);
 LQ_API int lq_options_set_str(lq_options *options, int option, const char *value);
 /* Looks an option up by its name without the prefix, lower case ("workers",
  * "poll_interval_ms"), so bindings map keyword arguments mechanically.
- * Returns LQ_MISUSE for an unknown name. Thread-safe. */
+ * Either out pointer may be NULL (an existence check). Returns LQ_MISUSE for
+ * an unknown name. Thread-safe. */
 LQ_API int lq_option_find(int *option_out, int *type_out, const char *name);
 
 /* ------------------------------------------------------------------------ */
@@ -259,7 +262,7 @@ LQ_API int lq_table_set_isolation(lq_table *table, int isolation);
 /* Where dead letters go: a group name when the table has a group column, else
  * a table of the same columns ("table" or "schema.table"). */
 LQ_API int lq_table_set_dead_letter(lq_table *table, const char *destination);
-/* The form the description selects (an lq_form). */
+/* The form the description selects (an lq_form); 0 for NULL. */
 LQ_API int lq_table_form(const lq_table *table);
 /* The CREATE TABLE and CREATE INDEX statements lq_table_create runs for
  * this description on a dialect ("sqlite", "postgresql", "mysql"), separated

@@ -14,7 +14,7 @@ import re
 import socket
 import struct
 import threading
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 
 def close_socket(sock: Optional[socket.socket], reset: bool = False) -> None:
@@ -80,19 +80,24 @@ class Relay:
         except OSError:
             client.close()
             return
+        server.settimeout(None)  # the connect's timeout must not end an idle link
         with self._lock:
             self._open += [client, server]
         for a, b in ((client, server), (server, client)):
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(source: socket.socket, sink: socket.socket,
+              link: Optional[Dict[str, bool]] = None) -> None:
+        """Copies source to sink until either ends; while link["live"] is
+        false what comes is read and dropped (a half-open link)."""
         try:
             while True:
                 data = source.recv(65536)
                 if not data:
                     break
-                sink.sendall(data)
+                if link is None or link["live"]:
+                    sink.sendall(data)
         except OSError:
             pass
         for s in (source, sink):

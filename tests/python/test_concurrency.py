@@ -14,24 +14,13 @@ import libqueue
 
 from helpers import POLL_MS, make_table, wait_until
 from test_processes import spawn
+from worker_process import read_spans
 
 Span = Tuple[int, int, int]  # start, end (monotonic ns), pid
 
 
-def read_spans(log: str) -> List[Span]:
-    """The handler spans a drain log holds, one per B/E pair."""
-    begun: Dict[Tuple[int, int], int] = {}
-    spans: List[Span] = []
-    with open(log) as f:
-        for line in f:
-            kind, row, pid, at, _ = line.split()
-            key = (int(row), int(pid))
-            if kind == "B":
-                begun[key] = int(at)
-            else:
-                spans.append((begun.pop(key), int(at), int(pid)))
-    assert not begun, "handlers that never ended: %s" % begun
-    return spans
+def spans_of(log: str) -> List[Span]:
+    return [(s.start, s.end, s.pid) for s in read_spans(log)]
 
 
 def overlap(spans: List[Span]) -> Tuple[int, float]:
@@ -48,7 +37,8 @@ def overlap(spans: List[Span]) -> Tuple[int, float]:
         last = at
         open_now += step
         most = max(most, open_now)
-    return most, area / (backlog_end - events[0][0])
+    span = backlog_end - events[0][0]
+    return most, area / span if span else float(most)
 
 
 def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: Any) -> None:
@@ -65,9 +55,7 @@ def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: A
             assert w.wait(30) == 0
 
 
-@pytest.mark.forms("lease")
-@pytest.mark.across_processes
-def test_concurrency_holds_across_processes(db, form, tmp_path) -> None:
+def concurrency_across_processes(db: Any, form: str, tmp_path: Any) -> None:
     """3 processes x 6 workers with concurrency=4: never more than 4
     handlers at once, and close to 4 while the backlog lasts."""
     table = make_table(form)
@@ -77,11 +65,25 @@ def test_concurrency_holds_across_processes(db, form, tmp_path) -> None:
         broker.publish_many(table, [b"%d" % i for i in range(rows)])
     log = str(tmp_path / "spans.log")
     drain(db, table, log, 3, workers=6, concurrency=4, sleep_ms=(20, 50))
-    spans = read_spans(log)
+    spans = spans_of(log)
     assert len(spans) == rows
     most, mean = overlap(spans)
     assert most <= 4, "%d handlers ran at once under concurrency=4" % most
     assert mean >= 3.5, "only %.2f of 4 busy on average while the backlog lasted" % mean
+
+
+@pytest.mark.forms("lease")
+@pytest.mark.across_processes
+def test_concurrency_holds_across_processes(db, form, tmp_path) -> None:
+    concurrency_across_processes(db, form, tmp_path)
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("row_lock")
+def test_concurrency_holds_across_processes_by_slot_locks(db, form, tmp_path) -> None:
+    """The row lock form: each row in work holds a slot lock of its claim's
+    transaction."""
+    concurrency_across_processes(db, form, tmp_path)
 
 
 @pytest.mark.forms("lease")
@@ -148,11 +150,20 @@ def test_bad_limits_are_refused(db, broker, options: Dict[str, int], message: st
     assert db.count("jobs") == 0
 
 
-@pytest.mark.forms("row_lock", "advisory")
-def test_concurrency_outside_the_lease_form_is_refused(db, broker, form) -> None:
+@pytest.mark.dialect("mysql")
+@pytest.mark.forms("row_lock")
+def test_concurrency_in_the_row_lock_form_without_slot_locks_is_refused(db, broker, form):
     table = make_table(form)
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="concurrency counts the leases of the lease form"):
+    with pytest.raises(libqueue.Misuse, match="takes a slot lock per row, which mysql has not"):
+        broker.subscribe(table, concurrency=2)
+
+
+@pytest.mark.forms("advisory")
+def test_concurrency_in_the_advisory_form_is_refused(db, broker, form) -> None:
+    table = make_table(form)
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="concurrency counts the leases of the lease form or"):
         broker.subscribe(table, concurrency=2)
 
 
@@ -199,7 +210,7 @@ def test_poll_ceiling_below_the_interval_is_refused(db, broker) -> None:
 def start_times(log: str) -> List[int]:
     """The handlers' start times (monotonic ns, one clock for every process
     of the machine), sorted."""
-    return sorted(s for s, _, _ in read_spans(log))
+    return sorted(s.start for s in read_spans(log))
 
 
 @pytest.mark.forms("lease")
@@ -245,15 +256,9 @@ def test_rate_limit_outside_the_lease_form_is_refused(db, broker, form) -> None:
 
 def spans_by_key(log: str) -> Dict[str, List[Tuple[int, int]]]:
     """The handler spans of a drain log by payload (the row's partition key)."""
-    begun: Dict[Tuple[int, int], int] = {}
     spans: Dict[str, List[Tuple[int, int]]] = {}
-    with open(log) as f:
-        for line in f:
-            kind, row, pid, at, payload = line.split()
-            if kind == "B":
-                begun[(int(row), int(pid))] = int(at)
-            else:
-                spans.setdefault(payload, []).append((begun.pop((int(row), int(pid))), int(at)))
+    for s in read_spans(log):
+        spans.setdefault(s.payload, []).append((s.start, s.end))
     return spans
 
 
@@ -291,3 +296,51 @@ def test_bad_partition_limits_are_refused(db, broker, options: Dict[str, int], m
     db.create_table(table)
     with pytest.raises(libqueue.Misuse, match=message):
         broker.subscribe(table, **options)
+
+
+def killed_slot_comes_back(db: Any, form: str, tmp_path: Any) -> None:
+    """concurrency=2: a process holding one slot is SIGKILLed mid-handler;
+    the other runs one row at a time until the slot is free again (the lease
+    runs out; in the row lock form the session's end frees it at once), then
+    two, and the dead one's row is done too: nothing lost."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 80
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+    holder = spawn(db, table, str(tmp_path / "holder.log"), "hold", concurrency=2,
+                   lease_ms=2000, poll_interval_ms=POLL_MS)
+    held = int(holder.stdout.readline())
+    log = str(tmp_path / "spans.log")
+    drainer = spawn(db, table, log, "drain", workers=4, concurrency=2, lease_ms=2000,
+                    poll_interval_ms=POLL_MS, sleep_ms=(60, 80))
+    try:
+        assert drainer.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        killed_at = time.monotonic_ns()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+        wait_until(lambda: db.count("jobs") == 0, timeout=60, what="the table to drain")
+    finally:
+        drainer.send_signal(signal.SIGTERM)
+        assert drainer.wait(30) == 0
+    spans = read_spans(log)
+    assert sorted(s.row for s in spans) == sorted(set(s.row for s in spans))
+    assert held in {s.row for s in spans} and len(spans) == rows
+    free_after = 2_000_000_000 if form == "lease" else 500_000_000
+    before = [(s.start, s.end, s.pid) for s in spans if s.end < killed_at]
+    after = [(s.start, s.end, s.pid) for s in spans if s.start > killed_at + free_after]
+    assert before and overlap(before)[0] == 1, "the held slot was taken while its holder lived"
+    assert after and overlap(after)[0] == 2, "the dead process's slot never came back"
+
+
+@pytest.mark.forms("lease")
+@pytest.mark.across_processes
+def test_a_killed_process_gives_its_slot_back_when_its_lease_runs_out(db, form, tmp_path):
+    killed_slot_comes_back(db, form, tmp_path)
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("row_lock")
+def test_a_killed_process_gives_its_slot_lock_back_at_once(db, form, tmp_path) -> None:
+    killed_slot_comes_back(db, form, tmp_path)

@@ -65,24 +65,7 @@ class HalfOpenRelay(Relay):
             self._open += [client, server]
             self._links.append(link)
         for a, b in ((client, server), (server, client)):
-            threading.Thread(target=self._forward, args=(a, b, link), daemon=True).start()
-
-    @staticmethod
-    def _forward(source: socket.socket, sink: socket.socket, link: Dict[str, bool]) -> None:
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                if link["live"]:
-                    sink.sendall(data)
-        except OSError:
-            pass
-        for s in (source, sink):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            threading.Thread(target=self._pipe, args=(a, b, link), daemon=True).start()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 import libqueue
 
 from helpers import POLL_MS, make_table, wait_until
+from worker_process import read_spans
 
 WORKER = os.path.join(os.path.dirname(__file__), "worker_process.py")
 
@@ -54,16 +55,8 @@ def test_two_processes_never_hold_one_row_at_once(db, form, tmp_path) -> None:
             assert w.wait(30) == 0
 
     spans: Dict[int, List[Tuple[int, int, int]]] = {}
-    open_spans: Dict[Tuple[int, int], int] = {}
-    with open(log) as f:
-        for line in f:
-            kind, row, pid, at, _ = line.split()
-            key = (int(row), int(pid))
-            if kind == "B":
-                open_spans[key] = int(at)
-            else:
-                spans.setdefault(int(row), []).append((open_spans.pop(key), int(at), int(pid)))
-    assert not open_spans, "handlers that never ended: %s" % open_spans
+    for span in read_spans(log):
+        spans.setdefault(span.row, []).append((span.start, span.end, span.pid))
     assert sorted(spans) == sorted(set(spans)) and len(spans) == rows
     for row, held in spans.items():
         held.sort()

@@ -17,8 +17,36 @@ import signal
 import sys
 import threading
 import time
+from typing import Dict, List, NamedTuple, Tuple
 
 import libqueue
+
+
+class Span(NamedTuple):
+    """One handler's run, from a drain log."""
+    row: int
+    pid: int
+    start: int  # monotonic ns: one clock for every process of the machine
+    end: int
+    payload: str
+
+
+def read_spans(log_path: str) -> List[Span]:
+    """The spans a drain log holds, one per B/E pair, in the order they ended;
+    fails on a handler that began and never ended."""
+    begun: Dict[Tuple[int, int], Tuple[int, str]] = {}
+    spans: List[Span] = []
+    with open(log_path) as f:
+        for line in f:
+            kind, row, pid, at, payload = line.split()
+            key = (int(row), int(pid))
+            if kind == "B":
+                begun[key] = (int(at), payload)
+            else:
+                start, payload = begun.pop(key)
+                spans.append(Span(int(row), int(pid), start, int(at), payload))
+    assert not begun, "handlers that never ended: %s" % begun
+    return spans
 
 
 def main() -> int:

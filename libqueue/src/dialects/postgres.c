@@ -159,6 +159,15 @@ static void pg_disconnect(lq__conn *c) {
     free(c);
 }
 
+/* The server's notices (CREATE .. IF NOT EXISTS of what exists) go to the
+ * library's log, at debug level, rather than to stderr as libpq's do. */
+static void log_notice(void *ctx, const char *message) {
+    (void)ctx;
+    size_t n = strlen(message);
+    while (n && message[n - 1] == '\n') n--;
+    lq__log(LQ_LOG_DEBUG, "postgresql: %.*s", (int)n, message);
+}
+
 static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_options *o) {
     char connect_timeout[32], user_timeout[32];
     int64_t connect_ms = lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS);
@@ -194,6 +203,7 @@ static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_
      * client waits a little longer, for a server that stops answering. */
     c->deadline_ms = statement_ms + 2000;
     PQsetnonblocking(c->pg, 1);
+    PQsetNoticeProcessor(c->pg, log_notice, NULL);
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%lld", (long long)statement_ms);
     const char *params[1] = {timeout};
@@ -304,10 +314,8 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_id(&b);
     lq__sql_add(&b, "::bigint AS \"lq_id\", ");
     key_expression(&b, t);
-    lq__sql_add(&b, " AS \"lq_key\" FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, false);
+    lq__sql_add(&b, " AS \"lq_key\"");
+    lq__sql_from_claimable(&b, false);
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " OFFSET 0) AS \"lq_candidates\" WHERE "
@@ -623,10 +631,11 @@ static const lq__stmt unlock_stmt = {.sql = "SELECT pg_advisory_unlock(hashtexte
  * The wait ends before the statement's deadline (a second before, or at
  * half a deadline of two seconds or less) as LQ_CONTENTION (55P03), so the
  * claim backs off rather than fails: lock_timeout, for this transaction,
- * set before the lock is asked for. */
+ * set before the lock is asked for (the lock's key reads the setting's
+ * result, an empty string, so the setting comes first). */
 static const lq__stmt lock_queue_stmt = {
-    .sql = "SELECT true FROM (SELECT set_config('lock_timeout', $2, true)) AS \"lq_wait\", "
-           "pg_advisory_xact_lock(hashtextextended($1, 0))",
+    .sql = "SELECT true FROM (SELECT set_config('lock_timeout', $2, true) AS \"s\") AS \"lq_wait\", "
+           "LATERAL pg_advisory_xact_lock(hashtextextended($1 || left(\"lq_wait\".\"s\", 0), 0))",
     .id = -3};
 
 /* A 0/1 answer from an advisory lock function. */
@@ -653,6 +662,30 @@ static bool pg_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     if (!c || lock_call(&released, c, &unlock_stmt, key) != LQ_OK)
         return false;
     return released;
+}
+
+/* A slot is the two-key advisory lock (hash of the queue, slot number), a
+ * space apart from the one-key locks of the advisory form. The LIMIT stops
+ * the tries once `want` are taken. */
+static const lq__stmt take_slots_stmt = {
+    .sql = "SELECT count(*) FROM (SELECT 1 FROM generate_series(0, $2::int - 1) AS \"lq_i\" "
+           "WHERE pg_try_advisory_xact_lock(hashtext($1), \"lq_i\") LIMIT $3::int) AS \"lq_slots\"",
+    .id = -4};
+
+static int pg_take_slots(int *taken, lq__conn *c, const char *key, int limit, int want) {
+    char limit_text[16], want_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    snprintf(want_text, sizeof want_text, "%d", want);
+    const char *params[3] = {key, limit_text, want_text};
+    int rc = LQ_OK;
+    *taken = 0;
+    PGresult *res = run_stmt(c, &take_slots_stmt, 3, params, NULL, NULL, 0, &rc);
+    if (!res) return rc;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return pg_error(c, res, LQ_BACKEND, "a queue's slots could not be counted");
+    *taken = atoi(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return LQ_OK;
 }
 
 static int pg_lock_queue(lq__conn *c, const char *key) {
@@ -789,6 +822,7 @@ const lq__dialect lq__postgres_dialect = {
     .ddl_lock_query = pg_ddl_lock_query,
     .now_ms_sql = pg_now_ms_sql,
     .lock_queue = pg_lock_queue,
+    .take_slots = pg_take_slots,
     .try_lock_key = pg_try_lock_key,
     .unlock_key = pg_unlock_key,
 };

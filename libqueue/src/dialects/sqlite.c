@@ -252,10 +252,7 @@ static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_id(&b);
     lq__sql_add(&b, " IN (SELECT ");
     lq__sql_id(&b);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, true);
+    lq__sql_from_claimable(&b, true);
     if (t->fifo) lq__sql_fifo_head(&b, true); /* SQLite's one writer is the guard */
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
@@ -293,10 +290,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_id(&b);
     lq__sql_add(&b, ", ");
     key_expression(&b, t);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, false);
+    lq__sql_from_claimable(&b, false);
     lq__sql_claim_limit(&b);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;

@@ -146,9 +146,13 @@ static void dead_letter_oversized(lq_delivery *list) {
  * wider one. */
 static int check_limits(lq_subscription *s, const char *label) {
     const char *form = s->form == LQ_FORM_ADVISORY ? "advisory" : "row lock";
-    if (s->concurrency && s->form != LQ_FORM_LEASE)
-        return lq__error(LQ_MISUSE, "table %s: concurrency counts the leases of the lease form; "
-                                    "this table's form is %s",
+    if (s->concurrency && s->form == LQ_FORM_ROW_LOCK && !s->broker->dialect->take_slots)
+        return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
+                                    "per row, which %s has not; use the lease form",
+                         label, s->broker->dialect->name);
+    if (s->concurrency && s->form == LQ_FORM_ADVISORY)
+        return lq__error(LQ_MISUSE, "table %s: concurrency counts the leases of the lease form or "
+                                    "the slots of the row lock form; this table's form is %s",
                          label, form);
     if (s->rate_limit && s->form != LQ_FORM_LEASE)
         return lq__error(LQ_MISUSE, "table %s: rate_limit counts the claims of the lease form; "
@@ -243,10 +247,13 @@ static int plan_limits(lq_subscription *s) {
     if (!(s->limit_key = queue_name(s, "concurrency:"))) return lq__error(LQ_NOMEM, "out of memory");
     if (s->rate_limit && !(s->starts_key = queue_name(s, "")))
         return lq__error(LQ_NOMEM, "out of memory");
-    int rc = lq__sqlset_build_limits(&s->sql, s->broker->dialect, s->table, s->concurrency > 0,
-                                     s->rate_limit > 0);
+    /* The row lock form counts by slots (forms/rowlock.c); the lease form
+     * counts its leased rows. */
+    bool leases = s->form == LQ_FORM_LEASE;
+    int rc = lq__sqlset_build_limits(&s->sql, s->broker->dialect, s->table,
+                                     leases && s->concurrency > 0, s->rate_limit > 0);
     if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table);
-    if (rc == LQ_OK && (s->concurrency || s->partition_concurrency))
+    if (rc == LQ_OK && leases && (s->concurrency || s->partition_concurrency))
         lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
     return rc;
 }
@@ -326,8 +333,9 @@ static int prepare_all(lq_subscription *s) {
 int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *table,
                          const lq_options *o) {
     lq__error_clear();
-    LQ__CHECK_ARG(out && b && table, "an argument is NULL");
+    LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL; /* a failure leaves no dangling handle behind */
+    LQ__CHECK_ARG(b && table, "the broker or table is NULL");
     lq_subscription *s = calloc(1, sizeof *s);
     if (!s) return lq__error(LQ_NOMEM, "out of memory");
     atomic_init(&s->refs, 1);
@@ -346,6 +354,10 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     /* Acks behind the handlers gain on SQLite too: they wait for no one. */
     s->acks_behind = coalesce != 0;
     s->coalescer.wait_us = lq__opt_int(o, LQ_OPT_COALESCE_WAIT_US);
+    /* Under a queue-wide limit a settlement frees a slot: it waits for no
+     * other to commit with it, unless told to. */
+    if (lq__opt_int(o, LQ_OPT_CONCURRENCY) && !lq__opt_is_set(o, LQ_OPT_COALESCE_WAIT_US))
+        s->coalescer.wait_us = 0;
     s->lanes = (int)lq__opt_int(o, LQ_OPT_WORKERS_BY_KEY);
     s->on_threads = (int)lq__opt_int(o, LQ_OPT_ON_THREADS);
     s->thread_connections = (int)lq__opt_int(o, LQ_OPT_THREAD_CONNECTIONS);
@@ -1080,9 +1092,9 @@ int lq_subscription_health(const lq_subscription *s, int64_t *failing_ms_out) {
 int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
                                lq_subscription *s, int64_t timeout_ms) {
     lq__error_clear();
+    if (count_out) *count_out = 0;
     LQ__CHECK_ARG(out && count_out && s && capacity > 0, "an argument is NULL or zero");
     LQ__CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
-    *count_out = 0;
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ__MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
@@ -1100,8 +1112,9 @@ int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count
 
 int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_ms) {
     lq__error_clear();
-    LQ__CHECK_ARG(out && s, "an argument is NULL");
+    LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL;
+    LQ__CHECK_ARG(s, "the subscription is NULL");
     LQ__CHECK_ARG(timeout_ms >= -1, "timeout_ms is -1 (no limit) or from 0");
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ__MODE_PULL);

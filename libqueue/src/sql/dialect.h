@@ -189,6 +189,13 @@ typedef struct lq__dialect {
     /* Gives it back after the transaction ended (false: not confirmed, and
      * the connection must not be reused); NULL where it ends with it. */
     bool (*unlock_queue)(lq__conn *conn, const char *key);
+    /* Queue-wide concurrency where a row in work is a lock (the row lock
+     * form): takes up to `want` of the `limit` slots of the queue named `key`
+     * for the transaction open on conn, without waiting; *taken is how many.
+     * A slot is a lock the transaction holds until it ends, so a session
+     * that dies frees its slots at once. NULL where the database has no
+     * locks that end with the transaction. */
+    int (*take_slots)(int *taken, lq__conn *conn, const char *key, int limit, int want);
     /* Advisory keys: take without waiting (*taken false when held
      * elsewhere), and give back (false when the database did not confirm). */
     int (*try_lock_key)(bool *taken, lq__conn *conn, const lq__broker_target *target, const char *key);

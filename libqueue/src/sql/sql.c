@@ -116,6 +116,13 @@ void lq__sql_claim_where(lq__sql *b, bool lease_free) {
     if (!*and) lq__sql_add(b, "1 = 1");
 }
 
+void lq__sql_from_claimable(lq__sql *b, bool lease_free) {
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_claim_where(b, lease_free);
+}
+
 void lq__sql_fifo_head(lq__sql *b, bool lease) {
     lq__sql_add(b, " AND ");
     lq__sql_id(b);
@@ -178,10 +185,7 @@ void lq__sql_claim_limit(lq__sql *b) {
 void lq__sql_locking_read(lq__sql *b, bool lease) {
     lq__sql_add(b, "SELECT ");
     lq__sql_row_columns(b, NULL);
-    lq__sql_add(b, " FROM ");
-    lq__sql_table(b);
-    lq__sql_add(b, " WHERE ");
-    lq__sql_claim_where(b, lease);
+    lq__sql_from_claimable(b, lease);
     if (b->table->fifo) lq__sql_fifo_head(b, lease);
     lq__sql_claim_limit(b);
     lq__sql_add(b, " FOR UPDATE SKIP LOCKED");
@@ -876,7 +880,11 @@ int lq__sql_build_dedup_lookup(lq__stmt *out, const lq__dialect *d, const lq_tab
     return lq__sql_finish(&b);
 }
 
-static int build_in_work(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+/* "SELECT COUNT(*) FROM t WHERE locked_until > <now>[ AND <role> = <param>]":
+ * the rows leased now, of one group or one partition key (an ack clears
+ * the lease of a row it keeps as processed). */
+static int build_count_leased(lq__stmt *out, const lq__dialect *d, const lq_table *t, int role,
+                              lq__param param) {
     lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "SELECT COUNT(*) FROM ");
@@ -885,34 +893,12 @@ static int build_in_work(lq__stmt *out, const lq__dialect *d, const lq_table *t)
     lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(&b, " > ");
     lq__sql_param(&b, LQ__P_LEASE_NOW);
-    if (lq__has(t, LQ_ROLE_GROUP)) {
+    if (role && lq__has(t, role)) {
         lq__sql_add(&b, " AND ");
-        lq__sql_col(&b, LQ_ROLE_GROUP);
+        lq__sql_col(&b, role);
         lq__sql_add(&b, " = ");
-        lq__sql_param(&b, LQ__P_GROUP);
+        lq__sql_param(&b, param);
     }
-    if (lq__has(t, LQ_ROLE_PROCESSED_AT)) {
-        lq__sql_add(&b, " AND ");
-        lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
-        lq__sql_add(&b, " IS NULL");
-    }
-    return lq__sql_finish(&b);
-}
-
-/* The rows of one partition key (LQ__P_PKEY) of the queue leased now. */
-static int build_key_in_work(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
-    lq__sql b;
-    lq__sql_start(&b, out, d, t);
-    lq__sql_add(&b, "SELECT COUNT(*) FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_col(&b, LQ_ROLE_PARTITION_KEY);
-    lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ__P_PKEY);
-    lq__sql_add(&b, " AND ");
-    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(&b, " > ");
-    lq__sql_param(&b, LQ__P_LEASE_NOW);
     return lq__sql_finish(&b);
 }
 
@@ -964,9 +950,11 @@ static int build_starts(lq__sqlset *set, const lq__dialect *d, const lq_table *t
 
 int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_table *t,
                             bool concurrency, bool rate) {
-    int rc = concurrency ? build_in_work(&set->in_work, d, t) : LQ_OK;
+    int rc = concurrency ? build_count_leased(&set->in_work, d, t, LQ_ROLE_GROUP, LQ__P_GROUP)
+                         : LQ_OK;
     if (rc == LQ_OK && rate) rc = build_starts(set, d, t);
-    if (rc == LQ_OK && t->partition_limit) rc = build_key_in_work(&set->key_in_work, d, t);
+    if (rc == LQ_OK && t->partition_limit)
+        rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     return rc;
 }
 

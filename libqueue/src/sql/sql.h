@@ -115,6 +115,8 @@ LQ__HIDDEN void lq__sql_param(lq__sql *b, lq__param p);
 /* "a = b AND ..." for due, unprocessed rows of the group; with the lease
  * condition when `lease_free`. Writes "1 = 1" when there is nothing to say. */
 LQ__HIDDEN void lq__sql_claim_where(lq__sql *b, bool lease_free);
+/* " FROM <table> WHERE <claim_where>". */
+LQ__HIDDEN void lq__sql_from_claimable(lq__sql *b, bool lease_free);
 /* FIFO groups: " AND id = <the group's head>", the head being its first
  * unfinished row in claim order, due or not; in the lease form also " AND no
  * row of the group is leased". */

@@ -31,6 +31,21 @@ static int share_transaction(lq__claimed *out, lq__conn *conn) {
     return LQ_OK;
 }
 
+/* Queue-wide concurrency: the claim's transaction takes a slot for each row
+ * it asks for, and asks for no more rows than it got slots. A slot is held
+ * until the transaction ends (the row's settlement, or the session's end),
+ * so the rows in work never outnumber the slots. Slots a claim took beyond
+ * its rows (a batch that found fewer) stay held until its batch settles. */
+static int take_slots(lq__value *args, lq_subscription *s, lq__conn *conn) {
+    int taken = 0;
+    int rc = s->broker->dialect->take_slots(&taken, conn, s->limit_key, s->concurrency,
+                                            (int)args[LQ__P_LIMIT].i);
+    if (rc != LQ_OK) return rc;
+    atomic_store(&s->at_limit, taken < args[LQ__P_LIMIT].i);
+    args[LQ__P_LIMIT].i = taken;
+    return LQ_OK;
+}
+
 /* One row per claim, each settling in its own transaction; or a batch
  * subscription's batch, sharing one. */
 int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
@@ -48,8 +63,10 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     claim_ctx ctx = {out, s};
     bool guarded = true;
     if (!begun) rc = d->begin(conn, s->table->isolation);
-    if (rc == LQ_OK) rc = lq__fifo_guard(&guarded, s, conn);
-    if (rc == LQ_OK && guarded) rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK && s->concurrency) rc = take_slots(args, s, conn);
+    if (rc == LQ_OK && args[LQ__P_LIMIT].i > 0) rc = lq__fifo_guard(&guarded, s, conn);
+    if (rc == LQ_OK && guarded && args[LQ__P_LIMIT].i > 0)
+        rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
     if (rc == LQ_OK && out->count > 0) {
         /* The open transaction now belongs to the delivery, or the batch. */
