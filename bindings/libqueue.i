@@ -123,6 +123,8 @@ static int lq_lua_isint(lua_State *L, int index) {
 %typemap(out) int lq_version_number, int lq_errcode, int lq_errcode_native,
               int lq_table_form, int lq_delivery_attempt
 %{  lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
+/* A yes or no. */
+%typemap(out) int lq_delivery_expired %{  lua_pushboolean(L, $1 != 0); SWIG_arg++; %}
 
 #define LQ_DROP_TRUE \
     if (SWIG_arg == 1 && lua_type(L, -1) == LUA_TBOOLEAN) { lua_pop(L, 1); SWIG_arg = 0; }

@@ -170,10 +170,17 @@ typedef enum lq_option {
                                        process that sets it, on the database's clock; lease
                                        form; default 0 = none */
     LQ_OPT_RATE_PERIOD_MS = 38,     /* the window of rate_limit; default 1000 */
-    LQ_OPT_PARTITION_CONCURRENCY = 39 /* at most n rows of one partition key in work at once,
+    LQ_OPT_PARTITION_CONCURRENCY = 39, /* at most n rows of one partition key in work at once,
                                        across every broker and process that sets it (1: one
                                        at a time per key, fleet-wide); rows without a key are
                                        not limited; lease form; default 0 = none */
+    LQ_OPT_TIMEOUT_MS = 40          /* a handler still running this long after its delivery
+                                       was handed out has failed: its row goes back at once
+                                       (a retry, or the dead letters at max_attempts), its
+                                       lease is no longer extended, and the late settlement
+                                       gets LQ_LEASE_LOST; the thread is not stopped
+                                       (lq_delivery_expired tells it); lease form; default
+                                       0 = none */
 } lq_option;
 
 typedef enum lq_option_type {
@@ -450,7 +457,8 @@ typedef enum lq_stat {
     LQ_STAT_IN_WORK = 6,        /* deliveries handed out, not yet settled */
     LQ_STAT_WAITING = 7,        /* claimed rows waiting for a worker */
     LQ_STAT_POLL_INTERVAL_MS = 8, /* the poll interval now (LQ_OPT_POLL_CEILING_MS) */
-    LQ_STAT_CONTENTION = 9      /* claims that met a conflict the database reported */
+    LQ_STAT_CONTENTION = 9,     /* claims that met a conflict the database reported */
+    LQ_STAT_EXPIRED = 10        /* runs that passed timeout_ms, their rows sent back */
 } lq_stat;
 /* A counter of the subscription's own. Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);
@@ -483,6 +491,9 @@ LQ_API const char *lq_delivery_header(const lq_delivery *delivery, const char *n
 /* The lease token: the expiry in milliseconds since the epoch (lease form),
  * or 0. It changes when the core extends the lease. */
 LQ_API int64_t lq_delivery_lease_expiry_ms(const lq_delivery *delivery);
+/* 1 once the delivery's run passed timeout_ms and its row went back: the
+ * handler may give up, as its settlement will change nothing; else 0. */
+LQ_API int lq_delivery_expired(const lq_delivery *delivery);
 
 /* Outcomes. Ack finishes the row (deletes it, or sets processed_at). Retry
  * returns it to the queue now; retry_after hides it for delay_ms (needs a

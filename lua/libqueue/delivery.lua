@@ -83,6 +83,10 @@ function Delivery.__index(self, key)
 end
 
 --- One header's value, or nil.
+--- Whether the run passed the subscription's timeout_ms and its row went
+-- back: the handler may give up, its settlement changes nothing.
+function Delivery:expired() return core.lq_delivery_expired(live(self)) end
+
 function Delivery:header(name)
   check_type(name, "string", 1, "header")
   return core.lq_delivery_header(live(self), name)

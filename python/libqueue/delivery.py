@@ -162,6 +162,13 @@ class Delivery:
         return dict(self._headers)
 
     @property
+    def expired(self) -> bool:
+        """Whether the run passed the subscription's ``timeout_ms`` and its row
+        went back: the handler may give up, as its settlement will change
+        nothing (``LeaseLost``)."""
+        return bool(lib.lq_delivery_expired(self._live()))
+
+    @property
     def lease_expiry_ms(self) -> int:
         """The lease expiry, ms since the epoch (lease form), or 0. Changes when
         the core extends the lease."""

@@ -246,4 +246,20 @@ H.case("transactional writes commit with the ack and roll back otherwise", { for
   eq(db:count("jobs"), 1, "rows left")
 end)
 
+H.case("a run past timeout_ms is told, and its late ack changes nothing", { forms = { "lease" } },
+       function(db, form)
+  local tbl = H.make_table(form)
+  db:create(tbl)
+  local broker = H.open(db)
+  ok(broker:publish(tbl, "slow"))
+  local sub = H.subscribe(broker, tbl, { workers = 2, timeout_ms = 300 })
+  local first = H.one(sub)
+  eq(first:expired(), false, "expired before its timeout")
+  local again = H.one(sub) -- the same row, sent back
+  eq(again.id, first.id, "the row back")
+  eq(first:expired(), true, "expired after its timeout")
+  fails("LQ_LEASE_LOST", first:ack())
+  ok(again:ack())
+end)
+
 H.run()

@@ -39,6 +39,7 @@ static const option_spec specs[] = {
     {LQ_OPT_RATE_LIMIT, "rate_limit", LQ_OPTION_INT, 1, 1000000, 0},
     {LQ_OPT_RATE_PERIOD_MS, "rate_period_ms", LQ_OPTION_INT, 1, INT32_MAX, 1000},
     {LQ_OPT_PARTITION_CONCURRENCY, "partition_concurrency", LQ_OPTION_INT, 1, 1000000, 0},
+    {LQ_OPT_TIMEOUT_MS, "timeout_ms", LQ_OPTION_INT, 1, INT32_MAX, 0},
 };
 
 #define SPEC_COUNT (sizeof specs / sizeof specs[0])

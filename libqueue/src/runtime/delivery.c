@@ -256,6 +256,15 @@ int64_t lq_delivery_lease_expiry_ms(const lq_delivery *h) {
     return token;
 }
 
+int lq_delivery_expired(const lq_delivery *h) {
+    LIVE(h);
+    if (!d) return 0;
+    pthread_mutex_lock(&d->mu);
+    int expired = d->expired;
+    pthread_mutex_unlock(&d->mu);
+    return expired;
+}
+
 /* Settles the delivery of a handle, or says it is stale. */
 static int settle_handle(lq_delivery *h, lq__outcome outcome, int64_t delay_ms) {
     LQ__CHECK_ARG(h, "delivery is NULL");

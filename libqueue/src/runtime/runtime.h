@@ -52,6 +52,10 @@ struct lq_delivery {
     char *due;     /* retry_after as read: with priority, the claim order */
     uint16_t generation; /* of its block's uses: in the handles given out (lq__handle_of) */
     bool settled;
+    /* Its run passed timeout_ms: its row went back (lq__settle_expired), and
+     * its settlement changes nothing. */
+    bool expired;
+    int64_t handed_ms; /* monotonic: when it was handed out */
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
      * set holds no delivery's mutex while its statement runs. */
@@ -74,6 +78,7 @@ struct lq_subscription {
     char *group;
     int workers;
     int64_t poll_ms, lease_ms;
+    int64_t timeout_ms;  /* a run's limit (lease form), or 0 */
     int64_t ceiling_ms;  /* the most interval_ms grows to under contention */
     double interval_ms;  /* the poll interval now: poll_ms, or more after contention */
     int max_attempts;
@@ -138,7 +143,7 @@ struct lq_subscription {
     lq_handler_fn handler;
     void *userdata;
 
-    atomic_llong stats[LQ_STAT_CONTENTION + 1];
+    atomic_llong stats[LQ_STAT_EXPIRED + 1];
     lq__member member; /* as its broker knows it */
     /* Blocks of deliveries let go, for the next claims (delivery.c). */
     pthread_mutex_t spares_mu;
@@ -174,6 +179,11 @@ LQ__HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
 LQ__HIDDEN void lq__delivery_spares_free(lq_subscription *s);
 /* Runs an outcome's statements; `delay_ms` is for LQ__RETRY_AFTER. */
 LQ__HIDDEN int lq__settle(lq_delivery *d, lq__outcome outcome, int64_t delay_ms);
+/* A delivery whose run passed timeout_ms: its row goes back as a failure
+ * would send it (a retry, or the dead letters at max_attempts), with the
+ * token it holds, and the delivery is marked expired; its own settlement
+ * later only counts it out. */
+LQ__HIDDEN int lq__settle_expired(lq_delivery *d);
 /* Acks deliveries of one subscription together (a batch handler's return,
  * the acker, lq_deliveries_ack): one statement over their rows where they
  * settle on pool connections or in one batch's transaction, the others one
@@ -219,6 +229,9 @@ typedef struct lq__claimed {
 LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
+/* Sends back the rows of deliveries whose runs passed timeout_ms; returns
+ * when the next one will (monotonic ms), or 0 when none is in work. */
+LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);
 LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
 LQ__HIDDEN int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit);
 /* Transactional mode: opens the handler's transaction on the delivery's

@@ -193,6 +193,15 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
         return lq__error(LQ_MISUSE, "row %lld: the table has no dead-letter destination",
                          (long long)dv->id);
     }
+    if (dv->expired) { /* its row went back already: only counted out */
+        dv->settled = true;
+        pthread_mutex_unlock(&dv->mu);
+        lq__subscription_settling(s, &dv, 1);
+        lq__subscription_settled(s, &dv, 1, &(lq__freed){0});
+        return lq__error(LQ_LEASE_LOST, "row %lld: its run passed timeout_ms (%lld ms) and the row "
+                                        "went back; the %s changed nothing",
+                         (long long)dv->id, (long long)s->timeout_ms, outcome_name(outcome));
+    }
     lq__subscription_settling(s, &dv, 1);
     lq__freed freed = {0};
     int rc = run_outcome(&freed, dv, outcome, delay_ms);
@@ -204,11 +213,32 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     return rc;
 }
 
+int lq__settle_expired(lq_delivery *dv) {
+    lq_subscription *s = dv->sub;
+    pthread_mutex_lock(&dv->mu);
+    if (dv->settled || dv->in_set || dv->expired) {
+        pthread_mutex_unlock(&dv->mu);
+        return LQ_OK;
+    }
+    bool last = s->max_attempts > 0 && dv->attempt >= s->max_attempts;
+    lq__freed freed = {0}; /* a lease delivery holds no connection */
+    int rc = run_outcome(&freed, dv, last ? LQ__DEAD_LETTER : LQ__RETRY, 0);
+    /* Failed or not, its lease is no longer extended: the row comes back
+     * when it runs out, if not at once. */
+    dv->expired = true;
+    pthread_mutex_unlock(&dv->mu);
+    if (rc != LQ_OK) return rc;
+    atomic_fetch_add(&s->stats[LQ_STAT_EXPIRED], 1);
+    lq__log(LQ_LOG_WARNING, "row %lld: its run passed timeout_ms (%lld ms): the row went %s",
+            (long long)dv->id, (long long)s->timeout_ms, last ? "to the dead letters" : "back");
+    return LQ_OK;
+}
+
 /* Whether a delivery's ack can join a set: it runs one statement on a pool
  * connection (coalesced or not), or in its batch's shared transaction. */
 static bool joins_set(const lq_delivery *dv) {
     const lq_subscription *s = dv->sub;
-    if (dv->settled || dv->in_set || dv->tx || !s->sql.ack_set.sql) return false;
+    if (dv->settled || dv->in_set || dv->expired || dv->tx || !s->sql.ack_set.sql) return false;
     if (dv->shared) return true;
     return s->form != LQ_FORM_ROW_LOCK && !dv->conn;
 }

@@ -168,6 +168,14 @@ static int check_limits(lq_subscription *s, const char *label) {
     if (s->concurrency && s->partition_concurrency > s->concurrency)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency %d is above concurrency %d",
                          label, s->partition_concurrency, s->concurrency);
+    if (s->timeout_ms && s->form != LQ_FORM_LEASE)
+        return lq__error(LQ_MISUSE, "table %s: timeout_ms sends a row back by its lease, in the "
+                                    "lease form; this table's form is %s",
+                         label, form);
+    if (s->timeout_ms && s->transactional)
+        return lq__error(LQ_MISUSE, "table %s: timeout_ms cannot send back a transactional "
+                                    "delivery: its handler's transaction is on its connection",
+                         label);
     if (s->rate_set_alone)
         return lq__error(LQ_MISUSE, "table %s: rate_period_ms is the window of rate_limit, "
                                     "which is not set",
@@ -375,6 +383,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->worker_concurrency = (int)lq__opt_int(o, LQ_OPT_WORKER_CONCURRENCY);
     s->rate_limit = (int)lq__opt_int(o, LQ_OPT_RATE_LIMIT);
     s->partition_concurrency = (int)lq__opt_int(o, LQ_OPT_PARTITION_CONCURRENCY);
+    s->timeout_ms = lq__opt_int(o, LQ_OPT_TIMEOUT_MS);
     s->rate_period_ms = lq__opt_int(o, LQ_OPT_RATE_PERIOD_MS);
     s->rate_set_alone = !s->rate_limit && lq__opt_is_set(o, LQ_OPT_RATE_PERIOD_MS);
     s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
@@ -738,16 +747,30 @@ static void *claimer_main(void *arg) {
     return NULL;
 }
 
+/* The lease keeper: extends the book's leases every half lease and, under
+ * timeout_ms, sends back the rows of runs that passed it, looking at least
+ * every quarter of it (and when the next one falls due). */
 static void *keeper_main(void *arg) {
     lq_subscription *s = arg;
+    int64_t extend_at = lq__mono_ms() + s->lease_ms / 2, overdue_at = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->closing) {
-        struct timespec deadline = lq__deadline_in(s->lease_ms / 2);
+        int64_t next = extend_at;
+        if (s->timeout_ms) {
+            int64_t look = lq__mono_ms() + (s->timeout_ms / 4 > 0 ? s->timeout_ms / 4 : 1);
+            if (overdue_at && overdue_at < look) look = overdue_at;
+            if (look < next) next = look;
+        }
+        struct timespec deadline = lq__deadline_in(next - lq__mono_ms());
         while (!s->closing)
             if (pthread_cond_timedwait(&s->keeper_cv, &s->mu, &deadline) == ETIMEDOUT) break;
         if (s->closing) break;
         pthread_mutex_unlock(&s->mu);
-        lq__lease_extend(s);
+        if (s->timeout_ms) overdue_at = lq__lease_expire_overdue(s);
+        if (lq__mono_ms() >= extend_at) {
+            lq__lease_extend(s);
+            extend_at = lq__mono_ms() + s->lease_ms / 2;
+        }
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -810,6 +833,7 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     s->in_work++;
     atomic_fetch_add(&s->coalescer.in_work, 1);
     d->handed = true;
+    d->handed_ms = lq__mono_ms();
     if (s->lanes) s->lane_busy[d->lane]++;
     lq__flow_handed(&s->flow, s->in_work - 1);
     wake_a_claimer(s); /* a row left the queue: a claim may go */
@@ -1233,7 +1257,7 @@ int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
         pthread_mutex_unlock(&m->mu);
         return v;
     }
-    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_CONTENTION || stat == LQ_STAT_IN_WORK ||
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXPIRED || stat == LQ_STAT_IN_WORK ||
         stat == LQ_STAT_WAITING)
         return 0;
     return atomic_load(&m->stats[stat]);

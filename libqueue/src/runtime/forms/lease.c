@@ -342,7 +342,7 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
 static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     int rc = LQ_OK;
     pthread_mutex_lock(&d->mu);
-    if (!d->settled && !d->in_set) { /* a set's ack binds the token it holds */
+    if (!d->settled && !d->in_set && !d->expired) { /* a set's ack binds the token it holds */
         int64_t until = row_expiry(s, lq__now_ms(), d->id);
         lq__value args[LQ__P_COUNT] = {0};
         args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
@@ -362,19 +362,50 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     return rc;
 }
 
-int lq__lease_extend(lq_subscription *s) {
+/* The book's deliveries, each with a reference taken; s->mu not held. */
+static int book_snapshot(lq__book_entry ***out, size_t *n, lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
-    size_t n = s->book.count;
-    lq__book_entry **entries = n ? malloc(n * sizeof *entries) : NULL;
-    if (n && !entries) {
+    *n = s->book.count;
+    *out = *n ? malloc(*n * sizeof **out) : NULL;
+    if (*n && !*out) {
+        *n = 0;
         pthread_mutex_unlock(&s->mu);
         return lq__error(LQ_NOMEM, "out of memory");
     }
-    n = lq__book_snapshot(&s->book, entries, n);
-    for (size_t i = 0; i < n; i++) atomic_fetch_add(&((lq_delivery *)entries[i])->refs, 1);
+    *n = lq__book_snapshot(&s->book, *out, *n);
+    for (size_t i = 0; i < *n; i++) atomic_fetch_add(&((lq_delivery *)(*out)[i])->refs, 1);
     pthread_mutex_unlock(&s->mu);
+    return LQ_OK;
+}
 
-    int rc = LQ_OK;
+int64_t lq__lease_expire_overdue(lq_subscription *s) {
+    size_t n;
+    lq__book_entry **entries;
+    if (book_snapshot(&entries, &n, s) != LQ_OK) return 0;
+    int64_t now = lq__mono_ms(), next = 0;
+    for (size_t i = 0; i < n; i++) {
+        lq_delivery *d = (lq_delivery *)entries[i];
+        pthread_mutex_lock(&s->mu);
+        bool running = d->handed;
+        int64_t due = d->handed_ms + s->timeout_ms;
+        pthread_mutex_unlock(&s->mu);
+        if (running && due <= now) {
+            if (lq__settle_expired(d) != LQ_OK)
+                lq__log_error(LQ_LOG_ERROR, "sending back a run past timeout_ms");
+        } else if (running && (!next || due < next)) {
+            next = due;
+        }
+        lq__delivery_unref(d);
+    }
+    free(entries);
+    return next;
+}
+
+int lq__lease_extend(lq_subscription *s) {
+    size_t n;
+    lq__book_entry **entries;
+    int rc = book_snapshot(&entries, &n, s);
+    if (rc != LQ_OK) return rc;
     lq__conn *conn = NULL;
     if (n) rc = lq__pool_acquire(&conn, &s->broker->pool);
     for (size_t i = 0; i < n; i++) {
