@@ -174,13 +174,25 @@ typedef enum lq_option {
                                        across every broker and process that sets it (1: one
                                        at a time per key, fleet-wide); rows without a key are
                                        not limited; lease form; default 0 = none */
-    LQ_OPT_TIMEOUT_MS = 40          /* a handler still running this long after its delivery
+    LQ_OPT_TIMEOUT_MS = 40,         /* a handler still running this long after its delivery
                                        was handed out has failed: its row goes back at once
                                        (a retry, or the dead letters at max_attempts), its
                                        lease is no longer extended, and the late settlement
                                        gets LQ_LEASE_LOST; the thread is not stopped
                                        (lq_delivery_expired tells it); lease form; default
                                        0 = none */
+    /* Schedule options (lq_schedule_add) */
+    LQ_OPT_CRON = 60,               /* string: a cron expression, five fields or six with
+                                       seconds first, or @hourly and the other shorthands */
+    LQ_OPT_EVERY_MS = 61,           /* or a fixed interval: ticks at the multiples of n ms
+                                       since the epoch */
+    LQ_OPT_TZ = 62,                 /* string: the cron's time zone ("Europe/Berlin"), from
+                                       the system's tzdata; default UTC */
+    LQ_OPT_CATCH_UP = 63,           /* string: what the ticks no broker was up for at their
+                                       time enqueue: "skip" none (default), "once" the latest
+                                       of them, "all" each */
+    LQ_OPT_CATCH_UP_MS = 64         /* how late a tick may still be enqueued; default
+                                       86400000 (a day) */
 } lq_option;
 
 typedef enum lq_option_type {
@@ -379,6 +391,30 @@ LQ_API int lq_publish(int64_t *ids_out, lq_broker *broker, const lq_table *table
  * the broker listens). The connection is used by this call only. */
 LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
                          const lq_table *table, lq_message *const *messages, size_t count);
+
+/* ------------------------------------------------------------------------ */
+/* Schedules: a message enqueued at each tick of a cron expression or an
+ * interval, by whichever broker comes first: every broker and process that
+ * adds the schedule takes part, and each tick enqueues exactly one row, as
+ * the tick claims its row in the schedule's ticks table (lq_schedule_ticks,
+ * in the table's schema, made on demand) in the transaction that writes the
+ * message. Ticks are instants on the brokers' clocks; a row carries its
+ * tick in the header "lq-scheduled-for" where the table has headers. A
+ * schedule runs until lq_schedule_remove or the broker's close. */
+
+/* Adds schedule `name` (unique in the table's schema) of `message` (copied:
+ * payload, group, partition key, priority, delay, headers, dedup key, no
+ * id) into `table`, timed by the options LQ_OPT_CRON or LQ_OPT_EVERY_MS,
+ * LQ_OPT_TZ, LQ_OPT_CATCH_UP and LQ_OPT_CATCH_UP_MS. A message with a dedup
+ * key enqueues nothing at a tick while a row holding the key is queued or
+ * in work. LQ_MISUSE, naming the field, for a bad expression or zone, both
+ * or neither timing, a name this broker schedules already; LQ_SCHEMA for a
+ * field the table cannot hold. */
+LQ_API int lq_schedule_add(lq_broker *broker, const lq_table *table, const char *name,
+                           const lq_options *options, const lq_message *message);
+/* Stops this broker's part in schedule `name`: no tick of it is enqueued
+ * here once it returns. LQ_MISUSE when the broker has no such schedule. */
+LQ_API int lq_schedule_remove(lq_broker *broker, const char *name);
 
 /* ------------------------------------------------------------------------ */
 /* Subscriptions and deliveries. */

@@ -252,6 +252,54 @@ function Broker:publish_many(tbl, list)
 end
 
 ---------------------------------------------------------------------------
+-- Schedules
+
+local SCHEDULE_OPTIONS = { cron = true, every_ms = true, tz = true, catch_up = true,
+                           catch_up_ms = true }
+
+--- Enqueues a message into `tbl` at each tick of a schedule named `name`;
+-- every broker and process that adds it takes part, and each tick is
+-- enqueued once among them. opts: cron (five fields, or six with seconds
+-- first, or @hourly and the other shorthands) or every_ms; tz (default UTC);
+-- catch_up ("skip", "once", "all") and catch_up_ms; and the message:
+-- payload and publish's fields but id and on_duplicate. Returns true, or
+-- nil, message, code ("LQ_MISUSE" names a bad field; nothing is written).
+function Broker:schedule(tbl, name, opts)
+  local tptr = table_ptr(tbl, 1, "schedule")
+  if type(name) ~= "string" then argerror(2, "schedule", "string", name) end
+  check_type(opts, "table", 3, "schedule")
+  local timing, fields = {}, {}
+  for k, v in pairs(opts) do
+    if SCHEDULE_OPTIONS[k] then timing[k] = v else fields[k] = v end
+  end
+  local ok, options, code = build_options(timing, "schedule")
+  if not ok then return nil, options, code end
+  local message, m, c, s, n = build_message(tbl, fields)
+  if not message then
+    if options then options:free() end
+    return nil, m, c, s, n
+  end
+  local ptr = self._ptr
+  local r1, r2, r3, r4, r5
+  if ptr then
+    r1, r2, r3, r4, r5 = core.lq_schedule_add(ptr, tptr, name, options and options.ptr, message.ptr)
+  end
+  message:free()
+  if options then options:free() end
+  if not ptr then return closed("broker") end
+  return done(nil, r1, r2, r3, r4, r5)
+end
+
+--- Stops this broker's part in schedule `name`: none of its ticks is
+-- enqueued here once it returns. Returns true, or nil, message, code.
+function Broker:unschedule(name)
+  if type(name) ~= "string" then argerror(1, "unschedule", "string", name) end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, core.lq_schedule_remove(ptr, name))
+end
+
+---------------------------------------------------------------------------
 -- Subscribing
 
 --- Opens a subscription on `tbl`. Options by name: workers (deliveries in

@@ -212,6 +212,40 @@ class Broker:
         check(status, "publish to %r" % table.name)
         return list(ids)
 
+    # -- schedules --------------------------------------------------------
+
+    def schedule(self, table: Table, name: str, payload: Optional[Payload] = b"", *,
+                 cron: Optional[str] = None, every_ms: Optional[int] = None,
+                 tz: Optional[str] = None, catch_up: Optional[str] = None,
+                 catch_up_ms: Optional[int] = None, group: Optional[str] = None,
+                 partition_key: Optional[str] = None, priority: Optional[int] = None,
+                 delay_ms: Optional[int] = None, headers: Optional[Mapping[str, str]] = None,
+                 dedup_key: Optional[str] = None) -> None:
+        """Enqueue a message into ``table`` at each tick of ``cron`` (five
+        fields, or six with seconds first, or ``@hourly`` and the other
+        shorthands; in time zone ``tz``, default UTC) or of ``every_ms``.
+
+        Every broker and process that adds schedule ``name`` takes part, and
+        each tick is enqueued exactly once among them. Ticks no broker was up
+        for follow ``catch_up``: ``"skip"`` (default), ``"once"`` (the latest
+        of them) or ``"all"``, within ``catch_up_ms`` (a day). A table with
+        headers gets ``lq-schedule`` and ``lq-scheduled-for`` (the tick, UTC).
+        Runs until ``unschedule(name)`` or ``close()``."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        message = _build_message(table, dict(
+            payload=payload, group=group, partition_key=partition_key, priority=priority,
+            delay_ms=delay_ms, headers=headers, dedup_key=dedup_key))
+        opts = build_options(dict(cron=cron, every_ms=every_ms, tz=tz, catch_up=catch_up,
+                                  catch_up_ms=catch_up_ms))
+        check(lib.lq_schedule_add(self._live(), table._ptr, ctext(name), opts, message),
+              "schedule %r" % name)
+
+    def unschedule(self, name: str) -> None:
+        """Stop this broker's part in schedule ``name``: none of its ticks is
+        enqueued here once this returns."""
+        check(lib.lq_schedule_remove(self._live(), ctext(name)), "unschedule %r" % name)
+
     # -- subscribing ------------------------------------------------------
 
     def subscribe(self, table: Table, **options: Any) -> Subscription:

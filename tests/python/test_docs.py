@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "docs"))
 import blocks  # noqa: E402
 
-DOCUMENTS = [REPO / "README.md", REPO / "python" / "libqueue" / "__init__.py"]
+DOCUMENTS = [REPO / "README.md", REPO / "docs" / "schedules.md",
+             REPO / "python" / "libqueue" / "__init__.py"]
 
 
 def _documented_blocks() -> List[Any]:

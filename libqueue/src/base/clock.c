@@ -138,3 +138,11 @@ bool lq__time_parse(int64_t *epoch_ms, const char *text) {
                 (int64_t)sec * 1000 + ms;
     return true;
 }
+
+void lq__cond_init(pthread_cond_t *cond) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}

@@ -6,6 +6,7 @@
 
 #include "base/internal.h"
 
+#include <pthread.h>
 #include <time.h>
 
 /* Milliseconds since the epoch, UTC. */
@@ -15,6 +16,8 @@ LQ__HIDDEN int64_t lq__mono_ms(void);
 /* An absolute CLOCK_MONOTONIC time `ms` from now, for pthread_cond_timedwait
  * on a condition created by lq__cond_init. */
 LQ__HIDDEN struct timespec lq__deadline_in(int64_t ms);
+/* Initialises a condition whose timed waits count on CLOCK_MONOTONIC. */
+LQ__HIDDEN void lq__cond_init(pthread_cond_t *cond);
 LQ__HIDDEN struct timespec lq__deadline_in_us(int64_t us);
 
 /* The latest time the library writes, 9999-12-31T23:59:59.999Z: MySQL's

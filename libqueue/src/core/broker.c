@@ -3,6 +3,8 @@
  * connection prepares each text once. */
 #include "core/broker.h"
 
+#include "core/schedule.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +69,7 @@ static void target_free(const lq__dialect *d, lq__broker_target *t) {
 }
 
 static void broker_free(lq_broker *b) {
+    lq__scheduler_stop(b);
     lq__listener_stop(b);
     lq__pool_destroy(&b->pool);
     for (size_t i = 0; i < b->statement_count; i++) free(b->statements[i].sql);
@@ -155,6 +158,7 @@ void lq_broker_close(lq_broker *b) {
     pthread_mutex_lock(&b->mu);
     b->closed = true;
     pthread_mutex_unlock(&b->mu);
+    lq__scheduler_stop(b); /* no tick is enqueued after the close */
     lq__broker_unref(b);
 }
 

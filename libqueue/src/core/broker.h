@@ -43,6 +43,7 @@ struct lq_broker {
     pthread_mutex_t room_mu;        /* guards room and room_wanted */
     lq__room room;                  /* the pool's room its subscriptions share */
     bool room_wanted;               /* a subscription was refused for want of room */
+    struct lq__scheduler *scheduler; /* its schedules' thread, once it has one */
 };
 
 LQ__HIDDEN void lq__broker_ref(lq_broker *b);

@@ -107,3 +107,26 @@ int lq_message_set_header(lq_message *m, const char *name, const char *value) {
     LQ__CHECK_ARG(*name, "a header needs a name");
     return lq__headers_set(&m->headers, name, value);
 }
+
+int lq__message_copy(lq_message **out, const lq_message *m) {
+    int rc = lq_message_new(out);
+    lq_message *c = *out;
+    if (rc == LQ_OK && m->payload_size) rc = lq_message_set_payload(c, m->payload, m->payload_size);
+    if (rc == LQ_OK && m->group) rc = lq_message_set_group(c, m->group);
+    if (rc == LQ_OK && m->partition_key) rc = lq_message_set_partition_key(c, m->partition_key);
+    if (rc == LQ_OK && m->dedup_key) rc = lq_message_set_dedup_key(c, m->dedup_key);
+    for (size_t i = 0; rc == LQ_OK && i < m->headers.count; i++)
+        rc = lq__headers_set(&c->headers, m->headers.names[i], m->headers.values[i]);
+    if (rc != LQ_OK) {
+        lq_message_free(c);
+        *out = NULL;
+        return rc;
+    }
+    c->id = m->id;
+    c->has_id = m->has_id;
+    c->priority = m->priority;
+    c->has_priority = m->has_priority;
+    c->delay_ms = m->delay_ms;
+    c->on_duplicate = m->on_duplicate;
+    return LQ_OK;
+}

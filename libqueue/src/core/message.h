@@ -19,4 +19,7 @@ struct lq_message {
     int on_duplicate; /* lq_on_duplicate */
 };
 
+/* A deep copy. Ownership: *out is the caller's (lq_message_free). */
+LQ__HIDDEN int lq__message_copy(lq_message **out, const lq_message *m);
+
 #endif

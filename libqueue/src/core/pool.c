@@ -13,7 +13,6 @@ int lq__pool_init(lq__pool *pool, const lq__dialect *d, const lq__broker_target 
 
 int lq__pool_init_sized(lq__pool *pool, const lq__dialect *d, const lq__broker_target *target,
                         const lq_options *options, int size) {
-    pthread_condattr_t attr;
     pool->dialect = d;
     pool->target = target;
     pool->options = options;
@@ -24,10 +23,7 @@ int lq__pool_init_sized(lq__pool *pool, const lq__dialect *d, const lq__broker_t
     pool->idle = calloc((size_t)pool->size, sizeof *pool->idle);
     if (!pool->idle) return lq__error(LQ_NOMEM, "out of memory");
     pthread_mutex_init(&pool->mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&pool->freed, &attr);
-    pthread_condattr_destroy(&attr);
+    lq__cond_init(&pool->freed);
     return LQ_OK;
 }
 

@@ -5,12 +5,12 @@
 #include "core/broker.h"
 #include "core/dedup.h"
 #include "core/message.h"
+#include "core/publish.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* A field the table cannot hold is refused before anything is written. */
-static int check_message(const lq_table *t, const lq_message *m, size_t index) {
+int lq__check_message(const lq_table *t, const lq_message *m, size_t index) {
     char label[256];
     const char *missing = NULL;
     if (m->group && !lq__has(t, LQ_ROLE_GROUP)) missing = "a group (no group column)";
@@ -210,7 +210,7 @@ static int check_call(lq_broker *b, const lq_table *t, lq_message *const *messag
     LQ__CHECK_ARG(messages || count == 0, "messages is NULL");
     for (size_t i = 0; i < count; i++) {
         LQ__CHECK_ARG(messages[i], "a message is NULL");
-        int rc = check_message(t, messages[i], i);
+        int rc = lq__check_message(t, messages[i], i);
         if (rc != LQ_OK) return rc;
     }
     pthread_mutex_lock(&b->mu);
@@ -263,6 +263,14 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
     return LQ_OK;
 }
 
+int lq__publish_in(int64_t *ids_out, lq_broker *b, lq__conn *conn, const lq_table *t,
+                   lq_message *const *messages, size_t count) {
+    bool notified = false;
+    int rc = write_messages(ids_out, &notified, b, conn, t, messages, count);
+    if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
+    return rc;
+}
+
 int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_table *t,
                   lq_message *const *messages, size_t count) {
     lq__error_clear();
@@ -271,9 +279,7 @@ int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_tab
     if (rc != LQ_OK || count == 0) return rc;
     lq__conn *conn;
     if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;
-    bool notified = false;
-    rc = write_messages(ids_out, &notified, b, conn, t, messages, count);
-    if (rc == LQ_OK && !notified) rc = lq__notify_publish(b, conn, t, messages, count);
+    rc = lq__publish_in(ids_out, b, conn, t, messages, count);
     b->dialect->release_borrowed(conn);
     if (rc != LQ_OK) {
         char label[256];

@@ -483,21 +483,21 @@ static int build_starts_index(lq__stmt *out, const lq__dialect *d, const lq_tabl
     return lq__sql_finish(&b);
 }
 
-int lq__starts_table_create(lq_broker *b, const lq_table *t) {
+/* Creates a table the library keeps beside the queue's (and its index, where
+ * that is a statement of its own), under the DDL lock when the dialect has
+ * one, so brokers creating it at once take turns as lq_table_create's do. */
+static int create_aside(lq_broker *b, const lq_table *t, const char *name, const lq__stmt *table,
+                        const lq__stmt *index) {
     const lq__dialect *d = b->dialect;
-    lq__stmt table = {0}, index = {0};
-    int rc = build_starts_table(&table, d, t);
-    if (rc == LQ_OK && !d->ddl->index_in_table) rc = build_starts_index(&index, d, t);
     lq__conn *conn = NULL;
     bool begun = false;
-    if (rc == LQ_OK) rc = lq__pool_acquire(&conn, &b->pool);
+    char lock[128];
+    snprintf(lock, sizeof lock, "libqueue create %s", name);
+    int rc = lq__pool_acquire(&conn, &b->pool);
     if (rc == LQ_OK && (rc = d->begin(conn, LQ_ISOLATION_DEFAULT)) == LQ_OK) begun = true;
-    /* Brokers opening rate limits at once take turns, as lq_table_create's do. */
-    if (rc == LQ_OK && d->ddl_lock_query)
-        rc = run_query(conn, d, t, d->ddl_lock_query, "libqueue create " LQ__STARTS_TABLE, NULL,
-                       NULL);
-    if (rc == LQ_OK) rc = d->execute(NULL, conn, table.sql, NULL, 0);
-    if (rc == LQ_OK && index.sql) rc = d->execute(NULL, conn, index.sql, NULL, 0);
+    if (rc == LQ_OK && d->ddl_lock_query) rc = run_query(conn, d, t, d->ddl_lock_query, lock, NULL, NULL);
+    if (rc == LQ_OK) rc = d->execute(NULL, conn, table->sql, NULL, 0);
+    if (rc == LQ_OK && index && index->sql) rc = d->execute(NULL, conn, index->sql, NULL, 0);
     if (rc == LQ_OK) {
         rc = d->commit(conn);
     } else if (begun) {
@@ -507,11 +507,54 @@ int lq__starts_table_create(lq_broker *b, const lq_table *t) {
         lq__error_restore(&failure);
     }
     if (conn) lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+    return rc;
+}
+
+int lq__starts_table_create(lq_broker *b, const lq_table *t) {
+    const lq__dialect *d = b->dialect;
+    lq__stmt table = {0}, index = {0};
+    int rc = build_starts_table(&table, d, t);
+    if (rc == LQ_OK && !d->ddl->index_in_table) rc = build_starts_index(&index, d, t);
+    if (rc == LQ_OK) rc = create_aside(b, t, LQ__STARTS_TABLE, &table, &index);
     if (rc != LQ_OK)
         lq__error_prefix("rate limits keep their starts in table %s, which could not be made",
                          LQ__STARTS_TABLE);
     free(table.sql);
     free(index.sql);
+    return rc;
+}
+
+/* ---- the ticks of schedules ---------------------------------------------- */
+
+static int build_ticks_table(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "CREATE TABLE IF NOT EXISTS ");
+    lq__sql_qualified(&b, t->schema, LQ__TICKS_TABLE);
+    lq__sql_add(&b, " (\n  ");
+    lq__sql_ident(&b, "schedule");
+    lq__sql_add(&b, " ");
+    lq__sql_add(&b, d->ddl->text);
+    lq__sql_add(&b, " NOT NULL,\n  ");
+    lq__sql_ident(&b, "tick");
+    lq__sql_add(&b, " BIGINT NOT NULL,\n  ");
+    lq__sql_ident(&b, "enqueued_at");
+    lq__sql_add(&b, " BIGINT NOT NULL,\n  PRIMARY KEY (");
+    lq__sql_ident(&b, "schedule");
+    lq__sql_add(&b, ", ");
+    lq__sql_ident(&b, "tick");
+    lq__sql_add(&b, ")\n)");
+    return lq__sql_finish(&b);
+}
+
+int lq__ticks_table_create(lq_broker *b, const lq_table *t) {
+    lq__stmt table = {0};
+    int rc = build_ticks_table(&table, b->dialect, t);
+    if (rc == LQ_OK) rc = create_aside(b, t, LQ__TICKS_TABLE, &table, NULL);
+    if (rc != LQ_OK)
+        lq__error_prefix("schedules keep their ticks in table %s, which could not be made",
+                         LQ__TICKS_TABLE);
+    free(table.sql);
     return rc;
 }
 

@@ -9,6 +9,12 @@
  * start on the database's clock, indexed by both. */
 LQ__HIDDEN int lq__starts_table_create(lq_broker *b, const lq_table *t);
 
+/* Creates, if missing, the table schedules claim their ticks in
+ * (LQ__TICKS_TABLE, in the queue table's schema): a schedule's name, a
+ * tick, and when it was enqueued on the database's clock, keyed by the
+ * first two. */
+LQ__HIDDEN int lq__ticks_table_create(lq_broker *b, const lq_table *t);
+
 /* Makes, if missing, the indexes the queue-wide limits count leased rows by
  * (on locked_until, and with `by_key` on the partition key and
  * locked_until; partial where the database has them). Best effort: where

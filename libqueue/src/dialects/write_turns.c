@@ -27,11 +27,7 @@ static lq__turns *turns_new(const char *path) {
         free(t);
         return NULL;
     }
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->ended_cv, &attr);
-    pthread_condattr_destroy(&attr);
+    lq__cond_init(&t->ended_cv);
     pthread_mutex_init(&t->mu, NULL);
     return t;
 }

@@ -11,11 +11,7 @@ void lq__coalescer_init(lq__coalescer *c) {
     memset(c, 0, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->done, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->arrived, &attr);
-    pthread_condattr_destroy(&attr);
+    lq__cond_init(&c->arrived);
 }
 
 void lq__coalescer_destroy(lq__coalescer *c) {

@@ -64,14 +64,6 @@ lq__conn *lq__subscription_take_chained(lq_subscription *s) {
     return conn;
 }
 
-static void cond_init(pthread_cond_t *cv) {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
 static void subscription_free(lq_subscription *s) {
     lq_broker *b = s->broker;
     pthread_mutex_lock(&b->room_mu); /* nothing is left held by now; if it were, give it back */
@@ -351,9 +343,9 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->broker = b;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->spares_mu, NULL);
-    cond_init(&s->claim_cv);
-    cond_init(&s->ready_cv);
-    cond_init(&s->keeper_cv);
+    lq__cond_init(&s->claim_cv);
+    lq__cond_init(&s->ready_cv);
+    lq__cond_init(&s->keeper_cv);
     lq__book_init(&s->book);
     lq__coalescer_init(&s->coalescer);
     lq__acker_init(&s->acker);

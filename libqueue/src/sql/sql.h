@@ -34,6 +34,8 @@ typedef enum lq__param {
     LQ__P_DEDUP,       /* a message's dedup key */
     LQ__P_QUEUE,       /* a rate limit's queue, in the starts table */
     LQ__P_PERIOD,      /* a rate limit's period, ms */
+    LQ__P_SCHEDULE,    /* a schedule's name, in the ticks table */
+    LQ__P_TICK,        /* one of its ticks, epoch ms */
     LQ__P_COUNT
 } lq__param;
 
@@ -163,6 +165,8 @@ LQ__HIDDEN int lq__sqlset_build_limits(lq__sqlset *set, const struct lq__dialect
                                        const lq_table *t, bool concurrency, bool rate);
 /* The table rate limits keep their starts in, beside the queue's table. */
 #define LQ__STARTS_TABLE "lq_starts"
+/* The table schedules claim their ticks in, beside the queue's table. */
+#define LQ__TICKS_TABLE "lq_schedule_ticks"
 LQ__HIDDEN size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]);
 /* The advisory take where an update returns rows: count the attempt of a
  * candidate still claimable and read it as it was (or only read it, without

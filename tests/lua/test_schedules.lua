@@ -1,0 +1,57 @@
+-- Schedules: broker:schedule enqueues each tick once, carries the tick in
+-- its headers, stops at unschedule, and refuses a bad timing naming the field.
+local H = require("harness")
+local eq, ok, fails = H.eq, H.ok, H.fails
+
+local function sleep(seconds)
+  assert(os.execute(string.format("sleep %.3f", seconds)))
+end
+
+H.case("an interval schedule enqueues each tick once, with its tick", { forms = { "lease" } },
+       function(db, form)
+  local tbl = H.make_table(form, { headers = "headers" })
+  db:create(tbl)
+  local broker = H.open(db)
+  local other = H.open(db)
+  ok(broker:schedule(tbl, "beat", { every_ms = 100, payload = "b", headers = { from = "lua" } }))
+  ok(other:schedule(tbl, "beat", { every_ms = 100, payload = "b" }))
+  sleep(1.2)
+  ok(broker:unschedule("beat"))
+  ok(other:unschedule("beat"))
+  fails("LQ_MISUSE", broker:unschedule("beat"))
+  local sub = H.subscribe(broker, tbl)
+  local seen, ticks = {}, {}
+  for d in sub:deliveries(0.3) do
+    local tick = d.headers["lq-scheduled-for"]
+    eq(seen[tick], nil, "tick " .. tostring(tick) .. " once")
+    seen[tick] = true
+    ticks[#ticks + 1] = tick
+    eq(d.payload, "b", "payload")
+    eq(d.headers["lq-schedule"], "beat", "the schedule's name")
+    ok(d:ack())
+  end
+  H.truthy(#ticks >= 5, "ticks enqueued: " .. #ticks)
+  eq(db:count("jobs"), 0, "rows left")
+  broker:close()
+  other:close()
+end)
+
+H.case("a bad timing is refused, naming the field", { forms = { "lease" } }, function(db, form)
+  local tbl = H.make_table(form)
+  db:create(tbl)
+  local broker = H.open(db)
+  local _, message, code = broker:schedule(tbl, "bad", { cron = "* 25 * * *" })
+  eq(code, "LQ_MISUSE", "code")
+  H.truthy(message:find("cron field hour", 1, true), message)
+  _, message, code = broker:schedule(tbl, "bad", { cron = "* * * * *", tz = "Nowhere/City" })
+  eq(code, "LQ_MISUSE", "code")
+  H.truthy(message:find("tz", 1, true), message)
+  _, message, code = broker:schedule(tbl, "bad", { payload = "x" })
+  eq(code, "LQ_MISUSE", "code")
+  H.truthy(message:find("needs cron or every_ms", 1, true), message)
+  fails("LQ_MISUSE", broker:schedule(tbl, "bad", { every_ms = 0 }))
+  eq(db:count("jobs"), 0, "rows")
+  broker:close()
+end)
+
+H.run()
