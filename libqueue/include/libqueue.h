@@ -237,8 +237,12 @@ typedef enum lq_role {
     LQ_ROLE_RETRY_AFTER = 7,    /* timestamp: due when <= now */
     LQ_ROLE_PROCESSED_AT = 8,   /* timestamp: acks mark instead of deleting */
     LQ_ROLE_HEADERS = 9,        /* JSON object of strings */
-    LQ_ROLE_DEDUP_KEY = 10      /* text, nullable, under a unique index: a publish whose key
+    LQ_ROLE_DEDUP_KEY = 10,     /* text, nullable, under a unique index: a publish whose key
                                    a row queued or in work holds is refused */
+    LQ_ROLE_EXPIRES_AT = 11     /* timestamp, nullable: a row is never started (a retry
+                                   included) once it is past; the claim that finds it so
+                                   sends it to the dead letters unread, or deletes it
+                                   without a destination */
 } lq_role;
 
 typedef enum lq_form {
@@ -359,6 +363,9 @@ LQ_API int lq_message_set_priority(lq_message *message, int64_t priority);
  * latest time every database holds), fails with LQ_MISUSE, naming the longest
  * delay that fits. */
 LQ_API int lq_message_set_delay_ms(lq_message *message, int64_t delay_ms);
+/* Not to be started later than this many milliseconds from now (needs an
+ * expires_at column); 0 = never expires. */
+LQ_API int lq_message_set_expires_in_ms(lq_message *message, int64_t expires_in_ms);
 /* Adds or replaces one header (needs a headers column). */
 LQ_API int lq_message_set_header(lq_message *message, const char *name, const char *value);
 /* The message's dedup key (needs a dedup_key column). While a row holding
@@ -494,7 +501,9 @@ typedef enum lq_stat {
     LQ_STAT_WAITING = 7,        /* claimed rows waiting for a worker */
     LQ_STAT_POLL_INTERVAL_MS = 8, /* the poll interval now (LQ_OPT_POLL_CEILING_MS) */
     LQ_STAT_CONTENTION = 9,     /* claims that met a conflict the database reported */
-    LQ_STAT_EXPIRED = 10        /* runs that passed timeout_ms, their rows sent back */
+    LQ_STAT_EXPIRED = 10,       /* runs that passed timeout_ms, their rows sent back */
+    LQ_STAT_EXPIRED_UNSTARTED = 11 /* rows claimed past their expires_at, sent to the dead
+                                   letters (or deleted) unread */
 } lq_stat;
 /* A counter of the subscription's own. Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);

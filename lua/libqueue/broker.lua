@@ -93,7 +93,7 @@ end
 
 local MESSAGE_FIELDS = { payload = true, id = true, group = true, partition_key = true,
                          priority = true, delay_ms = true, headers = true, dedup_key = true,
-                         on_duplicate = true }
+                         on_duplicate = true, expires_in_ms = true }
 local ON_DUPLICATE = { refuse = 0, existing = 1 }
 
 local function integer_field(value, name)
@@ -155,6 +155,10 @@ local function build_message(tbl, fields)
   end
   if ok and fields.delay_ms ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_delay_ms, integer_field(fields.delay_ms, "delay_ms"))
+  end
+  if ok and fields.expires_in_ms ~= nil then
+    ok, m, c, s, n = set(core.lq_message_set_expires_in_ms,
+                         integer_field(fields.expires_in_ms, "expires_in_ms"))
   end
   if ok and fields.dedup_key ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_dedup_key, string_field(fields.dedup_key, "dedup_key"))

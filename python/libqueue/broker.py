@@ -18,7 +18,7 @@ Payload = Union[bytes, bytearray, memoryview, str]
 Message = Union[Payload, Mapping[str, Any]]
 
 _MESSAGE_FIELDS = ("payload", "group", "partition_key", "priority", "delay_ms", "headers", "id",
-                   "dedup_key", "on_duplicate")
+                   "dedup_key", "on_duplicate", "expires_in_ms")
 #: on_duplicate's names.
 _ON_DUPLICATE = {"refuse": 0, "existing": 1}
 
@@ -68,6 +68,8 @@ def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
         check(lib.lq_message_set_priority(m, int(fields["priority"])), "priority")
     if fields.get("delay_ms") is not None:
         check(lib.lq_message_set_delay_ms(m, int(fields["delay_ms"])), "delay_ms")
+    if fields.get("expires_in_ms") is not None:
+        check(lib.lq_message_set_expires_in_ms(m, int(fields["expires_in_ms"])), "expires_in_ms")
     if fields.get("dedup_key") is not None:
         check(lib.lq_message_set_dedup_key(m, ctext(fields["dedup_key"])), "dedup_key")
     on_duplicate = fields.get("on_duplicate")
@@ -158,17 +160,20 @@ class Broker:
                 priority: Optional[int] = None, delay_ms: Optional[int] = None,
                 headers: Optional[Mapping[str, str]] = None,
                 id: Optional[int] = None, dedup_key: Optional[str] = None,
-                on_duplicate: Optional[str] = None) -> int:
+                on_duplicate: Optional[str] = None, expires_in_ms: Optional[int] = None) -> int:
         """Write one message into ``table``; returns its id.
 
         A field the table has no column for raises ``SchemaError`` and writes
         nothing. Wakes this process's subscriptions of the table at once.
         While a row holding ``dedup_key`` is queued or in work, raises
         ``Duplicate`` and writes nothing, or with ``on_duplicate="existing"``
-        writes nothing and returns that row's id."""
+        writes nothing and returns that row's id. With ``expires_in_ms`` (an
+        ``expires_at`` column) the row is never started after that long: it
+        goes to the dead letters unrun, or is finished without a destination."""
         fields = dict(payload=payload, group=group, partition_key=partition_key,
                       priority=priority, delay_ms=delay_ms, headers=headers, id=id,
-                      dedup_key=dedup_key, on_duplicate=on_duplicate)
+                      dedup_key=dedup_key, on_duplicate=on_duplicate,
+                      expires_in_ms=expires_in_ms)
         return self._publish(table, [fields])[0]
 
     def publish_many(self, table: Table, messages: Iterable[Message]) -> List[int]:
@@ -220,7 +225,7 @@ class Broker:
                  catch_up_ms: Optional[int] = None, group: Optional[str] = None,
                  partition_key: Optional[str] = None, priority: Optional[int] = None,
                  delay_ms: Optional[int] = None, headers: Optional[Mapping[str, str]] = None,
-                 dedup_key: Optional[str] = None) -> None:
+                 dedup_key: Optional[str] = None, expires_in_ms: Optional[int] = None) -> None:
         """Enqueue a message into ``table`` at each tick of ``cron`` (five
         fields, or six with seconds first, or ``@hourly`` and the other
         shorthands; in time zone ``tz``, default UTC) or of ``every_ms``.
@@ -235,7 +240,8 @@ class Broker:
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         message = _build_message(table, dict(
             payload=payload, group=group, partition_key=partition_key, priority=priority,
-            delay_ms=delay_ms, headers=headers, dedup_key=dedup_key))
+            delay_ms=delay_ms, headers=headers, dedup_key=dedup_key,
+            expires_in_ms=expires_in_ms))
         opts = build_options(dict(cron=cron, every_ms=every_ms, tz=tz, catch_up=catch_up,
                                   catch_up_ms=catch_up_ms))
         check(lib.lq_schedule_add(self._live(), table._ptr, ctext(name), opts, message),

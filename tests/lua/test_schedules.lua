@@ -1,5 +1,6 @@
--- Schedules: broker:schedule enqueues each tick once, carries the tick in
--- its headers, stops at unschedule, and refuses a bad timing naming the field.
+-- Work driven by time: broker:schedule enqueues each tick once, carries the
+-- tick in its headers, stops at unschedule, and refuses a bad timing naming
+-- the field; a row published with expires_in_ms is never started past it.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -51,6 +52,25 @@ H.case("a bad timing is refused, naming the field", { forms = { "lease" } }, fun
   H.truthy(message:find("needs cron or every_ms", 1, true), message)
   fails("LQ_MISUSE", broker:schedule(tbl, "bad", { every_ms = 0 }))
   eq(db:count("jobs"), 0, "rows")
+  broker:close()
+end)
+
+H.case("a row past its expiry is dead-lettered unrun", { forms = H.FORMS }, function(db, form)
+  local tbl = H.make_table(form, { expires_at = "expires_at", dead_letter = "jobs_dead" })
+  db:create(tbl)
+  db:create(H.dead_letter_table(tbl))
+  local broker = H.open(db)
+  ok(broker:publish(tbl, "late", { expires_in_ms = 100 }))
+  sleep(0.3)
+  local fresh = ok(broker:publish(tbl, "fresh", { expires_in_ms = 60000 }))
+  local sub = H.subscribe(broker, tbl)
+  local d = H.one(sub)
+  eq(d.id, fresh, "the row within its expiry")
+  ok(d:ack())
+  H.none(sub, 0.3, "the expired row")
+  eq(sub:stat("expired_unstarted"), 1, "expired_unstarted")
+  eq(db:count("jobs_dead"), 1, "dead letters")
+  sub:close()
   broker:close()
 end)
 

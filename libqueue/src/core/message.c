@@ -101,6 +101,15 @@ int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
     return LQ_OK;
 }
 
+int lq_message_set_expires_in_ms(lq_message *m, int64_t expires_in_ms) {
+    lq__error_clear();
+    LQ__CHECK_ARG(m, "message is NULL");
+    int rc = lq__check_delay(expires_in_ms, __func__);
+    if (rc != LQ_OK) return rc;
+    m->expires_in_ms = expires_in_ms;
+    return LQ_OK;
+}
+
 int lq_message_set_header(lq_message *m, const char *name, const char *value) {
     lq__error_clear();
     LQ__CHECK_ARG(m && name && value, "an argument is NULL");
@@ -127,6 +136,7 @@ int lq__message_copy(lq_message **out, const lq_message *m) {
     c->priority = m->priority;
     c->has_priority = m->has_priority;
     c->delay_ms = m->delay_ms;
+    c->expires_in_ms = m->expires_in_ms;
     c->on_duplicate = m->on_duplicate;
     return LQ_OK;
 }

@@ -14,6 +14,7 @@ struct lq_message {
     int64_t priority;
     bool has_priority;
     int64_t delay_ms;
+    int64_t expires_in_ms; /* 0: never */
     lq__headers headers;
     char *dedup_key;
     int on_duplicate; /* lq_on_duplicate */

@@ -21,6 +21,8 @@ int lq__check_message(const lq_table *t, const lq_message *m, size_t index) {
     else if (m->headers.count && !lq__has(t, LQ_ROLE_HEADERS)) missing = "headers (no headers column)";
     else if (m->payload_size && !lq__has(t, LQ_ROLE_PAYLOAD)) missing = "a payload (no payload column)";
     else if (m->dedup_key && !lq__has(t, LQ_ROLE_DEDUP_KEY)) missing = "a dedup key (no dedup_key column)";
+    else if (m->expires_in_ms && !lq__has(t, LQ_ROLE_EXPIRES_AT))
+        missing = "an expiry (no expires_at column)";
     else if (!t->id_generated && !m->has_id) missing = "no id, and the table does not generate ids";
     else if (t->id_generated && m->has_id) missing = "an id, and the table generates ids";
     if (!missing) return LQ_OK;
@@ -44,6 +46,8 @@ static int row_args(lq__value *args, lq__strbuf *json, const lq_message *m, int6
         args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = m->partition_key, .n = strlen(m->partition_key)};
     args[LQ__P_PRIORITY] = (lq__value){.type = LQ__V_INT, .i = m->priority};
     args[LQ__P_RETRY_AFTER] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, m->delay_ms)};
+    if (m->expires_in_ms)
+        args[LQ__P_EXPIRES] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, m->expires_in_ms)};
     if (m->dedup_key)
         args[LQ__P_DEDUP] = (lq__value){.type = LQ__V_TEXT, .p = m->dedup_key, .n = strlen(m->dedup_key)};
     if (m->headers.count) {

@@ -150,6 +150,7 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value
         d->oversize_payload = payload_bytes->i;
     if (t->max_headers && headers_bytes->type == LQ__V_INT && headers_bytes->i > t->max_headers)
         d->oversize_headers = headers_bytes->i;
+    d->past_expiry = col[LQ__COL_EXPIRED]->type == LQ__V_INT && col[LQ__COL_EXPIRED]->i == 1;
     bool missing = (col[LQ__COL_GROUP]->type != LQ__V_NULL && !d->group) ||
                    (col[LQ__COL_PKEY]->type != LQ__V_NULL && !d->partition_key) ||
                    (col[LQ__COL_DUE]->type != LQ__V_NULL && !d->due);

@@ -43,6 +43,7 @@ struct lq_delivery {
     int64_t token; /* the lease expiry the row holds (lease form) */
     /* Past the subscription's size limits: the size read in its place. */
     int64_t oversize_payload, oversize_headers;
+    bool past_expiry; /* claimed past its expires_at: it is never started */
     char *key;     /* the advisory key held (advisory form) */
     lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
@@ -143,7 +144,7 @@ struct lq_subscription {
     lq_handler_fn handler;
     void *userdata;
 
-    atomic_llong stats[LQ_STAT_EXPIRED + 1];
+    atomic_llong stats[LQ_STAT_EXPIRED_UNSTARTED + 1];
     lq__member member; /* as its broker knows it */
     /* Blocks of deliveries let go, for the next claims (delivery.c). */
     pthread_mutex_t spares_mu;

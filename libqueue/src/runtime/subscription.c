@@ -113,14 +113,39 @@ static void member_room_freed(lq__member *m) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Whether a claimed row reaches no handler: past its expiry, or past a size
+ * limit. */
+static bool refused(const lq_delivery *d) {
+    return d->past_expiry || d->oversize_payload || d->oversize_headers;
+}
+
+/* A row past its expires_at is never started: it goes to the dead letters,
+ * or without a destination is finished as an ack finishes a row. */
+static void end_expired(lq_delivery *d) {
+    const lq_table *t = d->sub->table;
+    bool dead = t->dead_letter != NULL;
+    lq__log(LQ_LOG_INFO, "row %lld: past its %s before it started; %s", (long long)d->id,
+            t->columns[LQ_ROLE_EXPIRES_AT], dead ? "dead-lettered" : "finished unrun");
+    if (lq__settle(d, dead ? LQ__DEAD_LETTER : LQ__ACK, 0) != LQ_OK)
+        lq__log_error(LQ_LOG_WARNING, "ending a row past its expiry");
+    else
+        atomic_fetch_add(&d->sub->stats[LQ_STAT_EXPIRED_UNSTARTED], 1);
+}
+
 /* Rows past max_payload_bytes or max_headers_bytes reach no handler: their
  * values were never read, and they go to the dead letters at once, so a
- * sender cannot make a worker hold more, nor keep a row coming back. */
-static void dead_letter_oversized(lq_delivery *list) {
+ * sender cannot make a worker hold more, nor keep a row coming back. Rows
+ * past their expiry neither (end_expired). */
+static void end_refused(lq_delivery *list) {
     while (list) {
         lq_delivery *d = list;
         list = d->queue_next;
         d->queue_next = NULL;
+        if (d->past_expiry && !d->oversize_payload && !d->oversize_headers) {
+            end_expired(d);
+            lq__delivery_unref(d);
+            continue;
+        }
         const lq_table *t = d->sub->table;
         bool payload = d->oversize_payload != 0;
         lq__log(LQ_LOG_WARNING, "row %lld: its %s of %lld bytes passes %s (%lld); dead-lettered "
@@ -692,16 +717,16 @@ static void claim_turn(lq_subscription *s, bool own) {
     s->claim_extra -= extra; /* now counted in held, as far as rows came */
     s->held += held_by(s, &got);
     bool room_freed = account_room(s);
-    lq_delivery *oversized = NULL;
+    lq_delivery *unrun = NULL;
     lq__claimed kept = {0};
     for (lq_delivery *d = got.head, *next; d; d = next) {
         next = d->queue_next;
         d->queue_next = NULL;
         if (s->form == LQ_FORM_LEASE) lq__book_add(&s->book, &d->entry); /* the keeper extends it */
         d->lane = lane_of(s, d);
-        if (d->oversize_payload || d->oversize_headers) {
-            d->queue_next = oversized;
-            oversized = d;
+        if (refused(d)) {
+            d->queue_next = unrun;
+            unrun = d;
         } else {
             lq__claimed_add(&kept, d);
         }
@@ -724,9 +749,9 @@ static void claim_turn(lq_subscription *s, bool own) {
         lq__broker_wake_room(s->broker, &s->member);
         pthread_mutex_lock(&s->mu);
     }
-    if (oversized) {
+    if (unrun) {
         pthread_mutex_unlock(&s->mu);
-        dead_letter_oversized(oversized);
+        end_refused(unrun);
         pthread_mutex_lock(&s->mu);
     }
 }
@@ -1249,7 +1274,7 @@ int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
         pthread_mutex_unlock(&m->mu);
         return v;
     }
-    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXPIRED || stat == LQ_STAT_IN_WORK ||
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXPIRED_UNSTARTED || stat == LQ_STAT_IN_WORK ||
         stat == LQ_STAT_WAITING)
         return 0;
     return atomic_load(&m->stats[stat]);

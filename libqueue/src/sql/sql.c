@@ -247,6 +247,7 @@ static const int row_roles[LQ__COL_COUNT] = {
     [LQ__COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ__COL_PRIORITY] = LQ_ROLE_PRIORITY,
     [LQ__COL_DUE] = LQ_ROLE_RETRY_AFTER,
     [LQ__COL_PAYLOAD_SIZE] = LQ_ROLE_PAYLOAD, [LQ__COL_HEADERS_SIZE] = LQ_ROLE_HEADERS,
+    [LQ__COL_EXPIRED] = LQ_ROLE_EXPIRES_AT,
 };
 
 /* The limit on a column's size the table's copy sets, or 0. */
@@ -278,6 +279,16 @@ static void limited_col(lq__sql *b, int col) {
     lq__sql_add(b, " END");
 }
 
+/* CASE WHEN expires_at <= now THEN 1 ELSE 0 END: the claim reads whether
+ * the row may start, on the host's clock as its due time. */
+static void expired_col(lq__sql *b) {
+    lq__sql_add(b, "CASE WHEN ");
+    lq__sql_col(b, LQ_ROLE_EXPIRES_AT);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ__P_NOW);
+    lq__sql_add(b, " THEN 1 ELSE 0 END");
+}
+
 void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
     int at[LQ__COL_COUNT];
     lq__row_layout(b->table, at);
@@ -289,6 +300,7 @@ void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
         if (i == LQ__COL_ID) lq__sql_id(b);
         else if (is_size(i)) b->dialect->byte_length(b, row_roles[i]);
         else if (size_limit(b->table, i)) limited_col(b, i);
+        else if (i == LQ__COL_EXPIRED) expired_col(b);
         else lq__sql_col(b, row_roles[i]);
         if (i == LQ__COL_ATTEMPT && attempt_expr) lq__sql_add(b, attempt_expr);
         if (cast) {
@@ -596,7 +608,7 @@ static const struct {
     {LQ_ROLE_PAYLOAD, LQ__P_PAYLOAD},         {LQ_ROLE_GROUP, LQ__P_MSG_GROUP},
     {LQ_ROLE_PARTITION_KEY, LQ__P_PKEY},      {LQ_ROLE_PRIORITY, LQ__P_PRIORITY},
     {LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ__P_HEADERS},
-    {LQ_ROLE_DEDUP_KEY, LQ__P_DEDUP},
+    {LQ_ROLE_DEDUP_KEY, LQ__P_DEDUP},         {LQ_ROLE_EXPIRES_AT, LQ__P_EXPIRES},
 };
 #define INSERT_FIELDS (sizeof insert_fields / sizeof insert_fields[0])
 

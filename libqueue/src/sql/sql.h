@@ -34,6 +34,7 @@ typedef enum lq__param {
     LQ__P_DEDUP,       /* a message's dedup key */
     LQ__P_QUEUE,       /* a rate limit's queue, in the starts table */
     LQ__P_PERIOD,      /* a rate limit's period, ms */
+    LQ__P_EXPIRES,     /* a message's expires_at */
     LQ__P_SCHEDULE,    /* a schedule's name, in the ticks table */
     LQ__P_TICK,        /* one of its ticks, epoch ms */
     LQ__P_COUNT
@@ -62,7 +63,9 @@ enum { LQ__COL_ID, LQ__COL_PAYLOAD, LQ__COL_ATTEMPT, LQ__COL_GROUP, LQ__COL_PKEY
        LQ__COL_PRIORITY, LQ__COL_DUE,
        /* Where the table's copy limits them: the byte sizes, the values
         * themselves then read only when within the limits. */
-       LQ__COL_PAYLOAD_SIZE, LQ__COL_HEADERS_SIZE, LQ__COL_COUNT };
+       LQ__COL_PAYLOAD_SIZE, LQ__COL_HEADERS_SIZE,
+       /* 1 where the row is past its expires_at (LQ__P_NOW), else 0. */
+       LQ__COL_EXPIRED, LQ__COL_COUNT };
 
 /* Every statement a subscription runs, built once when it opens. */
 typedef struct lq__sqlset {
