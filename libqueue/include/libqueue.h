@@ -179,7 +179,8 @@ typedef enum lq_option {
                                        (a retry, or the dead letters at max_attempts), its
                                        lease is no longer extended, and the late settlement
                                        gets LQ_LEASE_LOST; the thread is not stopped
-                                       (lq_delivery_expired tells it); lease form; default
+                                       (lq_delivery_expired tells it); every form (row
+                                       lock: not with batch), not transactional; default
                                        0 = none */
     /* Schedule options (lq_schedule_add) */
     LQ_OPT_CRON = 60,               /* string: a cron expression, five fields or six with

@@ -1,7 +1,8 @@
-"""Run timeouts (lease form): a delivery still in work past timeout_ms has
+"""Run timeouts, in every form: a delivery still in work past timeout_ms has
 failed. Its row goes back at once (a retry, or the dead letters at
-max_attempts), its lease is no longer extended, and the late settlement
-gets LeaseLost and changes nothing."""
+max_attempts): a lease is no longer extended, a row lock's transaction
+commits the retry, an advisory key is let go; and the late settlement gets
+LeaseLost and changes nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import libqueue
 from helpers import POLL_MS, make_table, wait_until
 
 
-@pytest.mark.forms("lease")
+@pytest.mark.forms("lease", "row_lock", "advisory")
 def test_a_run_past_its_timeout_goes_back_and_its_late_ack_changes_nothing(db, broker, form):
     table = make_table(form)
     db.create_table(table)
@@ -36,7 +37,7 @@ def test_a_run_past_its_timeout_goes_back_and_its_late_ack_changes_nothing(db, b
     assert db.count("jobs") == 0
 
 
-@pytest.mark.forms("lease")
+@pytest.mark.forms("lease", "row_lock", "advisory")
 def test_a_run_past_its_timeout_at_max_attempts_is_dead_lettered(db, broker, form) -> None:
     table = make_table(form, dead_letter="jobs_dead")
     broker.create_table(table)
@@ -53,7 +54,7 @@ def test_a_run_past_its_timeout_at_max_attempts_is_dead_lettered(db, broker, for
     assert db.count("jobs") == 0 and db.count("jobs_dead") == 1
 
 
-@pytest.mark.forms("lease")
+@pytest.mark.forms("lease", "row_lock", "advisory")
 def test_a_pushed_handler_past_its_timeout_is_told_and_its_return_changes_nothing(db, broker,
                                                                                    form) -> None:
     table = make_table(form)
@@ -73,12 +74,12 @@ def test_a_pushed_handler_past_its_timeout_is_told_and_its_return_changes_nothin
     assert seen[:2] == [1, 2]
 
 
-@pytest.mark.forms("row_lock", "advisory")
-def test_timeouts_outside_the_lease_form_are_refused(db, broker, form) -> None:
+@pytest.mark.forms("row_lock")
+def test_a_timeout_on_a_row_lock_batch_is_refused(db, broker, form) -> None:
     table = make_table(form)
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="timeout_ms sends a row back by its lease"):
-        broker.subscribe(table, timeout_ms=500)
+    with pytest.raises(libqueue.Misuse, match="share one transaction"):
+        broker.subscribe(table, timeout_ms=500, batch=10)
 
 
 @pytest.mark.parametrize("options, message", [

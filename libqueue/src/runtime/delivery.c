@@ -175,11 +175,11 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value
     return LQ_OK;
 }
 
-/* Frees deliveries that lost their last reference, the lease book (lease
- * form) forgetting them under one hold of the subscription's lock. */
+/* Frees deliveries that lost their last reference, the keeper's book
+ * forgetting them under one hold of the subscription's lock. */
 static void free_unreferenced(lq_subscription *s, lq_delivery **gone, size_t n) {
     if (n == 0) return;
-    if (s->form == LQ_FORM_LEASE) {
+    if (s->has_keeper) {
         pthread_mutex_lock(&s->mu);
         for (size_t i = 0; i < n; i++) lq__book_remove(&s->book, &gone[i]->entry);
         pthread_mutex_unlock(&s->mu);

@@ -28,6 +28,15 @@ typedef struct lq__shared_tx {
 
 typedef enum lq__outcome { LQ__ACK, LQ__RETRY, LQ__RETRY_AFTER, LQ__DEAD_LETTER, LQ__RELEASE } lq__outcome;
 
+/* What a settlement let go of: at most one connection its deliveries (or
+ * their batch) held, reported with them when they are settled. */
+typedef struct lq__freed {
+    lq__conn *conn; /* NULL: none */
+    bool broken;    /* its link failed: closed, not pooled */
+    bool chained;   /* in the transaction COMMIT AND CHAIN opened: it waits
+                     * for this worker's next claim instead of going back */
+} lq__freed;
+
 struct lq_delivery {
     lq__book_entry entry; /* first: the lease book links deliveries through it */
     lq_subscription *sub;
@@ -56,6 +65,7 @@ struct lq_delivery {
     /* Its run passed timeout_ms: its row went back (lq__settle_expired), and
      * its settlement changes nothing. */
     bool expired;
+    lq__freed expired_freed; /* what sending its row back let go, reported at its settlement */
     int64_t handed_ms; /* monotonic: when it was handed out */
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
@@ -130,7 +140,8 @@ struct lq_subscription {
      * lq_subscription_health tells it. */
     int64_t failing_since;
     lq__error_copy last_failure;
-    lq__lease_book book;    /* lease form: the deliveries whose leases the keeper extends */
+    lq__lease_book book;    /* the deliveries the keeper watches: their leases (lease form)
+                               and their runs' timeout_ms */
 
     pthread_t *claimers, keeper;
     int claimer_count;
@@ -207,14 +218,6 @@ LQ__HIDDEN void lq__subscription_hold(lq_subscription *s);
 /* Handed-out deliveries' settlements began: where they hold no connection,
  * the claims of their workers' next rows may go beside them. */
 LQ__HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
-/* What a settlement let go of: at most one connection its deliveries (or
- * their batch) held, reported with them when they are settled. */
-typedef struct lq__freed {
-    lq__conn *conn; /* NULL: none */
-    bool broken;    /* its link failed: closed, not pooled */
-    bool chained;   /* in the transaction COMMIT AND CHAIN opened: it waits
-                     * for this worker's next claim instead of going back */
-} lq__freed;
 /* Handed-out deliveries settled: the connection they freed goes back (or
  * waits, chained), and their workers, lanes and keys are free again. A
  * settlement reports here once, so a set's settlement wakes a claimer once. */

@@ -197,7 +197,7 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
         dv->settled = true;
         pthread_mutex_unlock(&dv->mu);
         lq__subscription_settling(s, &dv, 1);
-        lq__subscription_settled(s, &dv, 1, &(lq__freed){0});
+        lq__subscription_settled(s, &dv, 1, &dv->expired_freed);
         return lq__error(LQ_LEASE_LOST, "row %lld: its run passed timeout_ms (%lld ms) and the row "
                                         "went back; the %s changed nothing",
                          (long long)dv->id, (long long)s->timeout_ms, outcome_name(outcome));
@@ -221,10 +221,17 @@ int lq__settle_expired(lq_delivery *dv) {
         return LQ_OK;
     }
     bool last = s->max_attempts > 0 && dv->attempt >= s->max_attempts;
-    lq__freed freed = {0}; /* a lease delivery holds no connection */
+    /* A lease delivery holds no connection; a row lock delivery's
+     * transaction commits the retry (or the dead letter) on its own; an
+     * advisory delivery lets its key go. The connection freed goes back
+     * when the late handler settles, as it counts in work until then. */
+    lq__freed freed = {0};
     int rc = run_outcome(&freed, dv, last ? LQ__DEAD_LETTER : LQ__RETRY, 0);
-    /* Failed or not, its lease is no longer extended: the row comes back
-     * when it runs out, if not at once. */
+    if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv, &freed);
+    dv->expired_freed = freed;
+    /* Failed or not, its row is let go: a lease no longer extended comes
+     * back when it runs out, if not at once; a transaction that failed to
+     * commit rolled back. */
     dv->expired = true;
     pthread_mutex_unlock(&dv->mu);
     if (rc != LQ_OK) return rc;

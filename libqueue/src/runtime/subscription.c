@@ -185,10 +185,10 @@ static int check_limits(lq_subscription *s, const char *label) {
     if (s->concurrency && s->partition_concurrency > s->concurrency)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency %d is above concurrency %d",
                          label, s->partition_concurrency, s->concurrency);
-    if (s->timeout_ms && s->form != LQ_FORM_LEASE)
-        return lq__error(LQ_MISUSE, "table %s: timeout_ms sends a row back by its lease, in the "
-                                    "lease form; this table's form is %s",
-                         label, form);
+    if (s->timeout_ms && s->form == LQ_FORM_ROW_LOCK && s->batch)
+        return lq__error(LQ_MISUSE, "table %s: timeout_ms cannot send back one row of a row lock "
+                                    "batch: the batch's rows share one transaction",
+                         label);
     if (s->timeout_ms && s->transactional)
         return lq__error(LQ_MISUSE, "table %s: timeout_ms cannot send back a transactional "
                                     "delivery: its handler's transaction is on its connection",
@@ -722,7 +722,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     for (lq_delivery *d = got.head, *next; d; d = next) {
         next = d->queue_next;
         d->queue_next = NULL;
-        if (s->form == LQ_FORM_LEASE) lq__book_add(&s->book, &d->entry); /* the keeper extends it */
+        if (s->has_keeper) lq__book_add(&s->book, &d->entry); /* the keeper watches it */
         d->lane = lane_of(s, d);
         if (refused(d)) {
             d->queue_next = unrun;
@@ -784,7 +784,7 @@ static void *keeper_main(void *arg) {
         if (s->closing) break;
         pthread_mutex_unlock(&s->mu);
         if (s->timeout_ms) overdue_at = lq__lease_expire_overdue(s);
-        if (lq__mono_ms() >= extend_at) {
+        if (s->form == LQ_FORM_LEASE && lq__mono_ms() >= extend_at) {
             lq__lease_extend(s);
             extend_at = lq__mono_ms() + s->lease_ms / 2;
         }
@@ -820,9 +820,9 @@ static int start_locked(lq_subscription *s, lq__mode mode) {
     for (; s->claimer_count < count; s->claimer_count++)
         if (pthread_create(&s->claimers[s->claimer_count], NULL, claimer_main, s) != 0)
             return lq__error(LQ_ERROR, "cannot start claim thread %d", s->claimer_count + 1);
-    if (s->form == LQ_FORM_LEASE) {
+    if (s->form == LQ_FORM_LEASE || s->timeout_ms) {
         if (pthread_create(&s->keeper, NULL, keeper_main, s) != 0)
-            return lq__error(LQ_ERROR, "cannot start the lease keeper thread");
+            return lq__error(LQ_ERROR, "cannot start the keeper thread");
         s->has_keeper = true;
     }
     return LQ_OK;
