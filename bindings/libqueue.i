@@ -125,6 +125,7 @@ static int lq_lua_isint(lua_State *L, int index) {
 %{  lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
 /* A yes or no. */
 %typemap(out) int lq_delivery_expired %{  lua_pushboolean(L, $1 != 0); SWIG_arg++; %}
+%typemap(out) int lq_delivery_cancelled %{  lua_pushboolean(L, $1 != 0); SWIG_arg++; %}
 
 #define LQ_DROP_TRUE \
     if (SWIG_arg == 1 && lua_type(L, -1) == LUA_TBOOLEAN) { lua_pop(L, 1); SWIG_arg = 0; }

@@ -61,7 +61,9 @@ extern "C" {
     X(LQ_CONTENTION, 13, "the database reported a conflict; retried later")            \
     X(LQ_ALREADY_SUBSCRIBED, 14, "this queue already has a subscription here")         \
     X(LQ_BATCH_ROLLED_BACK, 15, "an earlier settlement rolled the batch back")          \
-    X(LQ_DUPLICATE, 16, "a row with this dedup key is queued or in work")
+    X(LQ_DUPLICATE, 16, "a row with this dedup key is queued or in work")                \
+    X(LQ_NOT_FOUND, 17, "no row of this id is queued or in work")                      \
+    X(LQ_CANCELLED, 18, "the row was cancelled: nothing changed")
 
 #define LQ_STATUS_ENUMERATOR(name, value, description) name = value,
 typedef enum lq_status { LQ_STATUS_LIST(LQ_STATUS_ENUMERATOR) } lq_status;
@@ -400,6 +402,16 @@ LQ_API int lq_publish(int64_t *ids_out, lq_broker *broker, const lq_table *table
 LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
                          const lq_table *table, lq_message *const *messages, size_t count);
 
+/* Takes row `id` out of its queue: into the dead letters where the table
+ * declares them, else deleted. A queued row is never claimed after. In the
+ * lease form a row in work is cancelled too: its run finds it at its
+ * lease's next extension (lq_delivery_cancelled), and its settlement gets
+ * LQ_CANCELLED and changes nothing. In the row lock and advisory forms a
+ * row in work is held by its run's lock, which a cancel does not pass:
+ * LQ_CONTENTION, and nothing changes. LQ_NOT_FOUND when no row of the id is
+ * queued or in work. */
+LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
+
 /* ------------------------------------------------------------------------ */
 /* Schedules: a message enqueued at each tick of a cron expression or an
  * interval, by whichever broker comes first: every broker and process that
@@ -540,6 +552,9 @@ LQ_API int64_t lq_delivery_lease_expiry_ms(const lq_delivery *delivery);
 /* 1 once the delivery's run passed timeout_ms and its row went back: the
  * handler may give up, as its settlement will change nothing; else 0. */
 LQ_API int lq_delivery_expired(const lq_delivery *delivery);
+/* 1 once the delivery's row was found cancelled (lq_cancel; lease form, at
+ * a lease extension): its settlement changes nothing. */
+LQ_API int lq_delivery_cancelled(const lq_delivery *delivery);
 
 /* Outcomes. Ack finishes the row (deletes it, or sets processed_at). Retry
  * returns it to the queue now; retry_after hides it for delay_ms (needs a

@@ -255,6 +255,20 @@ function Broker:publish_many(tbl, list)
   return publish(self, tbl, batch, "publish_many")
 end
 
+--- Takes row `id` out of its queue: into the dead letters where the table
+-- declares them, else deleted. Returns true, or nil, message, code:
+-- "LQ_NOT_FOUND" when no row of the id is queued or in work, "LQ_CONTENTION"
+-- for a row in work in the row lock or advisory form (left as it is). In the
+-- lease form a row in work is cancelled: its run sees d:cancelled(), and its
+-- settlement fails with "LQ_CANCELLED".
+function Broker:cancel(tbl, id)
+  local tptr = table_ptr(tbl, 1, "cancel")
+  if math_type(id) ~= "integer" then argerror(2, "cancel", "integer", id) end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, core.lq_cancel(ptr, tptr, id))
+end
+
 ---------------------------------------------------------------------------
 -- Schedules
 

@@ -217,6 +217,22 @@ class Broker:
         check(status, "publish to %r" % table.name)
         return list(ids)
 
+    def cancel(self, table: Table, id: int) -> bool:
+        """Take row ``id`` out of ``table``'s queue: into the dead letters where
+        the table declares them, else deleted. Returns False when no row of
+        the id is queued or in work. In the lease form a row in work is
+        cancelled too: its run sees ``delivery.cancelled`` at its lease's next
+        extension, and its settlement raises ``Cancelled`` and changes
+        nothing; in the row lock and advisory forms a row in work raises
+        ``Contention`` and is left as it is."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        status = lib.lq_cancel(self._live(), table._ptr, int(id))
+        if status == lib.LQ_NOT_FOUND:
+            return False
+        check(status, "cancel row %d of %r" % (id, table.name))
+        return True
+
     # -- schedules --------------------------------------------------------
 
     def schedule(self, table: Table, name: str, payload: Optional[Payload] = b"", *,

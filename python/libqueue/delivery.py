@@ -169,6 +169,14 @@ class Delivery:
         return bool(lib.lq_delivery_expired(self._live()))
 
     @property
+    def cancelled(self) -> bool:
+        """Whether the row was cancelled while this run held it
+        (``Broker.cancel``; lease form, seen at a lease extension): the
+        handler may give up, as its settlement will change nothing
+        (``Cancelled``)."""
+        return bool(lib.lq_delivery_cancelled(self._live()))
+
+    @property
     def lease_expiry_ms(self) -> int:
         """The lease expiry, ms since the epoch (lease form), or 0. Changes when
         the core extends the lease."""

@@ -1,6 +1,7 @@
 -- Work driven by time: broker:schedule enqueues each tick once, carries the
 -- tick in its headers, stops at unschedule, and refuses a bad timing naming
--- the field; a row published with expires_in_ms is never started past it.
+-- the field; a row published with expires_in_ms is never started past it;
+-- broker:cancel takes a row out of its queue, in work too in the lease form.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -70,6 +71,25 @@ H.case("a row past its expiry is dead-lettered unrun", { forms = H.FORMS }, func
   H.none(sub, 0.3, "the expired row")
   eq(sub:stat("expired_unstarted"), 1, "expired_unstarted")
   eq(db:count("jobs_dead"), 1, "dead letters")
+  sub:close()
+  broker:close()
+end)
+
+H.case("a cancelled row is never run, and a cancelled run is told", { forms = { "lease" } },
+       function(db, form)
+  local tbl = H.make_table(form)
+  db:create(tbl)
+  local broker = H.open(db)
+  local queued = ok(broker:publish(tbl, "queued"))
+  ok(broker:cancel(tbl, queued))
+  fails("LQ_NOT_FOUND", broker:cancel(tbl, queued))
+  local running = ok(broker:publish(tbl, "running"))
+  local sub = H.subscribe(broker, tbl, { lease_ms = 2000 })
+  local d = H.one(sub)
+  eq(d.id, running, "the row not cancelled")
+  ok(broker:cancel(tbl, running))
+  fails("LQ_CANCELLED", d:ack())
+  eq(db:count("jobs"), 0, "rows left")
   sub:close()
   broker:close()
 end)

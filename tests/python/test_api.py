@@ -25,6 +25,8 @@ EXPECTED_CLASSES = {
     "LQ_ALREADY_SUBSCRIBED": "AlreadySubscribed",
     "LQ_BATCH_ROLLED_BACK": "BatchRolledBack",
     "LQ_DUPLICATE": "Duplicate",
+    "LQ_NOT_FOUND": "NotFound",
+    "LQ_CANCELLED": "Cancelled",
 }
 
 

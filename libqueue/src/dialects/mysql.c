@@ -1538,6 +1538,8 @@ static void my_now_ms_sql(lq__sql *b) {
     lq__sql_add(b, "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)");
 }
 
+static void my_advisory_key(lq__sql *b) { guarded_lock_name(b, b->table); }
+
 const lq__dialect lq__mysql_dialect = {
     .name = "mysql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -1581,6 +1583,7 @@ const lq__dialect lq__mysql_dialect = {
     .now_ms_sql = my_now_ms_sql,
     .lock_queue = my_lock_queue,
     .unlock_queue = my_unlock_queue,
+    .advisory_key = my_advisory_key,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,
 };

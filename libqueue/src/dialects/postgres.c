@@ -777,6 +777,8 @@ static void pg_now_ms_sql(lq__sql *b) {
     lq__sql_add(b, "(extract(epoch from clock_timestamp()) * 1000)::bigint");
 }
 
+static void pg_advisory_key(lq__sql *b) { key_expression(b, b->table); }
+
 const lq__dialect lq__postgres_dialect = {
     .name = "postgresql",
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -824,6 +826,7 @@ const lq__dialect lq__postgres_dialect = {
     .now_ms_sql = pg_now_ms_sql,
     .lock_queue = pg_lock_queue,
     .take_slots = pg_take_slots,
+    .advisory_key = pg_advisory_key,
     .try_lock_key = pg_try_lock_key,
     .unlock_key = pg_unlock_key,
 };

@@ -532,6 +532,8 @@ static void sqlite_now_ms_sql(lq__sql *b) {
     lq__sql_add(b, "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)");
 }
 
+static void sqlite_advisory_key(lq__sql *b) { key_expression(b, b->table); }
+
 const lq__dialect lq__sqlite_dialect = {
     .name = "sqlite",
     .forms = (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
@@ -566,6 +568,7 @@ const lq__dialect lq__sqlite_dialect = {
     .type_kinds = sqlite_type_kinds,
     .byte_length = sqlite_byte_length,
     .now_ms_sql = sqlite_now_ms_sql,
+    .advisory_key = sqlite_advisory_key,
     .try_lock_key = sqlite_try_lock_key,
     .unlock_key = sqlite_unlock_key,
     .keys_held = sqlite_keys_held,

@@ -257,6 +257,15 @@ int64_t lq_delivery_lease_expiry_ms(const lq_delivery *h) {
     return token;
 }
 
+int lq_delivery_cancelled(const lq_delivery *h) {
+    LIVE(h);
+    if (!d) return 0;
+    pthread_mutex_lock(&d->mu);
+    int cancelled = d->cancelled;
+    pthread_mutex_unlock(&d->mu);
+    return cancelled;
+}
+
 int lq_delivery_expired(const lq_delivery *h) {
     LIVE(h);
     if (!d) return 0;

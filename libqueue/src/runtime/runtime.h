@@ -65,7 +65,8 @@ struct lq_delivery {
     /* Its run passed timeout_ms: its row went back (lq__settle_expired), and
      * its settlement changes nothing. */
     bool expired;
-    lq__freed expired_freed; /* what sending its row back let go, reported at its settlement */
+    lq__freed expired_freed;
+    bool cancelled; /* its row was cancelled while it ran (lq_cancel; lease form) */ /* what sending its row back let go, reported at its settlement */
     int64_t handed_ms; /* monotonic: when it was handed out */
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
@@ -244,6 +245,10 @@ LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
 /* Lets go of the key an advisory delivery holds; its connection goes into
  * `freed`. */
 LQ__HIDDEN void lq__advisory_release(lq_delivery *d, lq__freed *freed);
+/* Lease form: whether the delivery's row left its queue (deleted, moved to
+ * another group, marked processed) rather than to another claim, asked on
+ * conn or a pool connection; false when that cannot be told. */
+LQ__HIDDEN bool lq__lease_row_left(lq_subscription *s, lq__conn *conn, const lq_delivery *d);
 LQ__HIDDEN void lq__claimed_add(lq__claimed *c, lq_delivery *d);
 /* FIFO: takes the subscription's group for the transaction open on `conn`
  * (*taken false when another claim holds it); true at once without a guard. */

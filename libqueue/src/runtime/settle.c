@@ -111,7 +111,13 @@ static void settle_args(lq__value *args, const lq_delivery *dv, int64_t delay_ms
     if (dest) args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = dest, .n = strlen(dest)};
 }
 
+/* A lease settlement that found its token gone: the row left its queue
+ * (cancelled), or another claim holds it since this lease ran out. */
 static int lease_lost(const lq_delivery *dv, lq__outcome outcome) {
+    if (dv->cancelled || lq__lease_row_left(dv->sub, NULL, dv))
+        return lq__error(LQ_CANCELLED, "row %lld was cancelled while in work; the %s changed "
+                                       "nothing",
+                         (long long)dv->id, outcome_name(outcome));
     return lq__error(LQ_LEASE_LOST,
                      "row %lld: its lease ran out and another claim holds it; the %s changed "
                      "nothing",

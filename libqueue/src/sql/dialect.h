@@ -196,6 +196,9 @@ typedef struct lq__dialect {
      * that dies frees its slots at once. NULL where the database has no
      * locks that end with the transaction. */
     int (*take_slots)(int *taken, lq__conn *conn, const char *key, int limit, int want);
+    /* The advisory key of the row as the claim's candidates render it, as an
+     * SQL expression over the columns of b->table. */
+    void (*advisory_key)(lq__sql *b);
     /* Advisory keys: take without waiting (*taken false when held
      * elsewhere), and give back (false when the database did not confirm). */
     int (*try_lock_key)(bool *taken, lq__conn *conn, const lq__broker_target *target, const char *key);

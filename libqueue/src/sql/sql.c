@@ -54,6 +54,13 @@ void lq__sql_param(lq__sql *b, lq__param p) {
     b->dialect->placeholder(&b->sb, s->nparams);
 }
 
+void lq__sql_and_unprocessed(lq__sql *b) {
+    if (!lq__has(b->table, LQ_ROLE_PROCESSED_AT)) return;
+    lq__sql_add(b, " AND ");
+    lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
+    lq__sql_add(b, " IS NULL");
+}
+
 void lq__sql_literal(lq__sql *b, const char *text) { lq__sb_add_quoted(&b->sb, text, '\''); }
 
 /* "<and><column><op><param>", and what joins the next condition. */
@@ -134,11 +141,7 @@ void lq__sql_fifo_head(lq__sql *b, bool lease) {
     lq__sql_col(b, LQ_ROLE_GROUP);
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ__P_GROUP);
-    if (lq__has(b->table, LQ_ROLE_PROCESSED_AT)) {
-        lq__sql_add(b, " AND ");
-        lq__sql_col(b, LQ_ROLE_PROCESSED_AT);
-        lq__sql_add(b, " IS NULL");
-    }
+    lq__sql_and_unprocessed(b);
     lq__sql_add(b, " ORDER BY ");
     lq__sql_claim_order(b);
     lq__sql_add(b, " LIMIT 1)");
@@ -344,9 +347,7 @@ static void settle_tail(lq__sql *b, bool counts) {
     }
 }
 
-/* A row that stays in the table after it leaves the queue (marked processed,
- * dead-lettered into a group) gives its dedup key back: ", key = NULL". */
-static void free_dedup_key(lq__sql *b, const char *qualifier) {
+void lq__sql_free_dedup_key(lq__sql *b, const char *qualifier) {
     if (!lq__has(b->table, LQ_ROLE_DEDUP_KEY)) return;
     lq__sql_add(b, ", ");
     if (qualifier) lq__sql_qualified(b, qualifier, b->table->columns[LQ_ROLE_DEDUP_KEY]);
@@ -365,7 +366,7 @@ static void ack_head(lq__sql *b) {
         lq__sql_add(b, " = ");
         lq__sql_param(b, LQ__P_NOW);
         settle_tail(b, false);
-        free_dedup_key(b, NULL);
+        lq__sql_free_dedup_key(b, NULL);
     } else {
         lq__sql_add(b, "DELETE FROM ");
         lq__sql_table(b);
@@ -426,7 +427,7 @@ static int build_ack_set(lq__sql *b, bool one_token) {
                 lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
                 lq__sql_add(b, " = NULL");
             }
-            free_dedup_key(b, "lq_t");
+            lq__sql_free_dedup_key(b, "lq_t");
         }
         return lq__sql_finish(b);
     }
@@ -490,8 +491,26 @@ static int build_update(lq__sql *b, int role, lq__param value, bool settles, boo
     if (value) lq__sql_param(b, value);
     else lq__sql_add(b, "NULL");
     if (settles) settle_tail(b, counts);
-    if (value == LQ__P_DEST) free_dedup_key(b, NULL);
+    if (value == LQ__P_DEST) lq__sql_free_dedup_key(b, NULL);
     where_held(b);
+    return lq__sql_finish(b);
+}
+
+/* SELECT 1 FROM t WHERE id = ? [AND group = ?] [AND processed_at IS NULL] */
+static int build_in_queue(lq__sql *b) {
+    lq__sql_add(b, "SELECT 1 FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_ID);
+    if (lq__has(b->table, LQ_ROLE_GROUP)) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, LQ_ROLE_GROUP);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_GROUP);
+    }
+    lq__sql_and_unprocessed(b);
     return lq__sql_finish(b);
 }
 
@@ -801,6 +820,10 @@ int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
         lq__sql_start(&b, &set->extend, d, t);
         rc = build_update(&b, LQ_ROLE_LOCKED_UNTIL, LQ__P_LEASE, false, false);
     }
+    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
+        lq__sql_start(&b, &set->in_queue, d, t);
+        rc = build_in_queue(&b);
+    }
     if (rc == LQ_OK) rc = d->build_claims(set, t);
     if (rc != LQ_OK) lq__sqlset_free(set);
     return rc;
@@ -976,7 +999,7 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
                        &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
-                       &set->start_add,   &set->start_prune, &set->key_in_work};
+                       &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

@@ -90,6 +90,8 @@ typedef struct lq__sqlset {
     lq__stmt dead_clear;
     lq__stmt dead_delete;
     lq__stmt extend;
+    lq__stmt in_queue;    /* lease: a row one if still in the queue (its group, not processed),
+                          * whoever holds it: a lost lease's row is, a cancelled one not */
     lq__stmt in_work;     /* concurrency, lease form: the queue's rows leased now, anywhere
                           * (NULL sql without a queue-wide limit) */
     lq__stmt starts;      /* rate limit: the queue's starts within the period, the oldest
@@ -151,6 +153,24 @@ LQ__HIDDEN void lq__row_layout(const lq_table *t, int at[LQ__COL_COUNT]);
 LQ__HIDDEN int lq__split_destination(char **schema, char **name, const char *dest);
 /* A string literal in single quotes. */
 LQ__HIDDEN void lq__sql_literal(lq__sql *b, const char *text);
+/* " AND processed_at IS NULL" where the table marks processed rows. */
+LQ__HIDDEN void lq__sql_and_unprocessed(lq__sql *b);
+/* A row that stays in the table after it leaves the queue (marked processed,
+ * dead-lettered into a group) gives its dedup key back: ", key = NULL",
+ * the column qualified by `qualifier` when given; nothing without one. */
+LQ__HIDDEN void lq__sql_free_dedup_key(lq__sql *b, const char *qualifier);
+
+/* The statements of lq_cancel (sql/cancel.c). */
+typedef struct lq__cancel_sql {
+    lq__stmt find;   /* the row if queued or in work, locked for the transaction: 1 when a
+                        lease holds it now (LQ__P_NOW), and its advisory key */
+    lq__stmt copy;   /* dead letters in a table: the row copied there (NULL sql otherwise) */
+    lq__stmt clear;  /* and its lease cleared in the copy (NULL sql but in the lease form) */
+    lq__stmt remove; /* the row deleted, or moved into the dead-letter group */
+} lq__cancel_sql;
+LQ__HIDDEN int lq__sql_build_cancel(lq__cancel_sql *out, const struct lq__dialect *d,
+                                    const lq_table *t);
+LQ__HIDDEN void lq__cancel_sql_free(lq__cancel_sql *c);
 
 /* Builds the settlements and the extension every dialect shares, then the
  * dialect's claims. */
@@ -158,7 +178,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 23
+#define LQ__SQLSET_STATEMENTS 24
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

@@ -338,11 +338,34 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     return rc;
 }
 
+static int on_any(void *ctx, const lq__value *cols, int count) {
+    (void)cols;
+    (void)count;
+    *(bool *)ctx = true;
+    return LQ_OK;
+}
+
+bool lq__lease_row_left(lq_subscription *s, lq__conn *conn, const lq_delivery *d) {
+    lq__pool *pool = &s->broker->pool;
+    lq__conn *own = NULL;
+    if (!conn && lq__pool_acquire(&own, pool) != LQ_OK) return false;
+    lq__value args[LQ__P_COUNT] = {0};
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    bool there = false;
+    lq__error_copy failure;
+    lq__error_save(&failure); /* the settlement's own error is the one to report */
+    int rc = s->broker->dialect->exec(NULL, conn ? conn : own, &s->sql.in_queue, args, on_any, &there);
+    lq__error_restore(&failure);
+    if (own) lq__pool_release(pool, own, rc == LQ_CONNECT);
+    return rc == LQ_OK && !there;
+}
+
 /* Extends one delivery's lease; the new expiry becomes its token. */
 static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     int rc = LQ_OK;
     pthread_mutex_lock(&d->mu);
-    if (!d->settled && !d->in_set && !d->expired) { /* a set's ack binds the token it holds */
+    if (!d->settled && !d->in_set && !d->expired && !d->cancelled) { /* a set's ack binds its token */
         int64_t until = row_expiry(s, lq__now_ms(), d->id);
         lq__value args[LQ__P_COUNT] = {0};
         args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
@@ -353,6 +376,9 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
         if (rc == LQ_OK && changes == 1) {
             d->token = until;
             atomic_fetch_add(&s->stats[LQ_STAT_EXTENSIONS], 1);
+        } else if (rc == LQ_OK && lq__lease_row_left(s, conn, d)) {
+            d->cancelled = true; /* out of its queue while this lease held it: lq_cancel */
+            lq__log(LQ_LOG_INFO, "row %lld was cancelled while in work", (long long)d->id);
         } else if (rc == LQ_OK) {
             lq__log(LQ_LOG_WARNING, "row %lld: its lease was lost before it could be extended",
                     (long long)d->id);

@@ -1,0 +1,98 @@
+"""Cancel (Broker.cancel): a queued row leaves its queue (into the dead
+letters, or deleted) and is never claimed after; in the lease form a row in
+work is cancelled too, its run told at the next lease extension and its
+settlement refused (Cancelled); in the row lock and advisory forms a row in
+work is left to its run (Contention). A cancelled row is never acked as
+done."""
+
+from __future__ import annotations
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, make_table, wait_until
+
+
+def test_a_queued_row_is_dead_lettered_and_never_claimed(db, broker, form) -> None:
+    table = make_table(form, dead_letter="jobs_dead")
+    broker.create_table(table)
+    doomed, kept = broker.publish_many(table, [b"doomed", b"kept"])
+    assert broker.cancel(table, doomed) is True
+    assert broker.cancel(table, doomed) is False  # gone from the queue
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        got = [d for d in sub.deliveries(timeout=0.5)]
+        assert [d.id for d in got] == [kept]
+        got[0].ack()
+    assert [r[0] for r in db.query("SELECT id FROM jobs_dead")] == [doomed]
+
+
+def test_without_a_destination_a_queued_row_is_deleted(db, broker, form) -> None:
+    table = make_table(form)
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    assert broker.cancel(table, row)
+    assert db.count("jobs") == 0
+    assert broker.cancel(table, 12345) is False
+
+
+def test_into_a_dead_letter_group_the_key_is_free_again(db, broker) -> None:
+    table = make_table("lease", group="queue", dedup_key="dedup_key", dead_letter="dead")
+    broker.create_table(table)
+    row = broker.publish(table, b"x", group="emails", dedup_key="k")
+    assert broker.cancel(table, row)
+    assert db.scalar("SELECT %s FROM jobs WHERE id = ?" % db.quote("queue"), (row,)) == "dead"
+    assert broker.publish(table, b"again", group="emails", dedup_key="k") != row
+
+
+def test_a_processed_row_is_not_cancelled(db, broker) -> None:
+    table = make_table("lease", processed_at="processed_at")
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        sub.next(5).ack()
+    assert broker.cancel(table, row) is False
+    assert db.count("jobs") == 1
+
+
+@pytest.mark.forms("lease")
+def test_a_row_in_work_is_cancelled_and_its_run_told(db, broker, form) -> None:
+    table = make_table(form, dead_letter="jobs_dead")
+    broker.create_table(table)
+    row = broker.publish(table, b"long")
+    with broker.subscribe(table, lease_ms=2000, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert d is not None and not d.cancelled
+        assert broker.cancel(table, row)
+        wait_until(lambda: d.cancelled, what="the run to see its cancel at a lease extension")
+        with pytest.raises(libqueue.Cancelled, match="cancelled while in work"):
+            d.ack()
+        assert sub.next(0.5) is None
+    assert db.count("jobs") == 0 and db.count("jobs_dead") == 1
+
+
+@pytest.mark.forms("lease")
+def test_a_settlement_right_after_a_cancel_is_refused(db, broker, form) -> None:
+    table = make_table(form, processed_at="processed_at")
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert broker.cancel(table, row)
+        with pytest.raises(libqueue.Cancelled):
+            d.ack()  # before any extension: the row is gone while its lease holds
+    assert db.count("jobs") == 0  # deleted, never marked processed
+
+
+@pytest.mark.forms("row_lock", "advisory")
+@pytest.mark.across_processes
+def test_a_row_in_work_in_a_lock_form_is_left_to_its_run(db, broker, form) -> None:
+    table = make_table(form)
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        with pytest.raises(libqueue.Contention, match="is in work"):
+            broker.cancel(table, row)
+        d.ack()
+    assert db.count("jobs") == 0
