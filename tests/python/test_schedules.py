@@ -236,3 +236,50 @@ def test_a_message_the_table_cannot_hold_or_a_name_taken_is_refused(db, broker) 
     with pytest.raises(libqueue.Misuse, match="already"):
         broker.schedule(table, "once", b"x", cron="@yearly")
     assert db.count("jobs") == 0
+
+
+def test_a_schedule_always_due_leaves_the_others_their_turns(db, broker) -> None:
+    table = scheduled_table()
+    broker.create_table(table)
+    broker.schedule(table, "flood", b"f", every_ms=1)  # its writes are slower than 1 ms
+    broker.schedule(table, "steady", b"s", every_ms=100)
+    wait_until(lambda: db.count("jobs", "payload = %s" % ("X'73'" if db.dialect != "postgresql"
+                                                         else "'\\x73'::bytea")) >= 3,
+               what="the steady schedule's ticks beside the flood")
+    broker.unschedule("flood")  # returns, though the flood was always due
+    broker.unschedule("steady")
+
+
+def test_a_close_does_not_wait_for_a_long_catch_up(db, broker) -> None:
+    table = scheduled_table()
+    broker.create_table(table)
+    first = libqueue.Broker(db.url)
+    first.schedule(table, "backlog", b"b", every_ms=10, catch_up="all")
+    first.close()
+    # Its latest tick an hour ago: 360,000 missed ticks to catch up.
+    hour_ago = (int(time.time() * 1000) - 3600 * 1000) // 10 * 10
+    db.execute("DELETE FROM lq_schedule_ticks")
+    db.execute("DELETE FROM jobs")
+    db.execute("INSERT INTO lq_schedule_ticks VALUES ('backlog', %d, 0)" % hour_ago)
+    second = libqueue.Broker(db.url)
+    second.schedule(table, "backlog", b"b", every_ms=10, catch_up="all", catch_up_ms=7200 * 1000)
+    wait_until(lambda: db.count("jobs") > 0, what="the catch-up to begin")
+    second.close()
+    written = db.count("jobs")
+    time.sleep(0.3)
+    assert db.count("jobs") == written < 360000  # stopped between turns, not at the end
+
+
+def test_names_that_differ_in_case_are_two_schedules(db, broker) -> None:
+    table = scheduled_table()
+    broker.create_table(table)
+    broker.schedule(table, "Report", b"R", every_ms=100)
+    broker.schedule(table, "report", b"r", every_ms=100)
+    time.sleep(0.55)
+    broker.unschedule("Report")
+    broker.unschedule("report")
+    rows = drain(broker, table)
+    upper, lower = ticks_ms(rows, "Report"), ticks_ms(rows, "report")
+    assert len(upper) >= 3 and len(lower) >= 3
+    assert_each_tick_once(upper, 100)
+    assert_each_tick_once(lower, 100)

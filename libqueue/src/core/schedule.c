@@ -32,6 +32,9 @@ enum catch_up { CATCH_UP_SKIP, CATCH_UP_ONCE, CATCH_UP_ALL };
 #define RETRY_MOST_MS 30000
 /* The longest name, within the ticks table's column on every database. */
 #define NAME_MAX_BYTES 200
+/* The most ticks one turn of the thread enqueues (a catch-up of "all"):
+ * the other schedules, a remove and a stop come between turns. */
+#define TICKS_PER_TURN 64
 
 typedef struct schedule {
     char *name;
@@ -49,6 +52,7 @@ typedef struct schedule {
     int64_t retry_at;     /* after a failure: when to try again (wall ms); 0 none */
     int failures;         /* in a row */
     bool firing;          /* the thread is enqueuing its ticks */
+    bool removed;         /* lq_schedule_remove waits for its firing to end */
     struct schedule *next_schedule;
 } schedule;
 
@@ -94,7 +98,8 @@ static int fire(lq_broker *b, schedule *s, int64_t tick) {
 
 /* Enqueues the ticks of `s` due by `now`: the latest where it came while
  * this broker ran, and before it the missed ones the catch-up takes, within
- * catch_up_ms. On a failure s->next is the tick that failed. */
+ * catch_up_ms; at most TICKS_PER_TURN of them, s->next then the first left.
+ * On a failure s->next is the tick that failed. */
 static int fire_due(lq_broker *b, schedule *s, int64_t now) {
     int64_t t = s->next, lower = now - s->catch_up_ms;
     if (t < lower) t = tick_after(s, lower - 1);
@@ -108,21 +113,25 @@ static int fire_due(lq_broker *b, schedule *s, int64_t now) {
         if (found && last >= t) t = tick_after(s, last);
     }
     int64_t missed = -1; /* the latest missed tick not enqueued */
-    for (int64_t after; t <= now; t = after) {
+    int fired = 0;
+    for (int64_t after; t <= now && fired < TICKS_PER_TURN; t = after) {
         after = tick_after(s, t);
         bool latest = after > now, on_time = latest && t > s->watched_from;
         int rc = LQ_OK;
         if (on_time && s->catch_up == CATCH_UP_ONCE && missed >= 0) {
             rc = fire(b, s, missed);
+            fired++;
             if (rc != LQ_OK) {
                 s->next = missed;
                 return rc;
             }
         }
-        if (on_time || s->catch_up == CATCH_UP_ALL || (latest && s->catch_up == CATCH_UP_ONCE))
+        if (on_time || s->catch_up == CATCH_UP_ALL || (latest && s->catch_up == CATCH_UP_ONCE)) {
             rc = fire(b, s, t);
-        else
+            fired++;
+        } else {
             missed = t;
+        }
         if (rc != LQ_OK) {
             s->next = t;
             return rc;
@@ -132,18 +141,28 @@ static int fire_due(lq_broker *b, schedule *s, int64_t now) {
     return LQ_OK;
 }
 
-/* The schedule whose tick or retry is due first: returned when due by
- * `now`, else NULL with *wake_at the time to look again. */
+/* The schedule whose tick or retry is due first, when one is due by `now`,
+ * else NULL with *wake_at the time to look again. The earliest goes first,
+ * so a schedule always due (its writes slower than its interval) leaves the
+ * others their turns. */
 static schedule *first_due(lq__scheduler *sc, int64_t now, int64_t *wake_at) {
-    *wake_at = now + LONGEST_SLEEP_MS;
+    schedule *first = NULL;
+    int64_t first_at = 0;
     for (schedule *s = sc->schedules; s; s = s->next_schedule) {
         int64_t at = s->retry_at ? s->retry_at : s->next;
-        if (at <= now) return s;
-        if (at < *wake_at) *wake_at = at;
+        if (!s->removed && (!first || at < first_at)) {
+            first = s;
+            first_at = at;
+        }
     }
+    *wake_at = now + LONGEST_SLEEP_MS;
+    if (first && first_at <= now) return first;
+    if (first && first_at < *wake_at) *wake_at = first_at;
     return NULL;
 }
 
+/* Only the thread reads and writes a schedule's next, retry_at and failures:
+ * it needs no lock for them, and logs with none held. */
 static void after_firing(schedule *s, int rc) {
     if (rc == LQ_OK) {
         if (s->failures) lq__log(LQ_LOG_INFO, "schedule %s enqueues its ticks again", s->name);
@@ -174,10 +193,9 @@ static void *scheduler_main(void *arg) {
         }
         s->firing = true;
         pthread_mutex_unlock(&sc->mu);
-        int rc = fire_due(b, s, now);
+        after_firing(s, fire_due(b, s, now));
         pthread_mutex_lock(&sc->mu);
         s->firing = false;
-        after_firing(s, rc);
         pthread_cond_broadcast(&sc->changed);
     }
     pthread_mutex_unlock(&sc->mu);
@@ -350,6 +368,7 @@ int lq_schedule_remove(lq_broker *b, const char *name) {
     if (sc) pthread_mutex_lock(&sc->mu);
     pthread_mutex_unlock(&b->mu);
     schedule **slot = sc ? find(sc, name) : NULL;
+    if (slot && *slot) (*slot)->removed = true; /* the thread takes it no more */
     while (slot && *slot && (*slot)->firing) {
         pthread_cond_wait(&sc->changed, &sc->mu);
         slot = find(sc, name);

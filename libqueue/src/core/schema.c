@@ -453,7 +453,7 @@ static int build_starts_table(lq__stmt *out, const lq__dialect *d, const lq_tabl
     lq__sql_add(&b, " (\n  ");
     lq__sql_ident(&b, "queue");
     lq__sql_add(&b, " ");
-    lq__sql_add(&b, d->ddl->text);
+    lq__sql_add(&b, d->ddl->key_text);
     lq__sql_add(&b, " NOT NULL,\n  ");
     lq__sql_ident(&b, "started_at");
     lq__sql_add(&b, " BIGINT NOT NULL");
@@ -536,7 +536,7 @@ static int build_ticks_table(lq__stmt *out, const lq__dialect *d, const lq_table
     lq__sql_add(&b, " (\n  ");
     lq__sql_ident(&b, "schedule");
     lq__sql_add(&b, " ");
-    lq__sql_add(&b, d->ddl->text);
+    lq__sql_add(&b, d->ddl->key_text);
     lq__sql_add(&b, " NOT NULL,\n  ");
     lq__sql_ident(&b, "tick");
     lq__sql_add(&b, " BIGINT NOT NULL,\n  ");

@@ -33,6 +33,7 @@ static int build_claim(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
     lq__sql_add(&b, ", ");
     d->now_ms_sql(&b);
     lq__sql_add(&b, ")");
+    if (d->on_conflict_do_nothing) lq__sql_add(&b, " ON CONFLICT DO NOTHING");
     return lq__sql_finish(&b);
 }
 
@@ -126,9 +127,12 @@ int lq__ticks_fire(bool *fired, lq_broker *b, const lq__ticks *ticks, const lq_t
     bind_schedule(args, name, tick);
     bool begun = (rc = d->begin(conn, LQ_ISOLATION_DEFAULT)) == LQ_OK;
     /* Another broker's claim of the tick, committed or not yet, makes this
-     * insert fail (or wait for its commit, then fail) on the key. */
-    if (rc == LQ_OK) rc = d->exec(NULL, conn, &ticks->claim, args, NULL, NULL);
-    bool taken = rc == LQ_DUPLICATE;
+     * insert write nothing (or fail, without ON CONFLICT) on the key, once
+     * that claim commits. */
+    int64_t claimed = 0;
+    if (rc == LQ_OK) rc = d->exec(&claimed, conn, &ticks->claim, args, NULL, NULL);
+    bool taken = rc == LQ_DUPLICATE || (rc == LQ_OK && claimed == 0);
+    if (taken && rc == LQ_OK) rc = LQ_DUPLICATE; /* rolled back below, as the failure is */
     int64_t id = 0;
     if (rc == LQ_OK) rc = lq__publish_in(&id, b, conn, t, &m, 1);
     bind_schedule(args, name, tick - keep_ms);

@@ -1483,6 +1483,7 @@ static const lq__ddl_types my_ddl = {
     .time = "DATETIME(3)",
     .time_due = "DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)",
     .text = "VARCHAR(255)",
+    .key_text = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
     .json = "JSON",
     .index_in_table = true,
     .duplicate_index = 1061, /* ER_DUP_KEYNAME */

@@ -713,6 +713,7 @@ static const lq__ddl_types pg_ddl = {
     .time = "TIMESTAMPTZ",
     .time_due = "TIMESTAMPTZ NOT NULL DEFAULT now()",
     .text = "TEXT",
+    .key_text = "TEXT",
     .json = "JSONB",
     .partial_index = true,
 };
@@ -788,6 +789,7 @@ const lq__dialect lq__postgres_dialect = {
     .listen_notify = true,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .on_conflict_do_nothing = true,
     .max_params = 65535, /* the protocol's 16-bit parameter count */
     .parse_url = pg_parse_url,
     .connect = pg_connect,

@@ -481,6 +481,7 @@ static const lq__ddl_types sqlite_ddl = {
     .time = "TEXT",
     .time_due = "TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00','now'))",
     .text = "TEXT",
+    .key_text = "TEXT",
     .json = "TEXT",
     .partial_index = true,
 };
@@ -541,6 +542,7 @@ const lq__dialect lq__sqlite_dialect = {
     .advisory_holds_connection = false,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .on_conflict_do_nothing = true,
     .max_params = 32766, /* SQLITE_MAX_VARIABLE_NUMBER's default since 3.32 */
     .parse_url = sqlite_parse_url,
     .free_target = sqlite_free_target,

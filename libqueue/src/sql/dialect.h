@@ -40,6 +40,9 @@ enum {
 /* The column types of the recommended CREATE TABLE. */
 typedef struct lq__ddl_types {
     const char *id_generated, *id_plain, *bytes, *integer, *time, *time_due, *text, *json;
+    /* Text that keys a table of the library's own (a schedule's, a queue's
+     * name): compared byte for byte, as the library compares names. */
+    const char *key_text;
     bool partial_index;  /* CREATE INDEX .. WHERE */
     bool index_in_table; /* the claim-order index is declared inside CREATE TABLE,
                             where the database has no CREATE INDEX IF NOT EXISTS */
@@ -79,6 +82,10 @@ typedef struct lq__dialect {
     /* How an insert of nothing but defaults goes on after the table's name
      * (NULL: " DEFAULT VALUES"). */
     const char *insert_defaults;
+    /* INSERT .. ON CONFLICT DO NOTHING: an insert of a key taken changes no
+     * row instead of failing (which aborts a PostgreSQL transaction and is
+     * logged by the server). */
+    bool on_conflict_do_nothing;
     /* The most parameters one statement binds: multi-row inserts stay
      * within it. */
     int max_params;
