@@ -11,7 +11,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, make_table
+from helpers import POLL_MS, make_table, wait_until
 
 
 def test_a_row_past_its_expiry_reaches_no_handler_and_is_dead_lettered(db, broker, form) -> None:
@@ -66,3 +66,19 @@ def test_an_expiry_needs_its_column_and_a_sane_value(db, broker) -> None:
     with pytest.raises(libqueue.Misuse):
         broker.publish(table, b"x", expires_in_ms=-1)
     assert db.count("jobs") == 0
+
+
+def test_expired_rows_ahead_of_a_live_one_do_not_slow_its_claim(db, broker) -> None:
+    """A claim whose rows all ended unrun was full: the next claim comes at
+    once, not after a poll interval (300 rows at 8 a claim would take 38
+    intervals of a second)."""
+    table = make_table("lease", expires_at="expires_at")
+    broker.create_table(table)
+    broker.publish_many(table, [dict(payload=b"late", expires_in_ms=1)] * 300)
+    time.sleep(0.1)
+    live = broker.publish(table, b"live")
+    with broker.subscribe(table, workers=8, poll_interval_ms=1000) as sub:
+        d = sub.next(10)
+        assert d is not None and d.id == live
+        d.ack()
+        wait_until(lambda: sub.stat("expired_unstarted") == 300, what="every expired row ended")

@@ -719,6 +719,8 @@ static void claim_turn(lq_subscription *s, bool own) {
     bool room_freed = account_room(s);
     lq_delivery *unrun = NULL;
     lq__claimed kept = {0};
+    /* Rows ended unrun still made the claim full: the next comes at once. */
+    bool short_claim = got.count < limit;
     for (lq_delivery *d = got.head, *next; d; d = next) {
         next = d->queue_next;
         d->queue_next = NULL;
@@ -739,7 +741,7 @@ static void claim_turn(lq_subscription *s, bool own) {
         s->waiting += got.count;
         wake_takers(s, got.count, own);
     }
-    int64_t rest = rest_after(s, rc, got.count < limit);
+    int64_t rest = rest_after(s, rc, short_claim);
     int64_t rate_wait = atomic_load(&s->rate_wait_ms); /* the window frees a start then */
     if (rc == LQ_OK && rate_wait && rate_wait < rest) rest = rate_wait;
     if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
