@@ -313,7 +313,9 @@ typedef struct lq_broker lq_broker;
  * Ownership: the caller closes it with lq_broker_close. */
 LQ_API int lq_broker_open(lq_broker **out, const char *url, const lq_options *options);
 /* Closes the broker. Subscriptions still open keep it alive until they are
- * closed; after this call it takes no new publishes or subscriptions. */
+ * closed; after this call it takes no new publishes or subscriptions, and
+ * its schedules stop. The handle is the caller's no more: no other call on
+ * it may run during or after this one. */
 LQ_API void lq_broker_close(lq_broker *broker);
 /* A copy of `url` as it may be shown: the password of its user info and the
  * values of its password, sslpassword and tls_passphrase parameters as
