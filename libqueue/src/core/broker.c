@@ -74,7 +74,7 @@ static void broker_free(lq_broker *b) {
     lq__pool_destroy(&b->pool);
     for (size_t i = 0; i < b->statement_count; i++) free(b->statements[i].sql);
     free(b->statements);
-    lq__insert_cache_free(&b->inserts);
+    lq__publish_cache_free(&b->publish_statements);
     target_free(b->dialect, &b->target);
     lq_options_free(b->options);
     pthread_mutex_destroy(&b->mu);

@@ -7,7 +7,7 @@
 #ifndef LQ_BROKER_H
 #define LQ_BROKER_H
 
-#include "core/insert_cache.h"
+#include "core/publish_cache.h"
 #include "core/pool.h"
 #include "core/room.h"
 
@@ -37,7 +37,7 @@ struct lq_broker {
     lq__member *members;            /* its open subscriptions, for wake-ups */
     lq__stmt *statements;           /* interned, so prepared copies are reused */
     size_t statement_count;
-    lq__insert_cache inserts;       /* publishes' one-row inserts, per table */
+    lq__publish_cache publish_statements; /* publishes' statements, per table */
     struct lq__listener *listener;  /* LISTEN/NOTIFY wake-ups, when switched on */
     int thread_connections;         /* the on_threads pools of its subscriptions */
     pthread_mutex_t room_mu;        /* guards room and room_wanted */

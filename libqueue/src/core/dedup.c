@@ -86,11 +86,11 @@ int lq__dedup_resolve(lq__dedup *dd, int64_t *ids_out, lq_broker *b, lq__conn *c
     dd->same_as = malloc(count * sizeof *dd->same_as);
     if (!dd->fresh || !dd->at || !dd->same_as) return lq__error(LQ_NOMEM, "out of memory");
     lq__stmt lookup = {0};
-    int rc = lq__sql_build_dedup_lookup(&lookup, b->dialect, t);
-    if (rc == LQ_OK) rc = lq__broker_intern(b, &lookup);
+    bool owned = false;
+    int rc = lq__publish_stmt_for(&lookup, &owned, b, t, LQ__PUBLISH_DEDUP_LOOKUP);
     for (size_t i = 0; rc == LQ_OK && i < count; i++)
         rc = resolve_one(dd, ids_out, b, conn, &lookup, messages, i);
-    free(lookup.sql);
+    if (owned) free(lookup.sql);
     return rc;
 }
 

@@ -155,7 +155,8 @@ static int insert_all(int64_t *ids_out, bool *notified, lq_broker *b, lq__conn *
     *notified = count == 1 && b->listener && d->notify_call;
     if (*notified) lq__table_label(t, channel, sizeof channel);
     bool owned = false;
-    int rc = lq__insert_for(&insert, &owned, b, t, *notified);
+    int rc = lq__publish_stmt_for(&insert, &owned, b, t,
+                                  *notified ? LQ__PUBLISH_INSERT_NOTIFY : LQ__PUBLISH_INSERT);
     bool rows = count > 1 && lq__sql_insert_writes(t) &&
                 (!t->id_generated ||
                  (d->insert_rows_returning ? d->insert_rows_returning(conn) : d->insert_returning));

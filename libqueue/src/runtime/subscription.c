@@ -621,7 +621,8 @@ static int lane_of(const lq_subscription *s, const lq_delivery *d) {
  * failure, a lock not free, a FIFO group held) doubles the poll interval, up
  * to the ceiling; a claim that met none shrinks it by x0.9 back towards
  * poll_interval_ms. Every wait is x0.95-1.05 at random, so claimers that
- * started together do not poll in step. s->mu held. */
+ * started together do not poll in step. Under a rate limit the wait ends
+ * no later than the window frees a start. s->mu held. */
 static int64_t rest_after(lq_subscription *s, int rc, bool short_claim) {
     if (rc == LQ_CONTENTION) {
         s->interval_ms *= 2;
@@ -634,7 +635,9 @@ static int64_t rest_after(lq_subscription *s, int rc, bool short_claim) {
                   : rc != LQ_OK                                        ? FAILED_CLAIM_WAIT_MS
                                                                        : 0;
     double jitter = 0.95 + 0.1 * ((double)rand_r(&s->jitter_seed) / RAND_MAX);
-    return (int64_t)(wait * jitter);
+    int64_t rest = (int64_t)(wait * jitter);
+    int64_t rate_wait = atomic_load(&s->rate_wait_ms); /* the window frees a start then */
+    return rc == LQ_OK && rate_wait && rate_wait < rest ? rate_wait : rest;
 }
 
 /* Wakes the workers a claim's rows need, s->mu held: under lanes every one
@@ -742,8 +745,6 @@ static void claim_turn(lq_subscription *s, bool own) {
         wake_takers(s, got.count, own);
     }
     int64_t rest = rest_after(s, rc, short_claim);
-    int64_t rate_wait = atomic_load(&s->rate_wait_ms); /* the window frees a start then */
-    if (rc == LQ_OK && rate_wait && rate_wait < rest) rest = rate_wait;
     if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
     wake_a_claimer(s); /* the flow changed: another may go */
     if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
