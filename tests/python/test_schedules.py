@@ -6,6 +6,7 @@ catch-up; bad timings are refused, naming the field, and write nothing."""
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import os
 import signal
@@ -115,11 +116,13 @@ def test_ticks_missed_while_no_broker_ran_follow_the_catch_up(db, catch_up, expe
 
 def run_faked(db: Any, table: libqueue.Table, at: str, seconds: float,
               schedules: List[Dict[str, Any]]) -> None:
-    """A broker in a process whose clock starts at `at` (UTC), for `seconds`."""
-    env = dict(os.environ, TZ="UTC", FAKETIME_DONT_RESET="1")
+    """A broker in a process whose clock starts at `at` (UTC), for `seconds`:
+    libfaketime preloaded into it (not the faketime command, whose child a
+    SIGTERM to it would leave running)."""
+    [lib] = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    env = dict(os.environ, TZ="UTC", LD_PRELOAD=lib, FAKETIME="@" + at, FAKETIME_DONT_RESET="1")
     table_json = json.dumps(dict(name=table.name, **table.columns))
-    proc = subprocess.Popen(["faketime", "-f", "@" + at, sys.executable, PROCESS, db.url,
-                             table_json, json.dumps(schedules)],
+    proc = subprocess.Popen([sys.executable, PROCESS, db.url, table_json, json.dumps(schedules)],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
