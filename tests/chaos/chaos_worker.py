@@ -115,8 +115,10 @@ class ToLogFile(logging.Handler):
 
 def drain(spec: dict, log: LogFile) -> int:
     low, high = spec.get("sleep", [0.0, 0.005])
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # A flag, not an Event: a handler that takes the Event's lock while the
+    # main thread holds it in wait() deadlocks.
+    stop: list = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     table = libqueue.Table(**spec["table"])
     with libqueue.Broker(spec["url"], **spec.get("broker", {})) as broker:
         with broker.subscribe(table, **spec.get("options", {})) as sub:
@@ -130,8 +132,8 @@ def drain(spec: dict, log: LogFile) -> int:
 
             sub.run(handle)
             say("ready")
-            while not stop.wait(0.05):
-                pass
+            while not stop:
+                time.sleep(0.05)
     return 0
 
 

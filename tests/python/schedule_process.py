@@ -11,7 +11,7 @@ then sleeps until SIGTERM (or SIGKILL), closing the broker on SIGTERM.
 import json
 import signal
 import sys
-import threading
+import time
 
 import libqueue
 
@@ -19,15 +19,18 @@ import libqueue
 def main() -> None:
     url, table_json, schedules_json = sys.argv[1:4]
     table = libqueue.Table(**json.loads(table_json))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # A flag, not an Event: a handler that takes the Event's lock while the
+    # main thread holds it in wait() deadlocks.
+    stop: list = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     with libqueue.Broker(url) as broker:
         for spec in json.loads(schedules_json):
             spec = dict(spec)
             payload = spec.pop("payload", "").encode()
             broker.schedule(table, spec.pop("name"), payload, **spec)
         print("ready", flush=True)
-        stop.wait()
+        while not stop:
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 from typing import Dict, List, NamedTuple, Tuple
 
@@ -61,8 +60,10 @@ def main() -> int:
         os.write(log, line.encode())
 
     low, high = options.pop("sleep_ms", (0, 4))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # A flag, not an Event: a handler that takes the Event's lock while the
+    # main thread holds it in wait() deadlocks.
+    stop: list = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     with libqueue.Broker(url, **options.pop("broker", {})) as broker:
         with broker.subscribe(table, **options) as sub:
             if mode == "hold":
@@ -78,8 +79,8 @@ def main() -> int:
 
             sub.run(handle)
             print("ready", flush=True)
-            while not stop.wait(0.05):
-                pass
+            while not stop:
+                time.sleep(0.05)
     return 0
 
 
