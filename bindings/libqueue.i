@@ -15,6 +15,8 @@
  *       core.lq_table_create_sql(table, dialect) -> sql (freed with lq_free here)
  *       core.lq_publish(broker, table, {m1, m2}) -> {id1, id2}
  *       core.lq_delivery_exec(delivery, sql, {p1, p2, n = 2}) -> changes
+ *       core.lq_queue_stats(broker, table, group, cap) -> {due, delayed, ...}
+ *       core.lq_queue_attempts(buckets, broker, table, group, cap) -> {n0, n1, ...}
  *   - A status-returning function (every int result but a few getters)
  *     returns true (no out parameters) or its out values on LQ_OK, and on
  *     failure
@@ -247,6 +249,47 @@ LQ_OUT_HANDLE(lq_delivery)
         LQ_DROP_TRUE
         lua_createtable(L, (int)lq_ids_count$argnum, 0);
         for (size_t lq_i = 0; lq_i < lq_ids_count$argnum; lq_i++) {
+            lua_pushinteger(L, (lua_Integer)$1[lq_i]);
+            lua_rawseti(L, -2, (lua_Integer)lq_i + 1);
+        }
+        SWIG_arg++;
+    }
+}
+
+/* lq_queue_stats(values_out, count, broker, table, group, cap) is called as
+ * lq_queue_stats(broker, table, group, cap) and returns the list of every
+ * lq_queue_stat, from index 1 (LQ_QUEUE_DUE + 1, ...). */
+%typemap(in, numinputs=0) (int64_t *values_out, size_t count)
+    (int64_t lq_values[LQ_QUEUE_STAT_COUNT])
+%{  $1 = lq_values; $2 = LQ_QUEUE_STAT_COUNT; %}
+%typemap(argout) (int64_t *values_out, size_t count) {
+    if (result == LQ_OK) {
+        LQ_DROP_TRUE
+        lua_createtable(L, LQ_QUEUE_STAT_COUNT, 0);
+        for (int lq_i = 0; lq_i < LQ_QUEUE_STAT_COUNT; lq_i++) {
+            lua_pushinteger(L, (lua_Integer)lq_values$argnum[lq_i]);
+            lua_rawseti(L, -2, (lua_Integer)lq_i + 1);
+        }
+        SWIG_arg++;
+    }
+}
+/* lq_queue_attempts(counts_out, buckets, ...) is called with the number of
+ * buckets in their place, and returns them as a list from index 1 (the rows
+ * of attempt 0). */
+%typemap(in, checkfn="lq_lua_isint") (int64_t *counts_out, size_t buckets) {
+    lua_Integer lq_n = lua_tointeger(L, $input);
+    if (lq_n < 1 || lq_n > 1000) {
+        SWIG_Lua_pushferrstring(L, "Error in $symname: buckets must be 1 to 1000");
+        SWIG_fail;
+    }
+    $1 = (int64_t *)lua_newuserdatauv(L, (size_t)lq_n * sizeof(int64_t), 0);
+    $2 = (size_t)lq_n;
+}
+%typemap(argout) (int64_t *counts_out, size_t buckets) {
+    if (result == LQ_OK) {
+        LQ_DROP_TRUE
+        lua_createtable(L, (int)$2, 0);
+        for (size_t lq_i = 0; lq_i < $2; lq_i++) {
             lua_pushinteger(L, (lua_Integer)$1[lq_i]);
             lua_rawseti(L, -2, (lua_Integer)lq_i + 1);
         }

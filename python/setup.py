@@ -16,5 +16,6 @@ setup(
     python_requires=">=3.8",
     install_requires=["cffi>=1.15"],
     cffi_modules=["libqueue_build.py:ffibuilder"],
+    entry_points={"console_scripts": ["libqueue = libqueue.cli:main"]},
     zip_safe=False,
 )

@@ -415,6 +415,36 @@ LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
 LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 
 /* ------------------------------------------------------------------------ */
+/* Looking at a queue. Each count reads at most `cap` rows (cap >= 1) of the
+ * claim-order index that lq_table_create makes, so a count that reads `cap`
+ * means "cap or more", and a deep queue costs a bounded read, never a scan
+ * of its table. A table with a group column is read one group at a time:
+ * `group` names it (NULL otherwise). Thread-safe. */
+
+typedef enum lq_queue_stat {
+    LQ_QUEUE_DUE = 0,          /* due now and free to claim (in the row lock and
+                                  advisory forms, rows in work too: only their
+                                  runs' locks tell them apart) */
+    LQ_QUEUE_DELAYED = 1,      /* due later (retry_after); 0 without the column */
+    LQ_QUEUE_IN_WORK = 2,      /* leased now (lease form); -1 in the other forms */
+    LQ_QUEUE_DEAD_LETTERS = 3, /* -1 where the table declares no destination */
+    LQ_QUEUE_HEAD_AGE_MS = 4,  /* how long the next row in claim order has been
+                                  due (retry_after); -1 when no row is due */
+    LQ_QUEUE_STAT_COUNT = 5
+} lq_queue_stat;
+
+/* values_out[i] receives lq_queue_stat i, for each i below `count` (a caller
+ * built against an older header passes fewer). */
+LQ_API int lq_queue_stats(int64_t *values_out, size_t count, lq_broker *broker,
+                          const lq_table *table, const char *group, int64_t cap);
+/* The attempts of the queue's first `cap` rows in claim order (queued or in
+ * work): counts_out[a] rows have attempt a, for a below buckets - 1, and
+ * counts_out[buckets - 1] rows have buckets - 1 or more. Needs an attempt
+ * column (LQ_SCHEMA without). */
+LQ_API int lq_queue_attempts(int64_t *counts_out, size_t buckets, lq_broker *broker,
+                             const lq_table *table, const char *group, int64_t cap);
+
+/* ------------------------------------------------------------------------ */
 /* Schedules: a message enqueued at each tick of a cron expression or an
  * interval, by whichever broker comes first: every broker and process that
  * adds the schedule takes part, and each tick enqueues exactly one row, as

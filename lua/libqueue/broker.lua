@@ -270,6 +270,54 @@ function Broker:cancel(tbl, id)
 end
 
 ---------------------------------------------------------------------------
+-- Looking at a queue
+
+local ATTEMPT_BUCKETS, DEFAULT_CAP = 10, 100000
+
+--- A snapshot of the queue of `tbl`: a table of due, delayed, in_work (nil
+-- in the row lock and advisory forms), dead_letters (nil without a
+-- destination), head_age_ms (nil when no row is due) and, with an attempt
+-- column, attempts ({ [attempt] = rows }, the last bucket counting 9 or
+-- more). opts: group (a table with a group column needs it) and cap (the
+-- most rows a count reads, 100000). Or nil, message, code.
+function Broker:stats(tbl, opts)
+  local tptr = table_ptr(tbl, 1, "stats")
+  local group, cap = nil, DEFAULT_CAP
+  if opts ~= nil then
+    check_type(opts, "table", 2, "stats")
+    for k in pairs(opts) do
+      if k ~= "group" and k ~= "cap" then return misuse(format("stats: unknown option '%s'", tostring(k))) end
+    end
+    group, cap = opts.group, opts.cap or cap
+    if group ~= nil and type(group) ~= "string" then
+      raise(format("stats: option 'group' must be a string, got %s", type(group)))
+    end
+    if math_type(cap) ~= "integer" then
+      raise(format("stats: option 'cap' must be an integer, got %s", math_type(cap) or type(cap)))
+    end
+  end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  local v, msg, code = core.lq_queue_stats(ptr, tptr, group, cap)
+  if not v then return done(nil, nil, msg, code) end
+  local function known(x) if x >= 0 then return x end end
+  local stats = { due = v[core.LQ_QUEUE_DUE + 1], delayed = v[core.LQ_QUEUE_DELAYED + 1],
+                  in_work = known(v[core.LQ_QUEUE_IN_WORK + 1]),
+                  dead_letters = known(v[core.LQ_QUEUE_DEAD_LETTERS + 1]),
+                  head_age_ms = known(v[core.LQ_QUEUE_HEAD_AGE_MS + 1]) }
+  if tbl:has("attempt") then
+    local counts
+    counts, msg, code = core.lq_queue_attempts(ATTEMPT_BUCKETS, ptr, tptr, group, cap)
+    if not counts then return done(nil, nil, msg, code) end
+    stats.attempts = {}
+    for i, n in ipairs(counts) do
+      if n > 0 then stats.attempts[i - 1] = n end
+    end
+  end
+  return done(nil, stats)
+end
+
+---------------------------------------------------------------------------
 -- Schedules
 
 local SCHEDULE_OPTIONS = { cron = true, every_ms = true, tz = true, catch_up = true,

@@ -46,6 +46,7 @@ from libqueue.errors import (  # Error and one class per lq_status, made from th
     ServerTooOld,
     Timeout,
 )
+from libqueue.stats import QueueStats
 from libqueue.subscription import Subscription, stop_all as _stop_all
 from libqueue.table import Table
 
@@ -85,6 +86,7 @@ __all__ = [
     "Delivery",
     "Subscription",
     "Table",
+    "QueueStats",
     "Message",
     "Payload",
     "redact_url",

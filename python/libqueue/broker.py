@@ -7,6 +7,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Union
 from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, make_error
 from libqueue.options import build_options
+from libqueue.stats import ATTEMPT_BUCKETS, DEFAULT_CAP, QueueStats
 from libqueue.subscription import Subscription
 from libqueue.table import Table
 
@@ -232,6 +233,37 @@ class Broker:
             return False
         check(status, "cancel row %d of %r" % (id, table.name))
         return True
+
+    def stats(self, table: Table, *, group: Optional[str] = None,
+              cap: int = DEFAULT_CAP) -> QueueStats:
+        """A snapshot of ``table``'s queue (one ``group`` of it where the table
+        has groups): rows due, delayed, in work and dead-lettered, the age of
+        the next row due, and the attempts histogram. Each count reads at most
+        ``cap`` rows of the claim-order index, never the whole table."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        what = "stats of %r" % table.name
+        cgroup = ffi.NULL if group is None else ctext(group)
+        values = ffi.new("int64_t[]", lib.LQ_QUEUE_STAT_COUNT)
+        check(lib.lq_queue_stats(values, lib.LQ_QUEUE_STAT_COUNT, self._live(), table._ptr,
+                                 cgroup, int(cap)), what)
+        attempts = None
+        if table.has("attempt"):
+            counts = ffi.new("int64_t[]", ATTEMPT_BUCKETS)
+            check(lib.lq_queue_attempts(counts, ATTEMPT_BUCKETS, self._live(), table._ptr,
+                                        cgroup, int(cap)), what)
+            attempts = {a: int(n) for a, n in enumerate(counts) if n}
+
+        def known(value: int) -> Optional[int]:
+            return None if value < 0 else int(value)
+
+        age = values[lib.LQ_QUEUE_HEAD_AGE_MS]
+        return QueueStats(table=table.name, group=group, due=int(values[lib.LQ_QUEUE_DUE]),
+                          delayed=int(values[lib.LQ_QUEUE_DELAYED]),
+                          in_work=known(values[lib.LQ_QUEUE_IN_WORK]),
+                          dead_letters=known(values[lib.LQ_QUEUE_DEAD_LETTERS]),
+                          head_age_s=None if age < 0 else age / 1000.0,
+                          attempts=attempts, cap=int(cap))
 
     # -- schedules --------------------------------------------------------
 

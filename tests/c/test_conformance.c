@@ -732,11 +732,39 @@ static void workers_by_key(target *tg, const lq_table *t) {
 
 /* ------------------------------------------------------------------------ */
 
+/* lq_queue_stats and lq_queue_attempts on a table with dead letters: rows
+ * due, within a cap, one dead-lettered, then the queue drained. */
+static void queue_stats(target *tg, const lq_table *t, int form) {
+    int64_t v[LQ_QUEUE_STAT_COUNT], attempts[4];
+    for (int i = 0; i < 3; i++) publish_text(tg->broker, t, "counted");
+    CHECK(lq_queue_stats(v, LQ_QUEUE_STAT_COUNT, tg->broker, t, NULL, 100) == LQ_OK);
+    CHECK(v[LQ_QUEUE_DUE] == 3 && v[LQ_QUEUE_DELAYED] == 0 && v[LQ_QUEUE_DEAD_LETTERS] == 0);
+    CHECK(v[LQ_QUEUE_IN_WORK] == (form == LQ_FORM_LEASE ? 0 : -1));
+    CHECK(v[LQ_QUEUE_HEAD_AGE_MS] >= 0);
+    CHECK(lq_queue_stats(v, 1, tg->broker, t, NULL, 2) == LQ_OK && v[0] == 2); /* the cap */
+    CHECK(lq_queue_attempts(attempts, 4, tg->broker, t, NULL, 100) == LQ_OK);
+    CHECK(attempts[0] == 0 && attempts[1] == 3 && attempts[2] == 0 && attempts[3] == 0);
+    lq_subscription *s = subscribe(tg->broker, t, 1, 0, 0, NULL);
+    lq_delivery *d = PULL(s);
+    if (d) CHECK(lq_delivery_dead_letter(d) == LQ_OK);
+    lq_delivery_free(d);
+    for (int i = 0; i < 2; i++) {
+        d = PULL(s);
+        if (d) CHECK(lq_delivery_ack(d) == LQ_OK);
+        lq_delivery_free(d);
+    }
+    lq_subscription_close(s);
+    CHECK(lq_queue_stats(v, LQ_QUEUE_STAT_COUNT, tg->broker, t, NULL, 100) == LQ_OK);
+    CHECK(v[LQ_QUEUE_DUE] == 0 && v[LQ_QUEUE_DEAD_LETTERS] == 1 && v[LQ_QUEUE_HEAD_AGE_MS] == -1);
+    CHECK(lq_queue_stats(v, 1, tg->broker, t, "g", 100) == LQ_MISUSE); /* no group column */
+}
+
 static void run_form(target *tg, int form) {
     int before = check_failures;
     int64_t started = now_ms();
-    char plain[128], plain_dead[160], fields[128], keyed[128];
+    char plain[128], plain_dead[160], fields[128], keyed[128], counted[128];
     table_name(plain, sizeof plain, "plain");
+    table_name(counted, sizeof counted, "counted");
     snprintf(plain_dead, sizeof plain_dead, "%s_dead", plain);
     table_name(fields, sizeof fields, "fields");
     table_name(keyed, sizeof keyed, "keyed");
@@ -744,7 +772,8 @@ static void run_form(target *tg, int form) {
     lq_table *dead = describe(plain_dead, form, 0);
     lq_table *ft = describe(fields, form, WITH_FIELDS);
     lq_table *kt = describe(keyed, form, WITH_KEY);
-    if (t && dead && ft && kt) {
+    lq_table *ct = describe(counted, form, WITH_DEAD_TABLE);
+    if (t && dead && ft && kt && ct) {
         create(tg->broker, t); /* makes plain_dead too */
         CHECK(lq_table_create(tg->broker, dead, LQ_CREATE_VERIFY_ONLY) == LQ_OK);
         create(tg->broker, ft);
@@ -754,11 +783,14 @@ static void run_form(target *tg, int form) {
         if (form == LQ_FORM_LEASE) lease_lost(tg, t, plain);
         publish_fields(tg, ft, fields);
         workers_by_key(tg, kt);
+        create(tg->broker, ct);
+        queue_stats(tg, ct, form);
     }
     lq_table_free(t);
     lq_table_free(dead);
     lq_table_free(ft);
     lq_table_free(kt);
+    lq_table_free(ct);
     printf("%-10s %-9s %s (%.1f s)\n", tg->name, form_name(form), check_failures == before ? "ok" : "FAILED",
            (double)(now_ms() - started) / 1000);
 }

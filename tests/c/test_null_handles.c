@@ -127,6 +127,20 @@ static void brokers_and_subscriptions(const char *dir) {
     lq_message *holes[2] = {m, NULL};
     MISUSE(lq_publish(NULL, b, t, holes, 2));
     MISUSE(lq_publish_on(NULL, b, NULL, t, &m, 1));
+    MISUSE(lq_cancel(NULL, t, 1));
+    MISUSE(lq_cancel(b, NULL, 1));
+
+    int64_t values[LQ_QUEUE_STAT_COUNT];
+    MISUSE(lq_queue_stats(values, LQ_QUEUE_STAT_COUNT, NULL, t, NULL, 10));
+    MISUSE(lq_queue_stats(values, LQ_QUEUE_STAT_COUNT, b, NULL, NULL, 10));
+    MISUSE(lq_queue_stats(NULL, LQ_QUEUE_STAT_COUNT, b, t, NULL, 10));
+    MISUSE(lq_queue_stats(values, LQ_QUEUE_STAT_COUNT, b, t, NULL, 0));
+    CHECK(lq_queue_stats(NULL, 0, b, t, NULL, 10) == LQ_OK); /* asks for nothing */
+    MISUSE(lq_queue_attempts(values, 2, NULL, t, NULL, 10));
+    MISUSE(lq_queue_attempts(values, 2, b, NULL, NULL, 10));
+    MISUSE(lq_queue_attempts(NULL, 2, b, t, NULL, 10));
+    MISUSE(lq_queue_attempts(values, 0, b, t, NULL, 10));
+    CHECK(lq_queue_attempts(values, 2, b, t, NULL, 10) == LQ_SCHEMA); /* no attempt column */
 
     lq_subscription *s;
     MISUSE(lq_subscription_open(NULL, b, t, NULL));

@@ -2,7 +2,10 @@
 
 Every ```c, ```python and ```lua block of a Markdown file is a whole program;
 a ```text block after it (before the next program block) is its exact
-standard output. A Python file's module docstring may hold literal blocks
+standard output. A ```console block is a shell session: its "$ " lines run
+in order in one shell (stopping at the first that fails), from a folder that
+holds a copy of examples/, with the Python package's console script on PATH,
+and its other lines are what they print. A Python file's module docstring may hold literal blocks
 (introduced by a line ending in ``::``), run as Python programs.
 
     python3 tests/docs/blocks.py --build build/dev --python build/venv/bin/python README.md
@@ -15,6 +18,7 @@ import ast
 import difflib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import List, NamedTuple, Optional
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM_LANGUAGES = ("c", "python", "lua")
+PROGRAM_LANGUAGES = ("c", "python", "lua", "console")
 TIMEOUT_S = 120.0
 #: How much of each end of a captured stream a failure reason shows.
 SHOWN_CHARS = 2000
@@ -149,6 +153,16 @@ def run_block(block: Block, workdir: str | Path, build_dir: str | Path, python: 
     elif block.language == "python":
         (workdir / "main.py").write_text(block.source, encoding="utf-8")
         argv = [python, "main.py"]
+    elif block.language == "console":
+        commands = [l[2:] for l in block.source.splitlines() if l.startswith("$ ")]
+        if block.expected is None:
+            block = Block(block.language, block.source, block.line, "".join(
+                l + "\n" for l in block.source.splitlines() if not l.startswith("$ ")))
+        (workdir / "session.sh").write_text("set -e\n" + "\n".join(commands) + "\n")
+        shutil.copytree(REPO / "examples", workdir / "examples")
+        if os.path.dirname(python):
+            env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
+        argv = ["bash", "session.sh"]
     elif block.language == "lua":
         (workdir / "main.lua").write_text(block.source, encoding="utf-8")
         # The build tree keeps libqueue_core.so and libqueue.lua side by side.

@@ -161,6 +161,11 @@ FAILING = {
                                "resize"),
     "output-differs": (program("python", 'print("two")', expected="one"), "text block"),
     "prints-nothing": (program("python", "x = 1"), "printed nothing"),
+    "console-output-differs": (program("console", "$ echo two\none"), "text block"),
+    "console-command-fails": (program("console", "$ echo one\none\n$ false\n$ echo two\ntwo"),
+                              "exit status 1"),
+    "console-cli-refuses": (program("console", "$ libqueue --url sqlite:q.db --table jobs stats"),
+                            "does not exist"),
 }
 
 
@@ -178,6 +183,9 @@ PASSING = {
     "python": program("python", "import libqueue\nprint(libqueue.__version__)",
                       expected=libqueue.__version__ + "   \n"),
     "lua": program("lua", 'print(require("libqueue").version)', expected=libqueue.__version__),
+    "console": program("console", "$ ls examples | grep -c handlers.py\n1\n"
+                                  "$ libqueue --url sqlite:q.db --table jobs init --json\n"
+                                  '{"ready": true, "table": "jobs"}'),
 }
 
 

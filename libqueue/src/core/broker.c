@@ -147,6 +147,13 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     return LQ_OK;
 }
 
+int lq__broker_check_open(lq_broker *b) {
+    pthread_mutex_lock(&b->mu);
+    bool closed = b->closed;
+    pthread_mutex_unlock(&b->mu);
+    return closed ? lq__error(LQ_CLOSED, "the broker is closed") : LQ_OK;
+}
+
 void lq__broker_ref(lq_broker *b) { atomic_fetch_add(&b->refs, 1); }
 
 void lq__broker_unref(lq_broker *b) {

@@ -46,6 +46,8 @@ struct lq_broker {
     struct lq__scheduler *scheduler; /* its schedules' thread, once it has one */
 };
 
+/* LQ_OK while the broker takes calls, else LQ_CLOSED (and its message). */
+LQ__HIDDEN int lq__broker_check_open(lq_broker *b);
 LQ__HIDDEN void lq__broker_ref(lq_broker *b);
 LQ__HIDDEN void lq__broker_unref(lq_broker *b);
 /* Gives a freshly built statement the id of an identical one built before. */

@@ -85,12 +85,10 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
 int lq_cancel(lq_broker *b, const lq_table *t, int64_t id) {
     lq__error_clear();
     LQ__CHECK_ARG(b && t, "the broker or table is NULL");
-    pthread_mutex_lock(&b->mu);
-    bool closed = b->closed;
-    pthread_mutex_unlock(&b->mu);
-    if (closed) return lq__error(LQ_CLOSED, "the broker is closed");
+    int rc = lq__broker_check_open(b);
+    if (rc != LQ_OK) return rc;
     lq__cancel_sql sql;
-    int rc = lq__sql_build_cancel(&sql, b->dialect, t);
+    rc = lq__sql_build_cancel(&sql, b->dialect, t);
     lq__conn *conn = NULL;
     if (rc == LQ_OK) rc = lq__pool_acquire(&conn, &b->pool);
     found_row f = {0};

@@ -218,10 +218,7 @@ static int check_call(lq_broker *b, const lq_table *t, lq_message *const *messag
         int rc = lq__check_message(t, messages[i], i);
         if (rc != LQ_OK) return rc;
     }
-    pthread_mutex_lock(&b->mu);
-    bool closed = b->closed;
-    pthread_mutex_unlock(&b->mu);
-    return closed ? lq__error(LQ_CLOSED, "the broker is closed") : LQ_OK;
+    return lq__broker_check_open(b);
 }
 
 static void wake_groups(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {

@@ -415,10 +415,8 @@ int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
     LQ__CHECK_ARG((flags & ~LQ_CREATE_VERIFY_ONLY) == 0, "unknown flags");
     char label[512];
     lq__table_label(t, label, sizeof label);
-    pthread_mutex_lock(&b->mu);
-    bool closed = b->closed;
-    pthread_mutex_unlock(&b->mu);
-    if (closed) return lq__error(LQ_CLOSED, "create table %s: the broker is closed", label);
+    if (lq__broker_check_open(b) != LQ_OK)
+        return lq__error(LQ_CLOSED, "create table %s: the broker is closed", label);
     const lq__dialect *d = b->dialect;
     lq_table *dead;
     int rc = dead_letter_table(&dead, t);

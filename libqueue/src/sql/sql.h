@@ -172,6 +172,21 @@ LQ__HIDDEN int lq__sql_build_cancel(lq__cancel_sql *out, const struct lq__dialec
                                     const lq_table *t);
 LQ__HIDDEN void lq__cancel_sql_free(lq__cancel_sql *c);
 
+/* The statements of lq_queue_stats (sql/queue_stats.c), each a bounded
+ * count (LQ__P_LIMIT) of the queue's rows in one state; NULL sql where the
+ * table cannot tell the state. */
+typedef struct lq__queue_stats_sql {
+    lq__stmt due;      /* due now and free to claim */
+    lq__stmt delayed;  /* due later (retry_after) */
+    lq__stmt in_work;  /* leased now (the lease form) */
+    lq__stmt dead;     /* the dead letters, where the table declares them */
+    lq__stmt head;     /* the due time of the next row in claim order */
+    lq__stmt attempts; /* (attempt, rows) of the first rows in claim order */
+} lq__queue_stats_sql;
+LQ__HIDDEN int lq__sql_build_queue_stats(lq__queue_stats_sql *out, const struct lq__dialect *d,
+                                         const lq_table *t);
+LQ__HIDDEN void lq__queue_stats_sql_free(lq__queue_stats_sql *s);
+
 /* Builds the settlements and the extension every dialect shares, then the
  * dialect's claims. */
 LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, const lq_table *t);

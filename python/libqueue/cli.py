@@ -1,0 +1,440 @@
+"""``libqueue``: the command line of an operator, on one database and one table.
+
+    libqueue --url sqlite:///q.db --table jobs init
+    libqueue --url sqlite:///q.db --table jobs enqueue hello world
+    libqueue --url sqlite:///q.db --table jobs worker handlers:resize
+    libqueue --url sqlite:///q.db --table jobs stats --json
+
+``--table NAME`` alone describes the library's default lease table of that
+name (``default_table``); ``--table-file`` reads a description from JSON or
+TOML. Output is for people, or JSON with ``--json``. Errors are one line on
+stderr; the exit codes are in ``EXIT_CODES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from libqueue.broker import Broker
+from libqueue.delivery import Delivery
+from libqueue.errors import Error, NotFound, SchemaError
+from libqueue.stats import DEFAULT_CAP, QueueStats
+from libqueue.table import ROLE_NAMES, Table
+
+__all__ = ["main", "default_table", "EXIT_CODES"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
+#: What each exit status means.
+EXIT_CODES = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "the database or the library refused (the message says why); nothing changed",
+    EXIT_USAGE: "bad usage: an unknown command or option, a missing URL or table",
+    EXIT_NOT_FOUND: "nothing to act on: no row of that id is queued or in work",
+}
+
+#: Keys a table file may hold: Table's keyword arguments, and its name.
+_TABLE_KEYS = ("name", "schema", "id", "id_generated", "fifo", "advisory_lock", "isolation",
+               "dead_letter") + ROLE_NAMES
+
+
+class UsageError(Exception):
+    """Bad usage the parser cannot see: exit status 2."""
+
+
+def default_table(name: str, form: str = "lease") -> Table:
+    """The table ``--table NAME`` means: a payload, an attempt count, a due
+    time and, in the lease form, a lease; dead letters in ``NAME_dead``.
+    ``form`` "row_lock" drops the lease; "advisory" locks the key
+    ``NAME-{id}`` instead."""
+    roles: Dict[str, Any] = dict(payload="payload", attempt="attempt", retry_after="retry_after",
+                                 dead_letter=name + "_dead")
+    if form == "lease":
+        roles["locked_until"] = "locked_until"
+    elif form == "advisory":
+        roles["advisory_lock"] = name + "-{id}"
+    elif form != "row_lock":
+        raise UsageError("unknown form %r (lease, row_lock or advisory)" % form)
+    return Table(name, **roles)
+
+
+def _read_table_file(path: str) -> Table:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise UsageError("table file %s: %s" % (path, e.strerror)) from None
+    try:
+        if path.endswith(".toml"):
+            try:
+                import tomllib
+            except ImportError:  # Python before 3.11
+                raise UsageError("table file %s: TOML needs Python 3.11 or later; "
+                                 "write it as JSON" % path) from None
+            spec = tomllib.loads(raw.decode())
+        else:
+            spec = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError("table file %s: %s" % (path, e)) from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise UsageError("table file %s: needs a table name (\"name\")" % path)
+    unknown = sorted(set(spec) - set(_TABLE_KEYS))
+    if unknown:
+        raise UsageError("table file %s: unknown key%s %s (known: %s)" % (
+            path, "s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(_TABLE_KEYS)))
+    name = spec.pop("name")
+    try:
+        return Table(name, **spec)
+    except TypeError as e:
+        raise UsageError("table file %s: %s" % (path, e)) from None
+
+
+def _table_of(args: argparse.Namespace) -> Table:
+    if args.table_file:
+        if args.table:
+            raise UsageError("--table and --table-file both describe the table: give one")
+        return _read_table_file(args.table_file)
+    if not args.table:
+        raise UsageError("no table: pass --table NAME or --table-file PATH")
+    return default_table(args.table, args.form)
+
+
+def _url_of(args: argparse.Namespace) -> str:
+    url = args.url or os.environ.get("LIBQUEUE_URL")
+    if not url:
+        raise UsageError("no database URL: pass --url or set LIBQUEUE_URL "
+                         "(sqlite:///path/q.db, postgresql://..., mysql://...)")
+    return url
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, sort_keys=True))
+
+
+def _aligned(rows: List[List[str]]) -> str:
+    """Columns aligned: the first left, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# -- the commands -------------------------------------------------------------
+
+
+def cmd_init(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    broker.create_table(table)
+    if args.json:
+        _print_json({"table": table.name, "ready": True})
+    else:
+        print("table %s is ready (%s form)" % (table.name, table.form.name.lower()))
+    return EXIT_OK
+
+
+def _payloads(args: argparse.Namespace) -> List[bytes]:
+    if args.payloads:
+        return [p.encode() for p in args.payloads]
+    return [line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip()]
+
+
+def _headers(pairs: Sequence[str]) -> Optional[Dict[str, str]]:
+    if not pairs:
+        return None
+    headers = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError("--header takes NAME=VALUE, got %r" % pair)
+        headers[name] = value
+    return headers
+
+
+def cmd_enqueue(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    fields: Dict[str, Any] = {}
+    for key in ("group", "partition_key", "priority", "delay_ms", "dedup_key"):
+        value = getattr(args, key)
+        if value is not None:
+            fields[key] = value
+    headers = _headers(args.header)
+    if headers:
+        fields["headers"] = headers
+    payloads = _payloads(args)
+    if not payloads:
+        raise UsageError("nothing to enqueue: give payloads as arguments or lines on stdin")
+    ids: List[int] = []
+    for start in range(0, len(payloads), 1000):  # one transaction per thousand
+        batch = [dict(fields, payload=p) for p in payloads[start:start + 1000]]
+        ids.extend(broker.publish_many(table, batch))
+    if args.json:
+        _print_json({"table": table.name, "ids": ids})
+    else:
+        print("\n".join(str(i) for i in ids))
+    return EXIT_OK
+
+
+def _show_stats(stats: QueueStats) -> str:
+    def count(value: Optional[int]) -> str:
+        if value is None:
+            return "-"
+        return "%d+" % value if value >= stats.cap else str(value)
+
+    age = "-" if stats.head_age_s is None else "%.1fs" % stats.head_age_s
+    name = stats.table if stats.group is None else "%s/%s" % (stats.table, stats.group)
+    text = _aligned([["queue", "due", "delayed", "in work", "dead letters", "head age"],
+                     [name, count(stats.due), count(stats.delayed), count(stats.in_work),
+                      count(stats.dead_letters), age]])
+    if stats.attempts:
+        last = max(stats.attempts)
+        text += "\nattempts: " + "  ".join(
+            "%d%s: %d" % (a, "+" if a == last and a >= 9 else "", n)
+            for a, n in sorted(stats.attempts.items()))
+    return text
+
+
+def cmd_stats(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    try:
+        return _stats_loop(broker, table, args)
+    except KeyboardInterrupt:  # how --watch ends
+        return EXIT_OK
+
+
+def _stats_loop(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    while True:
+        stats = broker.stats(table, group=args.group, cap=args.cap)
+        if args.json:
+            _print_json(stats.as_dict())
+        elif args.watch and sys.stdout.isatty():
+            sys.stdout.write("\x1b[H\x1b[J" + _show_stats(stats) + "\n")
+        else:
+            print(_show_stats(stats))
+        sys.stdout.flush()
+        if not args.watch:
+            return EXIT_OK
+        time.sleep(1.0)
+
+
+def cmd_cancel(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    missing = [i for i in args.ids if not broker.cancel(table, i)]
+    done = [i for i in args.ids if i not in missing]
+    if args.json:
+        _print_json({"table": table.name, "cancelled": done, "not_found": missing})
+    else:
+        for i in done:
+            print("cancelled %d" % i)
+    for i in missing:
+        print("libqueue: row %d of %s is neither queued nor in work" % (i, table.name),
+              file=sys.stderr)
+    return EXIT_NOT_FOUND if missing else EXIT_OK
+
+
+def _load_handler(spec: str) -> Callable[[Delivery], Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError("the handler is module:function, got %r" % spec)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError("cannot import %s: %s" % (module_name, e)) from None
+    handler = module
+    for part in attr.split("."):
+        handler = getattr(handler, part, None)
+        if handler is None:
+            raise UsageError("module %s has no %s" % (module_name, attr))
+    if not callable(handler):
+        raise UsageError("%s is not callable" % spec)
+    return handler  # type: ignore[return-value]
+
+
+class _Tally:
+    """What the worker's handlers did, for its progress line and summary."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.failed = 0
+
+    def wrap(self, handler: Callable[[Delivery], Any]) -> Callable[[Delivery], Any]:
+        def counted(delivery: Delivery) -> Any:
+            try:
+                result = handler(delivery)
+            except BaseException:
+                self.failed += 1
+                raise
+            self.done += 1
+            return result
+        return counted
+
+
+class _Idle:
+    """How long a subscription has had nothing to do: no row in work or
+    waiting, and a claim that came back empty since the last delivery."""
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+        self.delivered = -1
+        self.empty_claims = 0
+        self.since = time.monotonic()
+
+    def for_s(self) -> float:
+        delivered, empty = self.sub.stat("delivered"), self.sub.stat("empty_claims")
+        if delivered != self.delivered:
+            self.delivered, self.empty_claims, self.since = delivered, empty, time.monotonic()
+        busy = self.sub.stat("in_work") or self.sub.stat("waiting")
+        if busy or empty == self.empty_claims:
+            self.since = time.monotonic()
+        return time.monotonic() - self.since
+
+
+def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    handler = _load_handler(args.handler)
+    options: Dict[str, Any] = {"workers": args.workers}
+    for key in ("group", "max_attempts", "lease_ms", "poll_interval_ms"):
+        value = getattr(args, key)
+        if value is not None:
+            options[key] = value
+    stopping: List[int] = []  # a flag the signal handler may set: it takes no lock
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    tally = _Tally()
+    live = sys.stderr.isatty() and not args.json
+    try:
+        with broker.subscribe(table, **options) as sub:
+            sub.run(tally.wrap(handler))
+            idle = _Idle(sub)
+            while not stopping:
+                time.sleep(0.1)
+                if live:
+                    sys.stderr.write("\r%s: %d done, %d failed, %d in work " % (
+                        table.name, tally.done, tally.failed, sub.stat("in_work")))
+                    sys.stderr.flush()
+                if args.until_idle is not None and idle.for_s() >= args.until_idle:
+                    break
+            sub.stop()  # running handlers finish; rows claimed and not begun go back
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if live:
+        sys.stderr.write("\n")
+    if args.json:
+        _print_json({"table": table.name, "done": tally.done, "failed": tally.failed})
+    else:
+        print("%s: %d done, %d failed" % (table.name, tally.done, tally.failed))
+    return EXIT_OK
+
+
+# -- the parser -----------------------------------------------------------------
+
+
+def _add_common(p: argparse.ArgumentParser, default: Any) -> None:
+    """The options every command takes, before or after its name. After it,
+    they default to SUPPRESS, so as not to undo what came before."""
+    unset = dict(default=argparse.SUPPRESS) if default is argparse.SUPPRESS else {}
+    p.add_argument("--url", help="the database (default: $LIBQUEUE_URL)", **unset)
+    p.add_argument("--table", metavar="NAME", help="the default table of this name", **unset)
+    p.add_argument("--table-file", metavar="PATH", help="a table description in JSON or TOML",
+                   **unset)
+    p.add_argument("--form", choices=("lease", "row_lock", "advisory"),
+                   help="the default table's claim form (default: lease)",
+                   **(unset or dict(default="lease")))
+    p.add_argument("--group", help="the group, for a table with a group column", **unset)
+    p.add_argument("--json", action="store_true", help="output for machines",
+                   **(unset or dict(default=False)))
+
+
+def _parser() -> argparse.ArgumentParser:
+    codes = "\n".join("  %d  %s" % item for item in EXIT_CODES.items())
+    p = argparse.ArgumentParser(
+        prog="libqueue", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Operate a libqueue queue table.",
+        epilog="--table NAME alone means the default lease table of that name: columns id, "
+               "payload, attempt, retry_after, locked_until; dead letters in NAME_dead.\n\n"
+               "exit status:\n" + codes)
+    _add_common(p, None)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common(common, argparse.SUPPRESS)
+    commands = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    commands.add_parser("init", parents=[common], help="create the table (and its index and dead letters), or "
+                                     "check the one there")
+    e = commands.add_parser("enqueue", parents=[common], help="publish payloads given as arguments, or one per "
+                                            "line on stdin")
+    e.add_argument("payloads", nargs="*", metavar="PAYLOAD")
+    e.add_argument("--delay-ms", type=int)
+    e.add_argument("--priority", type=int)
+    e.add_argument("--partition-key")
+    e.add_argument("--dedup-key")
+    e.add_argument("--header", action="append", default=[], metavar="NAME=VALUE")
+
+    s = commands.add_parser("stats", parents=[common], help="rows due, delayed, in work, dead letters; the head's "
+                                          "age; attempts")
+    s.add_argument("--watch", action="store_true", help="redraw every second")
+    s.add_argument("--cap", type=int, default=DEFAULT_CAP,
+                   help="rows each count reads at most (default %d)" % DEFAULT_CAP)
+
+    c = commands.add_parser("cancel", parents=[common], help="take rows out of the queue (lq_cancel)")
+    c.add_argument("ids", nargs="+", type=int, metavar="ID")
+
+    w = commands.add_parser("worker", parents=[common], help="work the queue with a Python handler, "
+                                           "module:function")
+    w.add_argument("handler", metavar="MODULE:FUNCTION")
+    w.add_argument("--workers", type=int, default=4, help="handlers at once (default 4)")
+    w.add_argument("--max-attempts", type=int, help="dead-letter after this many")
+    w.add_argument("--lease-ms", type=int)
+    w.add_argument("--poll-interval-ms", type=int)
+    w.add_argument("--until-idle", type=float, metavar="SECONDS",
+                   help="stop once nothing came for this long")
+    return p
+
+
+_COMMANDS = {"init": cmd_init, "enqueue": cmd_enqueue, "stats": cmd_stats,
+             "cancel": cmd_cancel, "worker": cmd_worker}
+
+
+def _verify(broker: Broker, table: Table) -> None:
+    try:
+        broker.create_table(table, verify_only=True)
+    except SchemaError as e:
+        hint = ("`libqueue init` creates it" if "does not exist" in e.message
+                else "--table-file describes a table of other columns")
+        raise SchemaError("%s; %s" % (e.message, hint), e.status) from None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs one command; returns its exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        table = _table_of(args)
+        url = _url_of(args)
+        with Broker(url) as broker:
+            if args.command != "init":
+                _verify(broker, table)
+            return _COMMANDS[args.command](broker, table, args)
+    except UsageError as e:
+        print("libqueue: %s" % e, file=sys.stderr)
+        return EXIT_USAGE
+    except NotFound as e:
+        print("libqueue: %s" % " ".join(str(e).split()), file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except Error as e:
+        print("libqueue: %s" % " ".join(str(e).split()), file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

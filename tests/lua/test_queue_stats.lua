@@ -1,0 +1,37 @@
+-- broker:stats: a queue's rows due, delayed, in work and dead-lettered, the
+-- head's age and the attempts, within a cap, on every database and form;
+-- bad options refused.
+local H = require("harness")
+local eq, ok, fails = H.eq, H.ok, H.fails
+
+H.case("each state of a queue is counted", { forms = H.FORMS }, function(db, form)
+  local tbl = H.make_table(form, { retry_after = "retry_after", dead_letter = "jobs_dead" })
+  local broker = H.open(db)
+  ok(broker:create_table(tbl))
+  local empty = ok(broker:stats(tbl))
+  eq(empty.due, 0, "due")
+  eq(empty.head_age_ms, nil, "no head")
+  eq(empty.in_work, form == "lease" and 0 or nil, "in work")
+  ok(broker:publish_many(tbl, { "a", "b", "c" }))
+  ok(broker:publish(tbl, "later", { delay_ms = 3600000 }))
+  local stats = ok(broker:stats(tbl))
+  eq(stats.due, 3, "due")
+  eq(stats.delayed, 1, "delayed")
+  eq(stats.dead_letters, 0, "dead letters")
+  eq(stats.attempts[1], 4, "every row before its first attempt")
+  eq(ok(broker:stats(tbl, { cap = 2 })).due, 2, "the cap")
+  local sub = H.subscribe(broker, tbl)
+  ok(H.one(sub):dead_letter())
+  sub:close()
+  stats = ok(broker:stats(tbl))
+  eq(stats.due, 2, "due after one dead letter")
+  eq(stats.dead_letters, 1, "dead letters")
+  fails("LQ_MISUSE", broker:stats(tbl, { group = "g" }))
+  fails("LQ_MISUSE", broker:stats(tbl, { cap = 0 }))
+  fails("LQ_MISUSE", broker:stats(tbl, { colour = 1 }))
+  H.raises("must be an integer", function() broker:stats(tbl, { cap = 1.5 }) end)
+  broker:close()
+  fails("LQ_CLOSED", broker:stats(tbl))
+end)
+
+H.run()

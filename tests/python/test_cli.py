@@ -1,0 +1,268 @@
+"""The ``libqueue`` command line on every database: a newcomer's whole path
+from a fresh folder, each command's output and JSON, and each command's bad
+input (one line on stderr, a non-zero exit status, nothing changed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import pytest
+
+import libqueue
+from helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CONSOLE_SCRIPT = Path(sys.executable).parent / "libqueue"
+TIMEOUT_S = 60
+
+
+class Ran:
+    def __init__(self, proc: subprocess.CompletedProcess) -> None:
+        self.status = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def json(self) -> Any:
+        """The JSON line, after what handlers printed."""
+        return json.loads(self.out.splitlines()[-1])
+
+    def __repr__(self) -> str:
+        return "<exit %d, stdout %r, stderr %r>" % (self.status, self.out, self.err)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A fresh folder holding a copy of examples/, as a checkout's root does."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    return tmp_path
+
+
+def cli(folder: Path, db: Any, *args: str, stdin: str = "", url: Optional[str] = None,
+        script: bool = False) -> Ran:
+    argv: List[str] = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "libqueue"]
+    env = dict(os.environ, LIBQUEUE_URL=url or db.url)
+    proc = subprocess.run(argv + list(args), cwd=folder, env=env, input=stdin, text=True,
+                          capture_output=True, timeout=TIMEOUT_S)
+    return Ran(proc)
+
+
+def refused(ran: Ran, status: int, *words: str) -> None:
+    """A refusal as the command line promises it: the status, and one line
+    on stderr naming what to fix."""
+    assert ran.status == status, ran
+    assert ran.err.count("\n") == 1 and ran.err.startswith("libqueue: "), ran
+    for word in words:
+        assert word in ran.err, ran
+
+
+def test_a_newcomers_path(folder: Path, db: Any) -> None:
+    assert CONSOLE_SCRIPT.exists(), "pip install puts the console script beside the interpreter"
+    ran = cli(folder, db, "--table", "jobs", "init", script=True)
+    assert ran.status == 0 and "ready" in ran.out, ran
+    ran = cli(folder, db, "--table", "jobs", "enqueue", stdin="cat.png\ndog.png\nowl.png\n",
+              script=True)
+    assert ran.status == 0 and len(ran.out.split()) == 3, ran
+    ran = cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+              "--until-idle", "0.5", script=True)
+    assert ran.status == 0, ran
+    assert sorted(line for line in ran.out.splitlines() if line.startswith("resizing")) == \
+        ["resizing cat.png", "resizing dog.png", "resizing owl.png"]
+    ran = cli(folder, db, "--table", "jobs", "stats", "--json", script=True)
+    stats = ran.json()
+    assert (stats["due"], stats["delayed"], stats["in_work"], stats["dead_letters"]) == \
+        (0, 0, 0, 0), ran
+
+
+def test_python_dash_m_is_the_same_command(folder: Path, db: Any) -> None:
+    ran = cli(folder, db, "--help")
+    assert ran.status == 0 and "exit status" in ran.out and "worker" in ran.out
+
+
+def test_init_is_safe_to_repeat_and_creates_the_dead_letters(folder: Path, db: Any) -> None:
+    for _ in range(2):
+        assert cli(folder, db, "--table", "jobs", "init").status == 0
+    assert db.scalar("SELECT count(*) FROM %s" % db.quote("jobs_dead")) == 0
+
+
+def test_init_refuses_a_table_of_other_columns(folder: Path, db: Any) -> None:
+    db.execute("CREATE TABLE %s (%s INTEGER PRIMARY KEY, %s VARCHAR(10))" % (
+        db.quote("jobs"), db.quote("id"), db.quote("body")))
+    ran = cli(folder, db, "--table", "jobs", "init")
+    refused(ran, 1, "LQ_SCHEMA", "payload", "attempt")
+    assert [r[0] for r in db.query("SELECT %s FROM %s" % (db.quote("id"), db.quote("jobs")))] == []
+
+
+def test_enqueue_takes_arguments_or_lines_and_its_options(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    ran = cli(folder, db, "--table", "jobs", "enqueue", "a", "b", "--json")
+    assert ran.status == 0 and len(ran.json()["ids"]) == 2, ran
+    ran = cli(folder, db, "--table", "jobs", "enqueue", "--delay-ms", "3600000",
+              stdin="later\n\nlater too\n")
+    assert ran.status == 0 and len(ran.out.split()) == 2, ran  # the blank line is no row
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["delayed"]) == (2, 2)
+
+
+def test_enqueue_refuses_an_unknown_table_and_creates_nothing(folder: Path, db: Any) -> None:
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "a"), 1, "does not exist",
+            "libqueue init")
+    with pytest.raises(Exception):
+        db.scalar("SELECT count(*) FROM %s" % db.quote("jobs"))
+
+
+def test_enqueue_refuses_a_field_the_table_lacks(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "a", "--priority", "3"), 1,
+            "priority")
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "a", "--header", "novalue"), 2,
+            "NAME=VALUE")
+    refused(cli(folder, db, "--table", "jobs", "enqueue"), 2, "nothing to enqueue")
+    assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 0
+
+
+def test_stats_shows_a_table_and_its_cap(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", stdin="x\n" * 7)
+    ran = cli(folder, db, "--table", "jobs", "stats", "--cap", "5")
+    head, row, attempts = ran.out.splitlines()
+    assert head.split()[:3] == ["queue", "due", "delayed"]
+    assert row.split()[:5] == ["jobs", "5+", "0", "0", "0"]
+    assert attempts == "attempts: 1: 5"
+    stats = cli(folder, db, "--table", "jobs", "stats", "--cap", "5", "--json").json()
+    assert stats["capped"] and stats["due"] == 5
+
+
+def test_stats_watch_redraws_until_interrupted(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "stats",
+                             "--watch"], cwd=folder, env=dict(os.environ, LIBQUEUE_URL=db.url),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert out.count("queue  ") >= 2
+
+
+def test_cancel_takes_a_row_to_the_dead_letters(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    first, second = cli(folder, db, "--table", "jobs", "enqueue", "a", "b").out.split()
+    ran = cli(folder, db, "--table", "jobs", "cancel", first)
+    assert ran.status == 0 and ran.out == "cancelled %s\n" % first, ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (1, 1)
+    refused(cli(folder, db, "--table", "jobs", "cancel", first), 3, "row %s" % first)
+    refused(cli(folder, db, "--table", "jobs", "cancel", "123456"), 3, "neither queued")
+    assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 1
+
+
+def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "cat.png", "notes.txt")
+    ran = cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+              "--max-attempts", "2", "--until-idle", "1", "--json")
+    assert ran.status == 0, ran
+    assert ran.json() == {"table": "jobs", "done": 1, "failed": 2}, ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (0, 1)
+
+
+SLOW_HANDLER = '''
+import time
+from pathlib import Path
+
+def slow(delivery):
+    with open("started", "a") as f:
+        f.write("%d\\n" % delivery.id)
+    time.sleep(1.0)
+    with open("finished", "a") as f:
+        f.write("%d\\n" % delivery.id)
+'''
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_worker_stops_cleanly_on_a_signal(folder: Path, db: Any, signum: int) -> None:
+    (folder / "slow_handlers.py").write_text(SLOW_HANDLER)
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", stdin="x\n" * 6)
+    proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "worker",
+                             "slow_handlers:slow", "--workers", "2"], cwd=folder,
+                            env=dict(os.environ, LIBQUEUE_URL=db.url),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: (folder / "started").exists(), what="a handler started")
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err
+    started = (folder / "started").read_text().split()
+    finished = (folder / "finished").read_text().split()
+    assert sorted(started) == sorted(finished), "a running handler was cut short"
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert stats["in_work"] == 0, "rows not begun went back at once"
+    assert stats["due"] == 6 - len(finished), "every row is done or back in the queue"
+
+
+def test_other_forms_and_a_table_file(folder: Path, db: Any) -> None:
+    forms = ["advisory"] + (["row_lock"] if db.dialect != "sqlite" else [])
+    for form in forms:
+        name = "jobs_" + form
+        assert cli(folder, db, "--table", name, "--form", form, "init").status == 0
+        cli(folder, db, "--table", name, "--form", form, "enqueue", "cat.png")
+        ran = cli(folder, db, "--table", name, "--form", form, "worker",
+                  "examples.handlers:resize", "--until-idle", "0.5", "--json")
+        assert ran.status == 0 and ran.json()["done"] == 1, ran
+        stats = cli(folder, db, "--table", name, "--form", form, "stats", "--json").json()
+        assert (stats["due"], stats["in_work"]) == (0, None)
+    (folder / "mail.toml").write_text('name = "mail"\npayload = "body"\nlocked_until = "lease"\n'
+                                      'group = "queue"\n')
+    (folder / "mail.json").write_text(json.dumps({"name": "mail", "payload": "body",
+                                                  "locked_until": "lease", "group": "queue"}))
+    for path in ("mail.toml", "mail.json"):
+        assert cli(folder, db, "--table-file", path, "init").status == 0
+        assert cli(folder, db, "--table-file", path, "--group", "out", "enqueue", "hi").status == 0
+    stats = cli(folder, db, "--table-file", "mail.json", "--group", "out", "stats", "--json").json()
+    assert stats["due"] == 2 and stats["group"] == "out"
+    refused(cli(folder, db, "--table-file", "mail.json", "stats"), 1, "group")
+
+
+BAD_USAGE = {
+    "no-table": (["stats"], "no table"),
+    "two-tables": (["--table", "a", "--table-file", "t.json", "stats"], "give one"),
+    "missing-file": (["--table-file", "nowhere.json", "stats"], "nowhere.json"),
+    "unknown-key": (["--table-file", "bad.json", "stats"], "unknown key colour"),
+    "not-json": (["--table-file", "broken.json", "stats"], "broken.json"),
+    "handler-not-importable": (["--table", "jobs", "worker", "no_such_module:f"], "no_such_module"),
+    "handler-missing": (["--table", "jobs", "worker", "examples.handlers:nope"], "no nope"),
+    "handler-malformed": (["--table", "jobs", "worker", "examples.handlers"], "module:function"),
+}
+
+
+@pytest.mark.parametrize("args,words", BAD_USAGE.values(), ids=BAD_USAGE.keys())
+def test_bad_usage_is_one_line_and_status_2(folder: Path, db: Any, args: List[str],
+                                             words: str) -> None:
+    (folder / "bad.json").write_text('{"name": "jobs", "colour": "blue"}')
+    (folder / "broken.json").write_text('{"name": ')
+    cli(folder, db, "--table", "jobs", "init")
+    refused(cli(folder, db, *args), 2, words)
+
+
+def test_a_missing_url_and_a_wrong_one(folder: Path, db: Any) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LIBQUEUE_URL"}
+    proc = subprocess.run([sys.executable, "-m", "libqueue", "--table", "jobs", "stats"],
+                          cwd=folder, env=env, text=True, capture_output=True, timeout=TIMEOUT_S)
+    refused(Ran(proc), 2, "LIBQUEUE_URL")
+    refused(cli(folder, db, "--table", "jobs", "stats", url="bogus://x"), 1, "LQ_DIALECT")
+    refused(cli(folder, db, "--table", "jobs", "init", url="sqlite:///no/such/dir/q.db"), 1,
+            "LQ_CONNECT")
+
+
+def test_an_unknown_command_or_option_is_usage(folder: Path, db: Any) -> None:
+    assert cli(folder, db, "--table", "jobs", "frobnicate").status == 2
+    assert cli(folder, db, "--table", "jobs", "stats", "--colour").status == 2
