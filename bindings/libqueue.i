@@ -177,18 +177,19 @@ LQ_OUT_HANDLE(lq_delivery)
     }
 }
 
-/* lq_table_create_sql, lq_redact_url: the text as a Lua string; the C copy
- * is freed here. */
-%typemap(in, numinputs=0) char **sql_out (char *lq_sql = NULL), char **url_out (char *lq_sql = NULL)
+/* lq_table_create_sql, lq_redact_url, lq_dead_letters_list: the text as a
+ * Lua string; the C copy is freed here. */
+%typemap(in, numinputs=0) char **sql_out (char *lq_sql = NULL), char **url_out (char *lq_sql = NULL),
+    char **json_out (char *lq_sql = NULL)
 %{  $1 = &lq_sql; %}
-%typemap(argout) char **sql_out, char **url_out {
+%typemap(argout) char **sql_out, char **url_out, char **json_out {
     if (result == LQ_OK) {
         LQ_DROP_TRUE
         lua_pushstring(L, lq_sql$argnum);
         SWIG_arg++;
     }
 }
-%typemap(freearg) char **sql_out, char **url_out
+%typemap(freearg) char **sql_out, char **url_out, char **json_out
 %{  lq_free(lq_sql$argnum); %}
 
 /* ---------------------------------------------------------------------- */
@@ -297,6 +298,42 @@ LQ_OUT_HANDLE(lq_delivery)
     }
 }
 
+/* lq_dead_letters_replay and _purge take a list of ids, or nil for every
+ * one, and return how many rows they moved. */
+%typemap(in) (int64_t *ids, size_t count) {
+    if (lua_isnil(L, $input)) {
+        $1 = NULL;
+        $2 = 0;
+    } else if (lua_istable(L, $input)) {
+        size_t lq_n = (size_t)lua_rawlen(L, $input);
+        int64_t *lq_ids = (int64_t *)lua_newuserdatauv(L, (lq_n ? lq_n : 1) * sizeof(int64_t), 0);
+        for (size_t lq_i = 0; lq_i < lq_n; lq_i++) {
+            lua_rawgeti(L, $input, (lua_Integer)lq_i + 1);
+            if (!lua_isinteger(L, -1)) {
+                SWIG_Lua_pushferrstring(L, "Error in $symname: id %d is not an integer", (int)lq_i + 1);
+                SWIG_fail;
+            }
+            lq_ids[lq_i] = (int64_t)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+        $1 = lq_ids;
+        $2 = lq_n;
+        if (lq_n == 0) $1 = NULL; /* an empty list is every one: refused below */
+    } else {
+        SWIG_Lua_pushferrstring(L, "Error in $symname: ids must be a list of integers or nil");
+        SWIG_fail;
+    }
+}
+%typemap(in, numinputs=0) int64_t *replayed_out (int64_t lq_moved = 0), int64_t *purged_out (int64_t lq_moved = 0)
+%{  $1 = &lq_moved; %}
+%typemap(argout) int64_t *replayed_out, int64_t *purged_out {
+    if (result == LQ_OK) {
+        LQ_DROP_TRUE
+        lua_pushinteger(L, (lua_Integer)lq_moved$argnum);
+        SWIG_arg++;
+    }
+}
+
 /* lq_delivery_exec(changes_out, delivery, sql, params, count) is called as
  * lq_delivery_exec(delivery, sql, {p1, p2, ..., n = count}) and returns the
  * rows changed. Parameters are strings or numbers (sent as text); nil is SQL
@@ -358,8 +395,25 @@ LQ_OUT_HANDLE(lq_delivery)
 %ignore lq_free;
 %ignore lq_set_log;
 %ignore lq_log_fn;
+/* Wrapped below: SWIG's int64_t is long long, which a const pointer to the
+ * C99 int64_t (long on LP64) does not convert to. */
+%ignore lq_dead_letters_replay;
+%ignore lq_dead_letters_purge;
 
 %include "libqueue.h"
+
+%rename(lq_dead_letters_replay) lq_lua_dead_letters_replay;
+%rename(lq_dead_letters_purge) lq_lua_dead_letters_purge;
+%inline %{
+static int lq_lua_dead_letters_replay(int64_t *replayed_out, lq_broker *broker, const lq_table *table,
+                                      const char *group, int64_t *ids, size_t count) {
+    return lq_dead_letters_replay(replayed_out, broker, table, group, ids, count);
+}
+static int lq_lua_dead_letters_purge(int64_t *purged_out, lq_broker *broker, const lq_table *table,
+                                     const char *group, int64_t *ids, size_t count) {
+    return lq_dead_letters_purge(purged_out, broker, table, group, ids, count);
+}
+%}
 
 /* ---------------------------------------------------------------------- */
 /* The log shim (lua/lq_lua_log.c): the core's messages, queued from any

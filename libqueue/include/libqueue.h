@@ -418,8 +418,10 @@ LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 /* Looking at a queue. Each count reads at most `cap` rows (cap >= 1) of the
  * claim-order index that lq_table_create makes, so a count that reads `cap`
  * means "cap or more", and a deep queue costs a bounded read, never a scan
- * of its table. A table with a group column is read one group at a time:
- * `group` names it (NULL otherwise). Thread-safe. */
+ * of its table; the counts of one call are read in one snapshot (a
+ * REPEATABLE READ transaction that writes nothing; on SQLite it waits its
+ * turn among the writers). A table with a group column is read one group
+ * at a time: `group` names it (NULL otherwise). Thread-safe. */
 
 typedef enum lq_queue_stat {
     LQ_QUEUE_DUE = 0,          /* due now and free to claim (in the row lock and
@@ -443,6 +445,30 @@ LQ_API int lq_queue_stats(int64_t *values_out, size_t count, lq_broker *broker,
  * column (LQ_SCHEMA without). */
 LQ_API int lq_queue_attempts(int64_t *counts_out, size_t buckets, lq_broker *broker,
                              const lq_table *table, const char *group, int64_t cap);
+
+/* Dead letters, in the table or the group the table declares
+ * (lq_table_set_dead_letter; LQ_MISUSE without one). `group` is the queue's
+ * group where the table has a group column, else NULL. Thread-safe. */
+
+/* Up to `limit` (1 to 10000) dead letters of ids above `after_id`, in id
+ * order, as a JSON array of objects: "id", and where the table has them
+ * "attempt", "group", "partition_key", "priority", "headers" (an object),
+ * and "payload" (a string when the payload is UTF-8, else "payload_base64").
+ * Ownership: the caller frees *json_out with lq_free. */
+LQ_API int lq_dead_letters_list(char **json_out, lq_broker *broker, const lq_table *table,
+                                const char *group, int64_t after_id, int64_t limit);
+/* Puts dead letters back in the queue, due now, counted from their first
+ * attempt again: the `count` rows of `ids` in one transaction (all or none;
+ * an id that is not a dead letter is passed over), or with ids NULL and
+ * count 0 every one, a thousand to a transaction. *replayed_out (may be
+ * NULL) receives how many went back. A row whose id the queue holds again
+ * fails the call (LQ_BACKEND) and changes nothing of its transaction. */
+LQ_API int lq_dead_letters_replay(int64_t *replayed_out, lq_broker *broker, const lq_table *table,
+                                  const char *group, const int64_t *ids, size_t count);
+/* Deletes dead letters: the rows of `ids`, or with ids NULL and count 0
+ * every one, as lq_dead_letters_replay takes them. */
+LQ_API int lq_dead_letters_purge(int64_t *purged_out, lq_broker *broker, const lq_table *table,
+                                 const char *group, const int64_t *ids, size_t count);
 
 /* ------------------------------------------------------------------------ */
 /* Schedules: a message enqueued at each tick of a cron expression or an

@@ -318,6 +318,59 @@ function Broker:stats(tbl, opts)
 end
 
 ---------------------------------------------------------------------------
+-- Dead letters
+
+local function dead_letter_options(opts, fname, known)
+  if opts == nil then return {} end
+  check_type(opts, "table", 3, fname)
+  for k in pairs(opts) do
+    if not known[k] then raise(format("%s: unknown option '%s'", fname, tostring(k))) end
+  end
+  if opts.group ~= nil and type(opts.group) ~= "string" then
+    raise(format("%s: option 'group' must be a string, got %s", fname, type(opts.group)))
+  end
+  return opts
+end
+
+--- Up to opts.limit (20) dead letters of ids above opts.after (0), as the
+-- JSON text of an array of rows (id, attempt, payload or payload_base64, ...);
+-- opts.group where the table has groups. Or nil, message, code.
+function Broker:dead_letters(tbl, opts)
+  local tptr = table_ptr(tbl, 1, "dead_letters")
+  local o = dead_letter_options(opts, "dead_letters", { group = true, after = true, limit = true })
+  local after, limit = o.after or 0, o.limit or 20
+  if math_type(after) ~= "integer" or math_type(limit) ~= "integer" then
+    raise("dead_letters: options 'after' and 'limit' must be integers")
+  end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, core.lq_dead_letters_list(ptr, tptr, o.group, after, limit))
+end
+
+local function move_dead_letters(self, tbl, ids, opts, fname, c_move)
+  local tptr = table_ptr(tbl, 1, fname)
+  local o = dead_letter_options(opts, fname, { group = true })
+  if ids ~= nil then check_type(ids, "table", 2, fname) end
+  if ids ~= nil and #ids == 0 then return 0 end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, c_move(ptr, tptr, o.group, ids))
+end
+
+--- Puts the dead letters of `ids` (a list, or nil for every one) back in
+-- the queue, due now and counted from their first attempt again; returns how
+-- many went back. opts.group: the group to replay into, where the table has
+-- groups.
+function Broker:replay_dead_letters(tbl, ids, opts)
+  return move_dead_letters(self, tbl, ids, opts, "replay_dead_letters", core.lq_dead_letters_replay)
+end
+
+--- Deletes the dead letters of `ids` (or nil for every one); returns how many.
+function Broker:purge_dead_letters(tbl, ids, opts)
+  return move_dead_letters(self, tbl, ids, opts, "purge_dead_letters", core.lq_dead_letters_purge)
+end
+
+---------------------------------------------------------------------------
 -- Schedules
 
 local SCHEDULE_OPTIONS = { cron = true, every_ms = true, tz = true, catch_up = true,

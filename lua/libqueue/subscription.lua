@@ -235,7 +235,7 @@ function Subscription:run(fn, opts)
       emit(LOG_LEVELS.error, format("handler failed on row %s of %s (attempt %d); %s: %s",
                                     tostring(id), self.table.name, attempt,
                                     d.settled and "it had settled the row"
-                                             or "the row will be retried",
+                                             or "the row is retried, or dead-lettered at max_attempts",
                                     describe_error(err)))
     end
     if d.settled then

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any, Iterable, List, Mapping, Optional, Union
 
 from libqueue._ffi import ctext, ffi, lib, text
@@ -33,6 +35,10 @@ def redact_url(url: str) -> str:
         return text(out[0])
     finally:
         lib.lq_free(out[0])
+
+
+def _cgroup(group: Optional[str]) -> Any:
+    return ffi.NULL if group is None else ctext(group)
 
 
 def _payload_buffer(payload: Payload) -> Any:
@@ -243,7 +249,7 @@ class Broker:
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         what = "stats of %r" % table.name
-        cgroup = ffi.NULL if group is None else ctext(group)
+        cgroup = _cgroup(group)
         values = ffi.new("int64_t[]", lib.LQ_QUEUE_STAT_COUNT)
         check(lib.lq_queue_stats(values, lib.LQ_QUEUE_STAT_COUNT, self._live(), table._ptr,
                                  cgroup, int(cap)), what)
@@ -264,6 +270,62 @@ class Broker:
                           dead_letters=known(values[lib.LQ_QUEUE_DEAD_LETTERS]),
                           head_age_s=None if age < 0 else age / 1000.0,
                           attempts=attempts, cap=int(cap))
+
+    # -- dead letters -----------------------------------------------------
+
+    def dead_letters(self, table: Table, *, group: Optional[str] = None, after: int = 0,
+                     limit: int = 100) -> List[dict]:
+        """Up to ``limit`` dead letters of ``table`` with ids above ``after``,
+        in id order: dicts of ``id`` and, where the table has them,
+        ``attempt``, ``group``, ``partition_key``, ``priority``, ``headers``,
+        and ``payload`` (bytes)."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        out = ffi.new("char **")
+        check(lib.lq_dead_letters_list(out, self._live(), table._ptr, _cgroup(group), int(after),
+                                       int(limit)), "dead letters of %r" % table.name)
+        try:
+            rows = json.loads(text(out[0]))
+        finally:
+            lib.lq_free(out[0])
+        for row in rows:
+            if "payload_base64" in row:
+                row["payload"] = base64.b64decode(row.pop("payload_base64"))
+            elif "payload" in row:
+                row["payload"] = row["payload"].encode()
+        return rows
+
+    def _move_dead_letters(self, c_call: Any, what: str, table: Table, ids: Optional[Iterable[int]],
+                           group: Optional[str]) -> int:
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        moved = ffi.new("int64_t *")
+        if ids is None:
+            status = c_call(moved, self._live(), table._ptr, _cgroup(group), ffi.NULL, 0)
+        else:
+            wanted = [int(i) for i in ids]
+            if not wanted:
+                return 0
+            status = c_call(moved, self._live(), table._ptr, _cgroup(group),
+                            ffi.new("int64_t[]", wanted), len(wanted))
+        check(status, "%s of %r" % (what, table.name))
+        return int(moved[0])
+
+    def replay_dead_letters(self, table: Table, ids: Optional[Iterable[int]] = None, *,
+                            group: Optional[str] = None) -> int:
+        """Put dead letters back in ``table``'s queue, due now and counted
+        from their first attempt again: those of ``ids`` (in one
+        transaction), or every one (a thousand to a transaction). Returns
+        how many went back. A table with groups replays into ``group``."""
+        return self._move_dead_letters(lib.lq_dead_letters_replay, "replay dead letters", table,
+                                       ids, group)
+
+    def purge_dead_letters(self, table: Table, ids: Optional[Iterable[int]] = None, *,
+                           group: Optional[str] = None) -> int:
+        """Delete dead letters of ``table``: those of ``ids``, or every one.
+        Returns how many."""
+        return self._move_dead_letters(lib.lq_dead_letters_purge, "purge dead letters", table,
+                                       ids, group)
 
     # -- schedules --------------------------------------------------------
 

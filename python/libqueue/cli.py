@@ -14,6 +14,8 @@ stderr; the exit codes are in ``EXIT_CODES``.
 from __future__ import annotations
 
 import argparse
+import base64
+import functools
 import importlib
 import json
 import os
@@ -36,7 +38,8 @@ EXIT_CODES = {
     EXIT_OK: "done",
     EXIT_FAILED: "the database or the library refused (the message says why); nothing changed",
     EXIT_USAGE: "bad usage: an unknown command or option, a missing URL or table",
-    EXIT_NOT_FOUND: "nothing to act on: no row of that id is queued or in work",
+    EXIT_NOT_FOUND: "nothing to act on: a row to cancel that is not queued or in work, a dead "
+                    "letter to replay or purge that is not there",
 }
 
 #: Keys a table file may hold: Table's keyword arguments, and its name.
@@ -117,12 +120,14 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, sort_keys=True))
 
 
-def _aligned(rows: List[List[str]]) -> str:
-    """Columns aligned: the first left, the others right."""
+def _aligned(rows: List[List[str]], left: Sequence[int] = (0,)) -> str:
+    """Columns aligned: those of `left` to the left, the others (numbers) to
+    the right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        cells = [c.ljust(w) if i in left else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 
@@ -235,6 +240,53 @@ def cmd_cancel(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     return EXIT_NOT_FOUND if missing else EXIT_OK
 
 
+def _shown_payload(payload: Optional[bytes], width: int = 60) -> str:
+    if payload is None:
+        return "-"
+    try:
+        shown = payload.decode()
+        if not shown.isprintable():
+            shown = repr(shown)
+    except UnicodeDecodeError:
+        shown = repr(payload)
+    return shown if len(shown) <= width else shown[:width - 3] + "..."
+
+
+def cmd_dead_letters(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        rows = broker.dead_letters(table, group=args.group, after=args.after, limit=args.limit)
+        if args.json:
+            for row in rows:
+                if "payload" in row:
+                    try:
+                        row["payload"] = row["payload"].decode()
+                    except UnicodeDecodeError:
+                        row["payload_base64"] = base64.b64encode(row.pop("payload")).decode()
+            _print_json(rows)
+        elif rows:
+            print(_aligned([["id", "attempt", "payload"]] + [
+                [str(r["id"]), str(r.get("attempt", "-")), _shown_payload(r.get("payload"))]
+                for r in rows], left=(2,)))
+        return EXIT_OK
+    if bool(args.id) == bool(args.all):
+        raise UsageError("dead-letters %s takes --id ID (one or more) or --all" % args.action)
+    ids = None if args.all else args.id
+    if args.action == "replay":
+        moved = broker.replay_dead_letters(table, ids, group=args.group)
+    else:
+        moved = broker.purge_dead_letters(table, ids, group=args.group)
+    verb = "replayed" if args.action == "replay" else "purged"
+    if args.json:
+        _print_json({"table": table.name, verb: moved})
+    else:
+        print("%s %d" % (verb, moved))
+    if ids is not None and moved < len(set(ids)):
+        print("libqueue: %d of the ids given are not dead letters of %s" % (
+            len(set(ids)) - moved, table.name), file=sys.stderr)
+        return EXIT_NOT_FOUND
+    return EXIT_OK
+
+
 def _load_handler(spec: str) -> Callable[[Delivery], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -263,6 +315,7 @@ class _Tally:
         self.failed = 0
 
     def wrap(self, handler: Callable[[Delivery], Any]) -> Callable[[Delivery], Any]:
+        @functools.wraps(handler)  # the log names the handler, not this wrapper
         def counted(delivery: Delivery) -> Any:
             try:
                 result = handler(delivery)
@@ -387,6 +440,19 @@ def _parser() -> argparse.ArgumentParser:
     c = commands.add_parser("cancel", parents=[common], help="take rows out of the queue (lq_cancel)")
     c.add_argument("ids", nargs="+", type=int, metavar="ID")
 
+    d = commands.add_parser("dead-letters", parents=[common],
+                            help="list, replay (back into the queue) or purge the dead letters")
+    actions = d.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", parents=[common], help="the dead letters, by id")
+    listing.add_argument("--after", type=int, default=0, metavar="ID",
+                         help="those of ids above this one")
+    listing.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    for action, what in (("replay", "put back in the queue, due now, attempts counted anew"),
+                         ("purge", "delete")):
+        a = actions.add_parser(action, parents=[common], help=what)
+        a.add_argument("--id", type=int, action="append", metavar="ID", help="this row (repeat)")
+        a.add_argument("--all", action="store_true", help="every dead letter")
+
     w = commands.add_parser("worker", parents=[common], help="work the queue with a Python handler, "
                                            "module:function")
     w.add_argument("handler", metavar="MODULE:FUNCTION")
@@ -400,7 +466,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS = {"init": cmd_init, "enqueue": cmd_enqueue, "stats": cmd_stats,
-             "cancel": cmd_cancel, "worker": cmd_worker}
+             "cancel": cmd_cancel, "worker": cmd_worker, "dead-letters": cmd_dead_letters}
 
 
 def _verify(broker: Broker, table: Table) -> None:

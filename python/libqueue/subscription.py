@@ -66,7 +66,8 @@ def _lq_py_handler(pointer: Any, payload: Any, size: int, userdata: Any) -> int:
         handler(delivery)
         return 0
     except Exception:
-        logger.exception("handler %s raised on row %d of %r; the row will be retried",
+        logger.exception("handler %s raised on row %d of %r; the row is retried, or "
+                         "dead-lettered at max_attempts",
                          getattr(handler, "__qualname__", repr(handler)), delivery.id,
                          subscription.table.name)
         return 1

@@ -141,6 +141,18 @@ static void brokers_and_subscriptions(const char *dir) {
     MISUSE(lq_queue_attempts(NULL, 2, b, t, NULL, 10));
     MISUSE(lq_queue_attempts(values, 0, b, t, NULL, 10));
     CHECK(lq_queue_attempts(values, 2, b, t, NULL, 10) == LQ_SCHEMA); /* no attempt column */
+    char *json;
+    MISUSE(lq_dead_letters_list(NULL, b, t, NULL, 0, 10));
+    MISUSE(lq_dead_letters_list(&json, NULL, t, NULL, 0, 10));
+    MISUSE(lq_dead_letters_list(&json, b, NULL, NULL, 0, 10));
+    MISUSE(lq_dead_letters_list(&json, b, t, NULL, 0, 10)); /* no dead letters declared */
+    int64_t moved, one = 1;
+    MISUSE(lq_dead_letters_replay(&moved, NULL, t, NULL, NULL, 0));
+    MISUSE(lq_dead_letters_replay(&moved, b, NULL, NULL, NULL, 0));
+    MISUSE(lq_dead_letters_replay(&moved, b, t, NULL, NULL, 1));
+    MISUSE(lq_dead_letters_replay(&moved, b, t, NULL, &one, 0));
+    MISUSE(lq_dead_letters_purge(&moved, NULL, t, NULL, NULL, 0));
+    MISUSE(lq_dead_letters_purge(&moved, b, t, NULL, NULL, 0)); /* no dead letters declared */
 
     lq_subscription *s;
     MISUSE(lq_subscription_open(NULL, b, t, NULL));

@@ -1,6 +1,7 @@
 -- broker:stats: a queue's rows due, delayed, in work and dead-lettered, the
 -- head's age and the attempts, within a cap, on every database and form;
--- bad options refused.
+-- bad options refused. broker:dead_letters lists the dead letters as JSON,
+-- replay_dead_letters puts them back, purge_dead_letters deletes them.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -32,6 +33,31 @@ H.case("each state of a queue is counted", { forms = H.FORMS }, function(db, for
   H.raises("must be an integer", function() broker:stats(tbl, { cap = 1.5 }) end)
   broker:close()
   fails("LQ_CLOSED", broker:stats(tbl))
+end)
+
+H.case("dead letters are listed, replayed and purged", { forms = H.FORMS }, function(db, form)
+  local tbl = H.make_table(form, { retry_after = "retry_after", dead_letter = "jobs_dead" })
+  local broker = H.open(db)
+  ok(broker:create_table(tbl))
+  local ids = ok(broker:publish_many(tbl, { "one", "two", "three" }))
+  local sub = H.subscribe(broker, tbl)
+  for _ = 1, 3 do ok(H.one(sub):dead_letter()) end
+  sub:close()
+  local json = ok(broker:dead_letters(tbl))
+  H.truthy(json:find('"payload":"two"', 1, true), "the list holds the payloads: " .. json)
+  eq(select(2, json:gsub('"id":', "")), 3, "three rows listed")
+  eq(select(2, ok(broker:dead_letters(tbl, { after = ids[2] })):gsub('"id":', "")), 1, "after")
+  eq(ok(broker:replay_dead_letters(tbl, { ids[1], 999999 })), 1, "replayed")
+  eq(ok(broker:stats(tbl)).due, 1, "back in the queue")
+  eq(ok(broker:purge_dead_letters(tbl)), 2, "purged")
+  eq(ok(broker:stats(tbl)).dead_letters, 0, "none left")
+  eq(ok(broker:replay_dead_letters(tbl, {})), 0, "nothing named")
+  H.raises("not an integer", function() broker:replay_dead_letters(tbl, { "x" }) end)
+  H.raises("unknown option", function() broker:purge_dead_letters(tbl, nil, { colour = 1 }) end)
+  local plain = H.make_table(form, { name = "plain" })
+  ok(broker:create_table(plain))
+  fails("LQ_MISUSE", broker:dead_letters(plain))
+  broker:close()
 end)
 
 H.run()

@@ -175,6 +175,34 @@ def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path
     assert (stats["due"], stats["dead_letters"]) == (0, 1)
 
 
+def test_dead_letters_are_listed_replayed_and_purged(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "a.txt", "b.txt", "cat.png")
+    cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize", "--max-attempts", "1",
+        "--until-idle", "1")
+    ran = cli(folder, db, "--table", "jobs", "dead-letters", "list")
+    head, *rows = ran.out.splitlines()
+    assert head.split() == ["id", "attempt", "payload"]
+    assert [r.split()[2] for r in rows] == ["a.txt", "b.txt"], ran
+    listed = cli(folder, db, "--table", "jobs", "dead-letters", "list", "--json").json()
+    assert [r["payload"] for r in listed] == ["a.txt", "b.txt"]
+    first, second = (r["id"] for r in listed)
+    ran = cli(folder, db, "--table", "jobs", "dead-letters", "replay", "--id", str(first))
+    assert ran.status == 0 and ran.out == "replayed 1\n", ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (1, 1)
+    refused(cli(folder, db, "--table", "jobs", "dead-letters", "replay", "--id", str(first)), 3,
+            "not dead letters")
+    refused(cli(folder, db, "--table", "jobs", "dead-letters", "purge"), 2, "--all")
+    refused(cli(folder, db, "--table", "jobs", "dead-letters", "purge", "--all", "--id", "1"), 2,
+            "--all")
+    ran = cli(folder, db, "--table", "jobs", "dead-letters", "purge", "--all", "--json")
+    assert ran.json() == {"table": "jobs", "purged": 1}, ran
+    assert cli(folder, db, "--table", "jobs", "dead-letters", "list").out == ""
+    assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 1
+    refused(cli(folder, db, "--table", "missing", "dead-letters", "list"), 1, "does not exist")
+
+
 SLOW_HANDLER = '''
 import time
 from pathlib import Path

@@ -231,7 +231,10 @@ def test_four_processes_create_one_table_at_once(db, tmp_path) -> None:
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE) for _ in range(4)]
         for r in racers:
-            assert r.stdout.readline().strip() == "ready"
+            line = r.stdout.readline().strip()
+            if line != "ready":
+                r.kill()
+                pytest.fail("a racer did not open its broker: %r\n%s" % (line, r.communicate()[1]))
         for r in racers:  # all at once, as near as four pipes allow
             r.stdin.write("go\n")
             r.stdin.flush()

@@ -1,4 +1,5 @@
 #include "base/headers.h"
+#include "base/json_out.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,30 +53,13 @@ void lq__headers_clear(lq__headers *h) {
     memset(h, 0, sizeof *h);
 }
 
-static void add_json_string(lq__strbuf *out, const char *s) {
-    lq__sb_addc(out, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': lq__sb_add(out, "\\\""); break;
-        case '\\': lq__sb_add(out, "\\\\"); break;
-        case '\n': lq__sb_add(out, "\\n"); break;
-        case '\r': lq__sb_add(out, "\\r"); break;
-        case '\t': lq__sb_add(out, "\\t"); break;
-        default:
-            if (*p < 0x20) lq__sb_addf(out, "\\u%04x", *p);
-            else lq__sb_addc(out, (char)*p);
-        }
-    }
-    lq__sb_addc(out, '"');
-}
-
 void lq__headers_to_json(lq__strbuf *out, const lq__headers *h) {
     lq__sb_addc(out, '{');
     for (size_t i = 0; i < h->count; i++) {
         if (i) lq__sb_addc(out, ',');
-        add_json_string(out, h->names[i]);
+        lq__json_string(out, h->names[i], strlen(h->names[i]));
         lq__sb_addc(out, ':');
-        add_json_string(out, h->values[i]);
+        lq__json_string(out, h->values[i], strlen(h->values[i]));
     }
     lq__sb_addc(out, '}');
 }

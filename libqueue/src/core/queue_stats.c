@@ -1,7 +1,7 @@
 /* lq_queue_stats and lq_queue_attempts: what an operator asks of a queue
  * (how deep, how late, how many dead letters, how often tried), each answer
  * a bounded read of the claim-order index, so that asking costs the same
- * at a million rows as at ten. */
+ * at a million rows as at ten, and all of them read in one snapshot. */
 #include "core/broker.h"
 
 #include <stdlib.h>
@@ -51,6 +51,7 @@ static int on_attempt(void *ctx, const lq__value *cols, int count) {
  * the values they bind. */
 typedef struct look {
     lq__conn *conn;
+    bool in_tx;
     lq__queue_stats_sql sql;
     lq__value args[LQ__P_COUNT];
 } look;
@@ -66,6 +67,10 @@ static int begin_look(look *l, lq_broker *b, const lq_table *t, const char *grou
     int rc = lq__broker_check_open(b);
     if (rc == LQ_OK) rc = lq__sql_build_queue_stats(&l->sql, b->dialect, t);
     if (rc == LQ_OK) rc = lq__pool_acquire(&l->conn, &b->pool);
+    /* One snapshot for every count, so that rows claimed meanwhile are not
+     * counted twice (due, then in work). */
+    if (rc == LQ_OK) rc = b->dialect->begin(l->conn, LQ_ISOLATION_REPEATABLE_READ);
+    l->in_tx = rc == LQ_OK;
     int64_t now = lq__now_ms();
     l->args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
     l->args[LQ__P_LEASE_NOW] = l->args[LQ__P_NOW];
@@ -86,7 +91,14 @@ static int run_once(lq_broker *b, look *l, lq__stmt *st, lq__row_fn fn, void *ct
 }
 
 static int end_look(int rc, look *l, lq_broker *b, const lq_table *t, const char *what) {
-    if (l->conn) lq__pool_release(&b->pool, l->conn, rc == LQ_CONNECT);
+    bool broken = rc == LQ_CONNECT;
+    if (l->in_tx) {
+        lq__error_copy failure;
+        lq__error_save(&failure);
+        broken |= b->dialect->rollback(l->conn) != LQ_OK; /* it wrote nothing */
+        lq__error_restore(&failure);
+    }
+    if (l->conn) lq__pool_release(&b->pool, l->conn, broken);
     lq__queue_stats_sql_free(&l->sql);
     if (rc != LQ_OK) {
         char label[256];

@@ -37,6 +37,8 @@ typedef enum lq__param {
     LQ__P_EXPIRES,     /* a message's expires_at */
     LQ__P_SCHEDULE,    /* a schedule's name, in the ticks table */
     LQ__P_TICK,        /* one of its ticks, epoch ms */
+    LQ__P_FROM_ID,     /* a range of ids, both ends included */
+    LQ__P_TO_ID,
     LQ__P_COUNT
 } lq__param;
 
@@ -186,6 +188,21 @@ typedef struct lq__queue_stats_sql {
 LQ__HIDDEN int lq__sql_build_queue_stats(lq__queue_stats_sql *out, const struct lq__dialect *d,
                                          const lq_table *t);
 LQ__HIDDEN void lq__queue_stats_sql_free(lq__queue_stats_sql *s);
+
+/* The statements on a table's dead letters (sql/dead_letters.c), each on
+ * the rows of a range of ids (LQ__P_FROM_ID to LQ__P_TO_ID), in the
+ * dead-letter table or in the dead-letter group (LQ__P_DEST). */
+typedef struct lq__dead_letters_sql {
+    lq__stmt ids;     /* ids past LQ__P_FROM_ID in order, up to LQ__P_LIMIT */
+    lq__stmt list;    /* the rows past LQ__P_FROM_ID as deliveries read them, up to LQ__P_LIMIT */
+    lq__stmt copy;    /* replay from a table: the rows copied back into the queue */
+    lq__stmt requeue; /* replay: due now (LQ__P_NOW), first attempt, no lease; in the group
+                       * LQ__P_GROUP where the dead letters are a group */
+    lq__stmt remove;  /* replay from a table, and purge: the dead letters deleted */
+} lq__dead_letters_sql;
+LQ__HIDDEN int lq__sql_build_dead_letters(lq__dead_letters_sql *out, const struct lq__dialect *d,
+                                          const lq_table *t);
+LQ__HIDDEN void lq__dead_letters_sql_free(lq__dead_letters_sql *s);
 
 /* Builds the settlements and the extension every dialect shares, then the
  * dialect's claims. */
