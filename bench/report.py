@@ -130,8 +130,8 @@ def figure(records, rec):
 
 def figures(records):
     """The figures of the records, in order; flow control's come as measured."""
-    return [figure(records, r) if r.get("kind") != "flow" else r for r in records
-            if r.get("kind") in ("lib", "cpu", "flow")]
+    return [figure(records, r) if r.get("kind") not in ("flow", "ops") else r for r in records
+            if r.get("kind") in ("lib", "cpu", "flow", "ops")]
 
 
 def cpu_record(db, form, n, lib_out, raw_out, workload="W1-cpu", lib_n=None):
@@ -297,6 +297,9 @@ def targets(figs):
         elif f["workload"] == "F-rate":
             ok = 0.95 <= f["ratio"] <= 1.0 and f.get("window_ok")
             add(name, "0.95-1.00, window kept", "%.2f" % f["ratio"], ok, "")
+    for f in (f for f in figs if f.get("kind") == "ops"):
+        add("%s O-stats, %d rows" % (f["db"], f["rows"]), "< 1000 ms", "%.0f ms" % f["stats_ms"],
+            f["stats_ms"] < 1000, "%.2fx raw exact counts" % f["ratio"])
     abs_target("PG W1 lease, 4 workers (coalesced settlements)", dict(db="postgresql", form="lease", binding="c", workload="W1"), 15000)
     for form in ("row_lock", "lease"):
         ratio_target("PG W1 best settings (%s, batch 100)" % form,

@@ -415,10 +415,12 @@ LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
 LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 
 /* ------------------------------------------------------------------------ */
-/* Looking at a queue. Each count reads at most `cap` rows (cap >= 1) of the
- * claim-order index that lq_table_create makes, so a count that reads `cap`
- * means "cap or more", and a deep queue costs a bounded read, never a scan
- * of its table; the counts of one call are read in one snapshot (a
+/* Looking at a queue. Each count stops at `cap` rows (cap >= 1), so a count
+ * of `cap` means "cap or more". Rows due are read through the claim-order
+ * index that lq_table_create makes, so a deep backlog costs a bounded read;
+ * delayed and leased rows, which that index does not order, are looked for
+ * among the queue's rows until `cap` are found. The counts of one call are
+ * read in one snapshot (a
  * REPEATABLE READ transaction that writes nothing; on SQLite it waits its
  * turn among the writers). A table with a group column is read one group
  * at a time: `group` names it (NULL otherwise). Thread-safe. */

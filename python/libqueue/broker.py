@@ -244,8 +244,9 @@ class Broker:
               cap: int = DEFAULT_CAP) -> QueueStats:
         """A snapshot of ``table``'s queue (one ``group`` of it where the table
         has groups): rows due, delayed, in work and dead-lettered, the age of
-        the next row due, and the attempts histogram. Each count reads at most
-        ``cap`` rows of the claim-order index, never the whole table."""
+        the next row due, and the attempts histogram, in one snapshot. Each
+        count stops at ``cap`` rows; rows due are read through the claim-order
+        index, so a deep backlog costs a bounded read."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         what = "stats of %r" % table.name

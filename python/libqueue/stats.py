@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 __all__ = ["QueueStats", "DEFAULT_CAP", "ATTEMPT_BUCKETS"]
 
-#: Rows each count reads at most: a count that reaches it means "this many or
+#: Where each count stops: a count that reaches it means "this many or
 #: more" (``QueueStats.capped``).
 DEFAULT_CAP = 100_000
 #: Attempt counts kept apart; the last bucket holds that many or more.

@@ -4,6 +4,7 @@
  * long transaction. */
 #include "core/broker.h"
 
+#include "base/headers.h"
 #include "base/json_out.h"
 
 #include <stdint.h>
@@ -70,8 +71,8 @@ static int move_range(dead_work *w, bool replay, int64_t *moved) {
     int64_t n = 0, ignored = 0;
     int rc = LQ_OK;
     if (replay && w->sql.copy.sql) {
-        rc = run_once(w, &w->sql.copy, &n, NULL, NULL);
-        if (rc == LQ_OK) rc = run_once(w, &w->sql.requeue, &ignored, NULL, NULL);
+        rc = run_once(w, &w->sql.requeue, &ignored, NULL, NULL);
+        if (rc == LQ_OK) rc = run_once(w, &w->sql.copy, &n, NULL, NULL);
         if (rc == LQ_OK) rc = run_once(w, &w->sql.remove, &ignored, NULL, NULL);
     } else {
         rc = run_once(w, replay ? &w->sql.requeue : &w->sql.remove, &n, NULL, NULL);
@@ -103,30 +104,33 @@ static int move_in_one(dead_work *w, bool replay, const int64_t *ids, size_t cou
     return rc;
 }
 
-typedef struct last_id {
-    int64_t id;
+typedef struct id_span {
+    int64_t first, last;
     int64_t rows;
-} last_id;
+} id_span;
 
 static int on_id(void *ctx, const lq__value *cols, int count) {
-    last_id *l = ctx;
-    if (count > 0 && cols[0].type == LQ__V_INT) l->id = cols[0].i;
-    l->rows++;
+    id_span *span = ctx;
+    if (count < 1 || cols[0].type != LQ__V_INT) return lq__error(LQ_SCHEMA, "an id that is not an integer");
+    if (span->rows++ == 0) span->first = cols[0].i;
+    span->last = cols[0].i;
     return LQ_OK;
 }
 
-/* Every dead letter, a batch of ids at a time, each batch a transaction. */
+/* Every dead letter, a batch of ids at a time, each batch a transaction:
+ * the range from its first id to its last. */
 static int move_all(dead_work *w, bool replay, int64_t *moved) {
-    int64_t after = INT64_MIN;
     w->args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = BATCH_ROWS};
+    lq__stmt *next = &w->sql.ids_first;
     for (;;) {
-        last_id last = {0};
-        set_range(w, after == INT64_MIN ? INT64_MIN : after + 1, INT64_MAX);
-        int rc = run_once(w, &w->sql.ids, NULL, on_id, &last);
-        if (rc != LQ_OK || last.rows == 0) return rc;
-        rc = move_in_one(w, replay, NULL, 0, after == INT64_MIN ? INT64_MIN : after + 1, last.id, moved);
-        if (rc != LQ_OK || last.id == INT64_MAX) return rc;
-        after = last.id;
+        id_span span = {0};
+        int rc = run_once(w, next, NULL, on_id, &span);
+        if (rc != LQ_OK || span.rows == 0) return rc;
+        rc = move_in_one(w, replay, NULL, 0, span.first, span.last, moved);
+        if (rc != LQ_OK) return rc;
+        /* The next batch: ids above this one's last. */
+        w->args[LQ__P_FROM_ID] = (lq__value){.type = LQ__V_INT, .i = span.last};
+        next = &w->sql.ids;
     }
 }
 
@@ -167,18 +171,34 @@ typedef struct json_rows {
 
 static void json_int_field(lq__strbuf *sb, const char *name, const lq__value *v) {
     if (v->type == LQ__V_NULL) return;
-    lq__sb_addf(sb, ",\"%s\":", name);
-    if (v->type == LQ__V_INT) {
-        lq__sb_addf(sb, "%lld", (long long)v->i);
-        return;
+    int64_t i = v->i;
+    if (v->type != LQ__V_INT) { /* a number the database wrote as text */
+        char text[LQ__INT_TEXT_SIZE] = "";
+        if (v->n < sizeof text) memcpy(text, v->p, v->n);
+        i = strtoll(text, NULL, 10);
     }
-    lq__sb_addn(sb, v->p, v->n); /* a number the database wrote as text */
+    lq__sb_addf(sb, ",\"%s\":%lld", name, (long long)i);
 }
 
-static void json_text_field(lq__strbuf *sb, const char *name, const lq__value *v) {
+/* A text or bytes field: a string when it is UTF-8, else "<name>_base64". */
+static void json_bytes_field(lq__strbuf *sb, const char *name, const lq__value *v) {
     if (v->type == LQ__V_NULL) return;
-    lq__sb_addf(sb, ",\"%s\":", name);
-    lq__json_string(sb, v->p, v->n);
+    bool text = lq__utf8_valid(v->p, v->n);
+    lq__sb_addf(sb, ",\"%s%s\":", name, text ? "" : "_base64");
+    if (text) lq__json_string(sb, v->p, v->n);
+    else lq__json_base64(sb, v->p, v->n);
+}
+
+/* The headers column's JSON, parsed and written again, so that the list is
+ * JSON whatever the column holds (left out when it is not an object). */
+static void json_headers_field(lq__strbuf *sb, const lq__value *v) {
+    if (v->type == LQ__V_NULL) return;
+    lq__headers h = {0};
+    if (lq__headers_from_json(&h, v->p, v->n) == LQ_OK) {
+        lq__sb_add(sb, ",\"headers\":");
+        lq__headers_to_json(sb, &h);
+    }
+    lq__headers_clear(&h);
 }
 
 static int on_row(void *ctx, const lq__value *cols, int count) {
@@ -188,23 +208,11 @@ static int on_row(void *ctx, const lq__value *cols, int count) {
     lq__sb_add(&j->sb, j->rows++ ? ",{\"id\":" : "{\"id\":");
     lq__sb_addf(&j->sb, "%lld", (long long)cols[at[LQ__COL_ID]].i);
     if (at[LQ__COL_ATTEMPT] >= 0) json_int_field(&j->sb, "attempt", &cols[at[LQ__COL_ATTEMPT]]);
-    if (at[LQ__COL_GROUP] >= 0) json_text_field(&j->sb, "group", &cols[at[LQ__COL_GROUP]]);
-    if (at[LQ__COL_PKEY] >= 0) json_text_field(&j->sb, "partition_key", &cols[at[LQ__COL_PKEY]]);
+    if (at[LQ__COL_GROUP] >= 0) json_bytes_field(&j->sb, "group", &cols[at[LQ__COL_GROUP]]);
+    if (at[LQ__COL_PKEY] >= 0) json_bytes_field(&j->sb, "partition_key", &cols[at[LQ__COL_PKEY]]);
     if (at[LQ__COL_PRIORITY] >= 0) json_int_field(&j->sb, "priority", &cols[at[LQ__COL_PRIORITY]]);
-    if (at[LQ__COL_HEADERS] >= 0 && cols[at[LQ__COL_HEADERS]].type != LQ__V_NULL) {
-        lq__sb_add(&j->sb, ",\"headers\":"); /* the column holds a JSON object already */
-        lq__sb_addn(&j->sb, cols[at[LQ__COL_HEADERS]].p, cols[at[LQ__COL_HEADERS]].n);
-    }
-    if (at[LQ__COL_PAYLOAD] >= 0) {
-        const lq__value *p = &cols[at[LQ__COL_PAYLOAD]];
-        if (lq__utf8_valid(p->p, p->n)) {
-            lq__sb_add(&j->sb, ",\"payload\":");
-            lq__json_string(&j->sb, p->p, p->n);
-        } else {
-            lq__sb_add(&j->sb, ",\"payload_base64\":");
-            lq__json_base64(&j->sb, p->p, p->n);
-        }
-    }
+    if (at[LQ__COL_HEADERS] >= 0) json_headers_field(&j->sb, &cols[at[LQ__COL_HEADERS]]);
+    if (at[LQ__COL_PAYLOAD] >= 0) json_bytes_field(&j->sb, "payload", &cols[at[LQ__COL_PAYLOAD]]);
     lq__sb_addc(&j->sb, '}');
     return LQ_OK;
 }
@@ -222,8 +230,8 @@ int lq_dead_letters_list(char **json_out, lq_broker *b, const lq_table *t, const
     json_rows j = {0};
     lq__row_layout(t, j.at);
     lq__sb_addc(&j.sb, '[');
-    set_range(&w, after_id == INT64_MAX ? INT64_MAX : after_id + 1, INT64_MAX);
-    w.args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = after_id == INT64_MAX ? 0 : limit};
+    w.args[LQ__P_FROM_ID] = (lq__value){.type = LQ__V_INT, .i = after_id};
+    w.args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
     if (rc == LQ_OK) rc = run_once(&w, &w.sql.list, NULL, on_row, &j);
     lq__sb_addc(&j.sb, ']');
     char *json = lq__sb_take(&j.sb);

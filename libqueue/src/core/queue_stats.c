@@ -52,6 +52,7 @@ static int on_attempt(void *ctx, const lq__value *cols, int count) {
 typedef struct look {
     lq__conn *conn;
     bool in_tx;
+    bool broken; /* a begin that failed may leave the session's isolation set */
     lq__queue_stats_sql sql;
     lq__value args[LQ__P_COUNT];
 } look;
@@ -71,6 +72,7 @@ static int begin_look(look *l, lq_broker *b, const lq_table *t, const char *grou
      * counted twice (due, then in work). */
     if (rc == LQ_OK) rc = b->dialect->begin(l->conn, LQ_ISOLATION_REPEATABLE_READ);
     l->in_tx = rc == LQ_OK;
+    l->broken = l->conn && !l->in_tx;
     int64_t now = lq__now_ms();
     l->args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
     l->args[LQ__P_LEASE_NOW] = l->args[LQ__P_NOW];
@@ -91,7 +93,7 @@ static int run_once(lq_broker *b, look *l, lq__stmt *st, lq__row_fn fn, void *ct
 }
 
 static int end_look(int rc, look *l, lq_broker *b, const lq_table *t, const char *what) {
-    bool broken = rc == LQ_CONNECT;
+    bool broken = rc == LQ_CONNECT || l->broken;
     if (l->in_tx) {
         lq__error_copy failure;
         lq__error_save(&failure);

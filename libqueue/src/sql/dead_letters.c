@@ -13,9 +13,11 @@ typedef struct dead_place {
     char *schema, *name; /* the dead-letter table's */
 } dead_place;
 
-/* " WHERE <the dead letters from the range's start>", on the dead-letter
- * table or the queue's table. */
-static void dead_where(lq__sql *b, const dead_place *p) {
+/* " WHERE <the dead letters with ids `op` LQ__P_FROM_ID>" (`op` NULL: all
+ * of them), on the dead-letter table or the queue's table. Ids are bound
+ * as they are (the id column's own type takes them): a read starts after
+ * an id, a move at the first id of its range, both ids the table holds. */
+static void dead_where(lq__sql *b, const dead_place *p, const char *op) {
     lq__sql_add(b, " WHERE ");
     if (p->in_group) {
         lq__sql_col(b, LQ_ROLE_GROUP);
@@ -24,17 +26,26 @@ static void dead_where(lq__sql *b, const dead_place *p) {
         lq__sql_and_unprocessed(b);
         lq__sql_add(b, " AND ");
     }
+    if (!op) {
+        lq__sql_add(b, "1 = 1");
+        return;
+    }
     lq__sql_id(b);
-    lq__sql_add(b, " >= ");
+    lq__sql_add(b, op);
     lq__sql_param(b, LQ__P_FROM_ID);
 }
 
-/* " FROM <the dead letters> WHERE <those from the range's start>". */
-static void from_dead(lq__sql *b, const dead_place *p) {
-    lq__sql_add(b, " FROM ");
+/* " <the dead letters> WHERE ..." */
+static void dead_source(lq__sql *b, const dead_place *p) {
     if (p->in_group) lq__sql_table(b);
     else lq__sql_qualified(b, p->schema, p->name);
-    dead_where(b, p);
+}
+
+/* " FROM <the dead letters> WHERE <those of ids `op` the start>". */
+static void from_dead(lq__sql *b, const dead_place *p, const char *op) {
+    lq__sql_add(b, " FROM ");
+    dead_source(b, p);
+    dead_where(b, p, op);
 }
 
 /* " AND id <= <the range's end>". */
@@ -53,22 +64,25 @@ static void first_ids(lq__sql *b) {
     lq__sql_param(b, LQ__P_LIMIT);
 }
 
-static int build_reads(lq__dead_letters_sql *out, const lq__dialect *d, const lq_table *t,
-                       const dead_place *p) {
+/* "SELECT <what> FROM <the dead letters> WHERE .. ORDER BY id LIMIT ..". */
+static int build_read(lq__stmt *out, const lq__dialect *d, const lq_table *t, const dead_place *p,
+                      bool row, const char *op) {
     lq__sql b;
-    lq__sql_start(&b, &out->ids, d, t);
+    lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "SELECT ");
-    lq__sql_id(&b);
-    from_dead(&b, p);
-    first_ids(&b);
-    int rc = lq__sql_finish(&b);
-    if (rc != LQ_OK) return rc;
-    lq__sql_start(&b, &out->list, d, t);
-    lq__sql_add(&b, "SELECT ");
-    lq__sql_row_columns(&b, NULL);
-    from_dead(&b, p);
+    if (row) lq__sql_row_columns(&b, NULL);
+    else lq__sql_id(&b);
+    from_dead(&b, p, op);
     first_ids(&b);
     return lq__sql_finish(&b);
+}
+
+static int build_reads(lq__dead_letters_sql *out, const lq__dialect *d, const lq_table *t,
+                       const dead_place *p) {
+    int rc = build_read(&out->ids_first, d, t, p, false, NULL);
+    if (rc == LQ_OK) rc = build_read(&out->ids, d, t, p, false, " > ");
+    if (rc == LQ_OK) rc = build_read(&out->list, d, t, p, true, " > ");
+    return rc;
 }
 
 /* ", <column> = <value>" in a SET list, or its first item. */
@@ -82,14 +96,15 @@ static void set_item(lq__sql *b, const char **sep, int role, const char *value, 
 }
 
 /* Replay: due now, counted from the first attempt again, without a lease;
- * in a group, moved into the queue's group. */
+ * in a group, moved into the queue's group. Dead letters in a table are
+ * reset there, before they are copied back. */
 static int build_requeue(lq__dead_letters_sql *out, const lq__dialect *d, const lq_table *t,
                          const dead_place *p) {
     lq__sql b;
     const char *sep = " SET ";
     lq__sql_start(&b, &out->requeue, d, t);
     lq__sql_add(&b, "UPDATE ");
-    lq__sql_table(&b);
+    dead_source(&b, p);
     if (p->in_group) set_item(&b, &sep, LQ_ROLE_GROUP, NULL, LQ__P_GROUP);
     if (lq__has(t, LQ_ROLE_ATTEMPT)) set_item(&b, &sep, LQ_ROLE_ATTEMPT, "1", 0);
     if (lq__has(t, LQ_ROLE_RETRY_AFTER)) set_item(&b, &sep, LQ_ROLE_RETRY_AFTER, NULL, LQ__P_NOW);
@@ -98,20 +113,8 @@ static int build_requeue(lq__dead_letters_sql *out, const lq__dialect *d, const 
         lq__sb_free(&b.sb);
         return LQ_OK;
     }
-    if (p->in_group) {
-        dead_where(&b, p);
-        to_id(&b);
-    } else {
-        /* The rows just copied back: those of the range still among the
-         * dead letters (the live rows of the range are left alone). */
-        lq__sql_add(&b, " WHERE ");
-        lq__sql_id(&b);
-        lq__sql_add(&b, " IN (SELECT ");
-        lq__sql_id(&b);
-        from_dead(&b, p);
-        to_id(&b);
-        lq__sql_add(&b, ")");
-    }
+    dead_where(&b, p, " >= ");
+    to_id(&b);
     return lq__sql_finish(&b);
 }
 
@@ -124,19 +127,20 @@ static int build_moves(lq__dead_letters_sql *out, const lq__dialect *d, const lq
         lq__sql_add(&b, "INSERT INTO ");
         lq__sql_table(&b);
         lq__sql_add(&b, " SELECT *");
-        from_dead(&b, p);
+        from_dead(&b, p, " >= ");
         to_id(&b);
         if ((rc = lq__sql_finish(&b)) != LQ_OK) return rc;
     }
     if ((rc = build_requeue(out, d, t, p)) != LQ_OK) return rc;
     lq__sql_start(&b, &out->remove, d, t);
     lq__sql_add(&b, "DELETE");
-    from_dead(&b, p);
+    from_dead(&b, p, " >= ");
     to_id(&b);
     return lq__sql_finish(&b);
 }
 
 void lq__dead_letters_sql_free(lq__dead_letters_sql *s) {
+    free(s->ids_first.sql);
     free(s->ids.sql);
     free(s->list.sql);
     free(s->copy.sql);

@@ -193,11 +193,13 @@ LQ__HIDDEN void lq__queue_stats_sql_free(lq__queue_stats_sql *s);
  * the rows of a range of ids (LQ__P_FROM_ID to LQ__P_TO_ID), in the
  * dead-letter table or in the dead-letter group (LQ__P_DEST). */
 typedef struct lq__dead_letters_sql {
-    lq__stmt ids;     /* ids past LQ__P_FROM_ID in order, up to LQ__P_LIMIT */
-    lq__stmt list;    /* the rows past LQ__P_FROM_ID as deliveries read them, up to LQ__P_LIMIT */
+    lq__stmt ids_first; /* the first ids in order, up to LQ__P_LIMIT */
+    lq__stmt ids;     /* ids above LQ__P_FROM_ID in order, up to LQ__P_LIMIT */
+    lq__stmt list;    /* the rows above LQ__P_FROM_ID as deliveries read them, up to LQ__P_LIMIT */
+    lq__stmt requeue; /* replay: due now (LQ__P_NOW), first attempt, no lease (in the
+                       * dead-letter table, before the copy), in the group LQ__P_GROUP
+                       * where the dead letters are a group */
     lq__stmt copy;    /* replay from a table: the rows copied back into the queue */
-    lq__stmt requeue; /* replay: due now (LQ__P_NOW), first attempt, no lease; in the group
-                       * LQ__P_GROUP where the dead letters are a group */
     lq__stmt remove;  /* replay from a table, and purge: the dead letters deleted */
 } lq__dead_letters_sql;
 LQ__HIDDEN int lq__sql_build_dead_letters(lq__dead_letters_sql *out, const struct lq__dialect *d,
