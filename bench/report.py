@@ -130,8 +130,8 @@ def figure(records, rec):
 
 def figures(records):
     """The figures of the records, in order; flow control's come as measured."""
-    return [figure(records, r) if r.get("kind") not in ("flow", "ops") else r for r in records
-            if r.get("kind") in ("lib", "cpu", "flow", "ops")]
+    return [figure(records, r) if r.get("kind") not in ("flow", "ops", "retention") else r
+            for r in records if r.get("kind") in ("lib", "cpu", "flow", "ops", "retention")]
 
 
 def cpu_record(db, form, n, lib_out, raw_out, workload="W1-cpu", lib_n=None):
@@ -300,6 +300,9 @@ def targets(figs):
     for f in (f for f in figs if f.get("kind") == "ops"):
         add("%s O-stats, %d rows" % (f["db"], f["rows"]), "< 1000 ms", "%.0f ms" % f["stats_ms"],
             f["stats_ms"] < 1000, "%.2fx raw exact counts" % f["ratio"])
+    for f in (f for f in figs if f.get("workload") == "R-retention"):
+        add("%s R-retention, %d finished rows" % (f["db"], f["finished_rows"]), ">= 0.90x empty",
+            "%.2fx" % f["lib_ratio"], f["lib_ratio"] >= 0.9, "raw loop %.2fx" % f["raw_ratio"])
     abs_target("PG W1 lease, 4 workers (coalesced settlements)", dict(db="postgresql", form="lease", binding="c", workload="W1"), 15000)
     for form in ("row_lock", "lease"):
         ratio_target("PG W1 best settings (%s, batch 100)" % form,

@@ -16,6 +16,7 @@
  *       core.lq_publish(broker, table, {m1, m2}) -> {id1, id2}
  *       core.lq_delivery_exec(delivery, sql, {p1, p2, n = 2}) -> changes
  *       core.lq_queue_stats(broker, table, group, cap) -> {due, delayed, ...}
+ *       core.lq_queue_prune(broker, table, group, older_than_ms) -> deleted
  *       core.lq_queue_attempts(buckets, broker, table, group, cap) -> {n0, n1, ...}
  *   - A status-returning function (every int result but a few getters)
  *     returns true (no out parameters) or its out values on LQ_OK, and on
@@ -161,6 +162,17 @@ LQ_OUT_HANDLE(lq_delivery)
     if (result == LQ_OK) {
         LQ_DROP_TRUE
         lua_pushinteger(L, (lua_Integer)lq_int$argnum);
+        SWIG_arg++;
+    }
+}
+
+/* lq_queue_paused: a boolean. */
+%typemap(in, numinputs=0) int *paused_out (int lq_int = 0)
+%{  $1 = &lq_int; %}
+%typemap(argout) int *paused_out {
+    if (result == LQ_OK) {
+        LQ_DROP_TRUE
+        lua_pushboolean(L, lq_int$argnum);
         SWIG_arg++;
     }
 }
@@ -324,9 +336,11 @@ LQ_OUT_HANDLE(lq_delivery)
         SWIG_fail;
     }
 }
-%typemap(in, numinputs=0) int64_t *replayed_out (int64_t lq_moved = 0), int64_t *purged_out (int64_t lq_moved = 0)
+/* lq_queue_prune and lq_dead_letters_prune return how many rows they deleted. */
+%typemap(in, numinputs=0) int64_t *replayed_out (int64_t lq_moved = 0), int64_t *purged_out (int64_t lq_moved = 0),
+    int64_t *deleted_out (int64_t lq_moved = 0)
 %{  $1 = &lq_moved; %}
-%typemap(argout) int64_t *replayed_out, int64_t *purged_out {
+%typemap(argout) int64_t *replayed_out, int64_t *purged_out, int64_t *deleted_out {
     if (result == LQ_OK) {
         LQ_DROP_TRUE
         lua_pushinteger(L, (lua_Integer)lq_moved$argnum);

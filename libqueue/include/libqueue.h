@@ -472,6 +472,112 @@ LQ_API int lq_dead_letters_replay(int64_t *replayed_out, lq_broker *broker, cons
 LQ_API int lq_dead_letters_purge(int64_t *purged_out, lq_broker *broker, const lq_table *table,
                                  const char *group, const int64_t *ids, size_t count);
 
+/* Retention: rows deleted once older than `older_than_ms` (0 or more), that
+ * is with their time before now - older_than_ms on the host's clock, the
+ * clock acks and dead-lettering write it on (a host whose clock runs ahead
+ * of the writers' prunes early by as much). A thousand rows to a DELETE,
+ * each in autocommit (its own short transaction, never one long one), until
+ * a DELETE finds fewer; claims and acks go on between them. Concurrent
+ * pruners of one table are safe (on PostgreSQL each passes over the rows
+ * another is deleting). *deleted_out (may be NULL) receives how many rows
+ * went, also those of the batches before a failure. A missing table or
+ * column fails with LQ_SCHEMA, before anything changes. Thread-safe. */
+
+/* Deletes finished rows: those an ack marked processed (processed_at)
+ * before the cut; rows queued or in work (processed_at NULL) are never
+ * touched. `group` names one group of a table with a group column, NULL
+ * every group. Needs a processed_at column (LQ_MISUSE without: such a
+ * table's acks delete their rows). Finished rows are found through an index
+ * on processed_at (<table>_processed, partial on processed_at IS NOT NULL
+ * where the database has them), which lq_table_create makes with a table
+ * and this call makes when it is missing (on PostgreSQL CONCURRENTLY, so
+ * writers go on; a warning, and batches that read the table, where the role
+ * may not create it). */
+LQ_API int lq_queue_prune(int64_t *deleted_out, lq_broker *broker, const lq_table *table,
+                          const char *group, int64_t older_than_ms);
+/* Deletes dead letters, in the dead-letter table or group (LQ_MISUSE
+ * without one), dead-lettered before the cut. Dead-lettering (an outcome,
+ * max_attempts, lq_cancel) writes when into the dead letter's retry_after,
+ * which a replay sets to now again, so this needs a retry_after column
+ * (LQ_MISUSE without). Dead letters from before libqueue wrote this time
+ * hold their last due time there, no later than their dead-lettering: they
+ * are pruned as if dead-lettered then. In a dead-letter group of a
+ * lease table, rows a lease holds now stay. `group` as
+ * lq_dead_letters_purge takes it. */
+LQ_API int lq_dead_letters_prune(int64_t *deleted_out, lq_broker *broker, const lq_table *table,
+                                 const char *group, int64_t older_than_ms);
+
+/* A queue table's health, from the database's own catalog and statistics:
+ * a JSON object {"dialect", "table", "findings": [{"check", "level" ("ok",
+ * "warning" or "problem"), "value" (a number or a string), "message" (what
+ * was found), "advice" (what to do)}, ...]}. It reads and changes nothing
+ * of the queue's rows. The checks, by database:
+ *   every one: "claim_order_index", an index whose columns begin with the
+ *     claim order (group, priority, retry_after, id, those the table has;
+ *     the id may be left out), as lq_table_create makes it.
+ *   PostgreSQL: "dead_tuples" (pg_stat_user_tables: dead and live row
+ *     versions, last vacuum and autovacuum), "autovacuum" (off in the
+ *     table's reloptions), "oldest_xmin" (pg_stat_activity: the session of
+ *     this database whose snapshot is oldest, by pid, application_name,
+ *     state and age; other roles' sessions need pg_read_all_stats to show),
+ *     "prepared_xacts" (pg_prepared_xacts), "replication_slots"
+ *     (pg_replication_slots holding xmin), "claim_plan" (EXPLAIN of the
+ *     claim's candidate query; a table without groups is planned as it is,
+ *     one with groups for a group of no rows), "fillfactor" (reloptions,
+ *     against the share of HOT updates).
+ *   MySQL and MariaDB: "history_length" (INNODB_METRICS
+ *     trx_rseg_history_len), "oldest_transaction" (INNODB_TRX with
+ *     PROCESSLIST: thread id, age, command); both need the PROCESS privilege,
+ *     and a check the server refuses is a warning that says so.
+ *   SQLite: "journal_mode", "wal_size" (the file "<database>-wal"),
+ *     "freelist" (free pages).
+ * Judged against the lq_doctor_limit values below. A table or a column of
+ * the description that is not there fails with LQ_SCHEMA, naming it.
+ * Ownership: the caller frees *json_out with lq_free. Thread-safe. */
+typedef enum lq_doctor_limit {
+    LQ_DOCTOR_DEAD_ROWS = 1000,             /* fewer dead row versions are never judged */
+    LQ_DOCTOR_DEAD_PERCENT_WARNING = 20,    /* dead among live and dead: a warning */
+    LQ_DOCTOR_DEAD_PERCENT_PROBLEM = 50,    /* and a problem */
+    LQ_DOCTOR_IDLE_SNAPSHOT_S = 5,          /* a session idle in a transaction that holds
+                                               a snapshot this long: a problem */
+    LQ_DOCTOR_SNAPSHOT_WARNING_S = 60,      /* any snapshot (transaction) this old: a warning */
+    LQ_DOCTOR_SNAPSHOT_PROBLEM_S = 600,     /* and a problem */
+    LQ_DOCTOR_PREPARED_S = 60,              /* a prepared transaction this old: a problem */
+    LQ_DOCTOR_PLAN_ROWS = 10000,            /* below (reltuples), a sequential scan is right */
+    LQ_DOCTOR_HOT_UPDATES = 1000,           /* updates before their HOT share is judged */
+    LQ_DOCTOR_HOT_PERCENT = 50,             /* HOT updates below this share, fillfactor 100:
+                                               a warning */
+    LQ_DOCTOR_HISTORY_WARNING = 100000,     /* InnoDB history list length: a warning */
+    LQ_DOCTOR_HISTORY_PROBLEM = 1000000,    /* and a problem */
+    LQ_DOCTOR_WAL_WARNING_MB = 64,          /* SQLite's -wal file (MiB): a warning; the log
+                                               starts over at 16 MiB unless a reader holds it */
+    LQ_DOCTOR_WAL_PROBLEM_MB = 1024,        /* and a problem */
+    LQ_DOCTOR_FREE_PAGES = 1000,            /* fewer free pages are never judged */
+    LQ_DOCTOR_FREE_PERCENT = 50             /* free pages among all: a warning */
+} lq_doctor_limit;
+
+LQ_API int lq_doctor(char **json_out, lq_broker *broker, const lq_table *table);
+
+/* Pausing a queue: a paused queue's subscriptions claim nothing, in every
+ * broker and process; deliveries in work finish, and rows claimed but not
+ * yet handed out go back. A pause is a row in the control table
+ * (lq_queue_control, in the table's schema, made at the first pause),
+ * keyed by the table's name and the group: `group` pauses one group of a
+ * table with a group column, NULL the whole table (every group). Each
+ * subscription looks at the table once a poll interval (poll_interval_ms)
+ * and at once when a pause or resume comes from its own broker, or from
+ * any broker on PostgreSQL when it listens (listen_notify). Pausing a
+ * paused queue and resuming a running one change nothing. A table that is
+ * not there fails with LQ_SCHEMA. Thread-safe. */
+LQ_API int lq_queue_pause(lq_broker *broker, const lq_table *table, const char *group);
+/* Ends a pause of the table or the group, as lq_queue_pause named it: a
+ * group paused on its own stays paused when its table resumes. */
+LQ_API int lq_queue_resume(lq_broker *broker, const lq_table *table, const char *group);
+/* *paused_out: 1 when the group's claims are paused (by a pause of its own
+ * or of the whole table), else 0. */
+LQ_API int lq_queue_paused(int *paused_out, lq_broker *broker, const lq_table *table,
+                           const char *group);
+
 /* ------------------------------------------------------------------------ */
 /* Schedules: a message enqueued at each tick of a cron expression or an
  * interval, by whichever broker comes first: every broker and process that
@@ -575,8 +681,10 @@ typedef enum lq_stat {
     LQ_STAT_POLL_INTERVAL_MS = 8, /* the poll interval now (LQ_OPT_POLL_CEILING_MS) */
     LQ_STAT_CONTENTION = 9,     /* claims that met a conflict the database reported */
     LQ_STAT_EXPIRED = 10,       /* runs that passed timeout_ms, their rows sent back */
-    LQ_STAT_EXPIRED_UNSTARTED = 11 /* rows claimed past their expires_at, sent to the dead
-                                   letters (or deleted) unread */
+    LQ_STAT_EXPIRED_UNSTARTED = 11, /* rows claimed past their expires_at, sent to the dead
+                                    letters (or deleted) unread */
+    LQ_STAT_PAUSED = 12            /* 1 while the subscription found its queue paused
+                                    (lq_queue_pause), else 0 */
 } lq_stat;
 /* A counter of the subscription's own. Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);

@@ -317,6 +317,48 @@ function Broker:stats(tbl, opts)
   return done(nil, stats)
 end
 
+-- A pause's call, with the group of its opts ({group = name} or nil).
+local function control(self, what, call, tbl, opts)
+  local tptr = table_ptr(tbl, 1, what)
+  local group
+  if opts ~= nil then
+    check_type(opts, "table", 2, what)
+    for k in pairs(opts) do
+      if k ~= "group" then return misuse(format("%s: unknown option '%s'", what, tostring(k))) end
+    end
+    group = opts.group
+    if group ~= nil and type(group) ~= "string" then
+      raise(format("%s: option 'group' must be a string, got %s", what, type(group)))
+    end
+  end
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, call(ptr, tptr, group))
+end
+
+--- Pauses the queue of `tbl` (opts.group: one group of it; none: every
+-- group) in every process: its subscriptions claim nothing until resume,
+-- deliveries in work finish. Each subscription sees it within a poll
+-- interval, at once in this broker. Returns true, or nil, message, code.
+function Broker:pause(tbl, opts) return control(self, "pause", core.lq_queue_pause, tbl, opts) end
+
+--- Ends a pause of `tbl` (or of opts.group) as pause named it.
+function Broker:resume(tbl, opts) return control(self, "resume", core.lq_queue_resume, tbl, opts) end
+
+--- Whether the claims of `tbl` (of opts.group) are paused now, by a pause of
+-- their own or of the whole table. Or nil, message, code.
+function Broker:paused(tbl, opts) return control(self, "paused", core.lq_queue_paused, tbl, opts) end
+
+--- The table's health from the database's own statistics (lq_doctor): JSON
+-- text of {dialect, table, findings = [{check, level, value, message,
+-- advice}, ...]}, level "ok", "warning" or "problem". Or nil, message, code.
+function Broker:doctor(tbl)
+  local tptr = table_ptr(tbl, 1, "doctor")
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, core.lq_doctor(ptr, tptr))
+end
+
 ---------------------------------------------------------------------------
 -- Dead letters
 
@@ -368,6 +410,33 @@ end
 --- Deletes the dead letters of `ids` (or nil for every one); returns how many.
 function Broker:purge_dead_letters(tbl, ids, opts)
   return move_dead_letters(self, tbl, ids, opts, "purge_dead_letters", core.lq_dead_letters_purge)
+end
+
+---------------------------------------------------------------------------
+-- Retention
+
+local function prune(self, tbl, older_than_ms, opts, fname, c_prune)
+  local tptr = table_ptr(tbl, 1, fname)
+  if math_type(older_than_ms) ~= "integer" then argerror(2, fname, "integer", older_than_ms) end
+  local o = dead_letter_options(opts, fname, { group = true })
+  local ptr = self._ptr
+  if not ptr then return closed("broker") end
+  return done(nil, c_prune(ptr, tptr, o.group, older_than_ms))
+end
+
+--- Deletes the finished rows of `tbl` (kept by a processed_at column)
+-- acked more than `older_than_ms` ago, of opts.group or of every group;
+-- never a row queued or in work. A thousand rows to a statement, each its
+-- own transaction. Returns how many went, or nil, message, code.
+function Broker:prune(tbl, older_than_ms, opts)
+  return prune(self, tbl, older_than_ms, opts, "prune", core.lq_queue_prune)
+end
+
+--- Deletes the dead letters of `tbl` dead-lettered more than
+-- `older_than_ms` ago (dead-lettering writes the time in their retry_after
+-- column), in batches as prune. Returns how many, or nil, message, code.
+function Broker:prune_dead_letters(tbl, older_than_ms, opts)
+  return prune(self, tbl, older_than_ms, opts, "prune_dead_letters", core.lq_dead_letters_prune)
 end
 
 ---------------------------------------------------------------------------

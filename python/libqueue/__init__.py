@@ -25,6 +25,7 @@ from libqueue._ffi import lib as _lib, text as _text
 from libqueue import logs as _logs
 from libqueue.broker import Broker, Message, Payload, redact_url
 from libqueue.delivery import Delivery
+from libqueue.doctor import Finding
 from libqueue.enums import Form, Isolation, LogLevel, Option, Role, Stat, Status
 from libqueue.errors import (  # Error and one class per lq_status, made from the enum
     AlreadySubscribed,
@@ -87,6 +88,7 @@ __all__ = [
     "Subscription",
     "Table",
     "QueueStats",
+    "Finding",
     "Message",
     "Payload",
     "redact_url",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from typing import Any, Iterable, List, Mapping, Optional, Union
 
 from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, make_error
+from libqueue.doctor import Finding, findings_from_json
 from libqueue.options import build_options
 from libqueue.stats import ATTEMPT_BUCKETS, DEFAULT_CAP, QueueStats
 from libqueue.subscription import Subscription
@@ -39,6 +41,23 @@ def redact_url(url: str) -> str:
 
 def _cgroup(group: Optional[str]) -> Any:
     return ffi.NULL if group is None else ctext(group)
+
+
+#: An age for retention: a ``timedelta``, or seconds.
+Age = Union[datetime.timedelta, int, float]
+
+
+def _age_ms(age: Age) -> int:
+    if isinstance(age, datetime.timedelta):
+        seconds = age.total_seconds()
+    elif isinstance(age, (int, float)) and not isinstance(age, bool):
+        seconds = float(age)
+    else:
+        raise TypeError("older_than must be a datetime.timedelta or seconds, got %s"
+                        % type(age).__name__)
+    if not seconds >= 0:  # also NaN
+        raise ValueError("older_than must not be negative, got %r" % age)
+    return int(min(seconds * 1000.0, 2.0 ** 62))  # past any time: nothing is that old
 
 
 def _payload_buffer(payload: Payload) -> Any:
@@ -270,7 +289,55 @@ class Broker:
                           in_work=known(values[lib.LQ_QUEUE_IN_WORK]),
                           dead_letters=known(values[lib.LQ_QUEUE_DEAD_LETTERS]),
                           head_age_s=None if age < 0 else age / 1000.0,
-                          attempts=attempts, cap=int(cap))
+                          attempts=attempts, cap=int(cap),
+                          paused=self.paused(table, group=group))
+
+    # -- pausing ----------------------------------------------------------
+
+    def pause(self, table: Table, *, group: Optional[str] = None) -> None:
+        """Pause ``table``'s queue (one ``group`` of it, or with none every
+        group): its subscriptions in every process claim nothing until
+        ``resume``; deliveries in work finish. Each subscription sees it
+        within one poll interval, at once in this broker, and at once on
+        PostgreSQL where it listens (``listen_notify``)."""
+        self._control(lib.lq_queue_pause, "pause", table, group)
+
+    def resume(self, table: Table, *, group: Optional[str] = None) -> None:
+        """End a pause of ``table`` (or of its ``group``), as ``pause`` named
+        it: a group paused on its own stays paused when its table resumes."""
+        self._control(lib.lq_queue_resume, "resume", table, group)
+
+    def paused(self, table: Table, *, group: Optional[str] = None) -> bool:
+        """Whether ``table``'s claims (those of ``group``) are paused now, by
+        a pause of their own or of the whole table."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        out = ffi.new("int *")
+        check(lib.lq_queue_paused(out, self._live(), table._ptr, _cgroup(group)),
+              "paused %r" % table.name)
+        return bool(out[0])
+
+    def _control(self, c_call: Any, what: str, table: Table, group: Optional[str]) -> None:
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        check(c_call(self._live(), table._ptr, _cgroup(group)), "%s %r" % (what, table.name))
+
+    # -- health -----------------------------------------------------------
+
+    def doctor(self, table: Table) -> List[Finding]:
+        """``table``'s health from the database's own statistics: dead rows
+        and vacuum, what holds back vacuum or purge, the claim-order index
+        and its use, the WAL file on SQLite. Each ``Finding`` has a level
+        ("ok", "warning", "problem") and says what to do. It reads catalogs
+        only."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        out = ffi.new("char **")
+        check(lib.lq_doctor(out, self._live(), table._ptr), "doctor of %r" % table.name)
+        try:
+            return findings_from_json(text(out[0]))
+        finally:
+            lib.lq_free(out[0])
 
     # -- dead letters -----------------------------------------------------
 
@@ -327,6 +394,33 @@ class Broker:
         Returns how many."""
         return self._move_dead_letters(lib.lq_dead_letters_purge, "purge dead letters", table,
                                        ids, group)
+
+    # -- retention --------------------------------------------------------
+
+    def _prune(self, c_call: Any, what: str, table: Table, older_than: Age,
+               group: Optional[str]) -> int:
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        deleted = ffi.new("int64_t *")
+        check(c_call(deleted, self._live(), table._ptr, _cgroup(group), _age_ms(older_than)),
+              "%s of %r" % (what, table.name))
+        return int(deleted[0])
+
+    def prune(self, table: Table, older_than: Age, group: Optional[str] = None) -> int:
+        """Delete ``table``'s finished rows (acked, kept by a processed_at
+        column) acked more than ``older_than`` ago (a ``timedelta``, or
+        seconds), of one ``group`` or of all; never a row queued or in work.
+        A thousand rows to a statement, each its own transaction. Returns
+        how many went."""
+        return self._prune(lib.lq_queue_prune, "prune", table, older_than, group)
+
+    def prune_dead_letters(self, table: Table, older_than: Age,
+                           group: Optional[str] = None) -> int:
+        """Delete ``table``'s dead letters dead-lettered more than
+        ``older_than`` ago (dead-lettering writes the time in their
+        retry_after column), in batches as ``prune``. Returns how many."""
+        return self._prune(lib.lq_dead_letters_prune, "prune dead letters", table, older_than,
+                           group)
 
     # -- schedules --------------------------------------------------------
 

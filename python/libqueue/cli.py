@@ -4,6 +4,7 @@
     libqueue --url sqlite:///q.db --table jobs enqueue hello world
     libqueue --url sqlite:///q.db --table jobs worker handlers:resize
     libqueue --url sqlite:///q.db --table jobs stats --json
+    libqueue --url sqlite:///q.db --table jobs doctor
 
 ``--table NAME`` alone describes the library's default lease table of that
 name (``default_table``); ``--table-file`` reads a description from JSON or
@@ -18,6 +19,7 @@ import base64
 import functools
 import importlib
 import json
+import math
 import os
 import signal
 import sys
@@ -26,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from libqueue.broker import Broker
 from libqueue.delivery import Delivery
+from libqueue.doctor import format_findings, has_problems
 from libqueue.errors import Error, NotFound, SchemaError
 from libqueue.stats import DEFAULT_CAP, QueueStats
 from libqueue.table import ROLE_NAMES, Table
@@ -41,6 +44,8 @@ EXIT_CODES = {
     EXIT_NOT_FOUND: "nothing to act on: a row to cancel that is not queued or in work, a dead "
                     "letter to replay or purge that is not there",
 }
+EXIT_PROBLEMS = 4
+EXIT_CODES[EXIT_PROBLEMS] = "doctor found a problem (a finding of level \"problem\")"
 
 #: Keys a table file may hold: Table's keyword arguments, and its name.
 _TABLE_KEYS = ("name", "schema", "id", "id_generated", "fifo", "advisory_lock", "isolation",
@@ -196,6 +201,8 @@ def _show_stats(stats: QueueStats) -> str:
     text = _aligned([["queue", "due", "delayed", "in work", "dead letters", "head age"],
                      [name, count(stats.due), count(stats.delayed), count(stats.in_work),
                       count(stats.dead_letters), age]])
+    if stats.paused:
+        text += "\npaused: nothing is claimed until `libqueue resume`"
     if stats.attempts:
         last = max(stats.attempts)
         text += "\nattempts: " + "  ".join(
@@ -226,6 +233,15 @@ def _stats_loop(broker: Broker, table: Table, args: argparse.Namespace) -> int:
         time.sleep(1.0)
 
 
+def cmd_doctor(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    findings = broker.doctor(table)
+    if args.json:
+        _print_json({"table": table.name, "findings": [f.as_dict() for f in findings]})
+    else:
+        print(format_findings(findings))
+    return EXIT_PROBLEMS if has_problems(findings) else EXIT_OK
+
+
 def cmd_cancel(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     missing = [i for i in args.ids if not broker.cancel(table, i)]
     done = [i for i in args.ids if i not in missing]
@@ -240,6 +256,22 @@ def cmd_cancel(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     return EXIT_NOT_FOUND if missing else EXIT_OK
 
 
+def cmd_pause(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    pausing = args.command == "pause"
+    (broker.pause if pausing else broker.resume)(table, group=args.group)
+    paused = broker.paused(table, group=args.group)
+    name = table.name if args.group is None else "%s/%s" % (table.name, args.group)
+    if args.json:
+        _print_json({"table": table.name, "group": args.group, "paused": paused})
+    elif pausing:
+        print("paused %s: no process claims from it until `libqueue resume`" % name)
+    elif paused:
+        print("resumed %s, which is still paused by a pause of its whole table" % name)
+    else:
+        print("resumed %s" % name)
+    return EXIT_OK
+
+
 def _shown_payload(payload: Optional[bytes], width: int = 60) -> str:
     if payload is None:
         return "-"
@@ -250,6 +282,37 @@ def _shown_payload(payload: Optional[bytes], width: int = 60) -> str:
     except UnicodeDecodeError:
         shown = repr(payload)
     return shown if len(shown) <= width else shown[:width - 3] + "..."
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_s(text: str) -> float:
+    """A DURATION: 30s, 15m, 12h, 7d, or a plain number of seconds."""
+    unit = _DURATION_UNITS.get(text[-1:], 1)
+    try:
+        value = float(text[:-1] if text[-1:] in _DURATION_UNITS else text)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise UsageError("--older-than takes a duration such as 30s, 15m, 12h, 7d or a number "
+                         "of seconds, got %r" % text)
+    return value * unit
+
+
+def cmd_prune(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    older_than = _duration_s(args.older_than)
+    if args.dead_letters:
+        deleted = broker.prune_dead_letters(table, older_than, group=args.group)
+    else:
+        deleted = broker.prune(table, older_than, group=args.group)
+    what = "dead letters" if args.dead_letters else "finished rows"
+    if args.json:
+        _print_json({"table": table.name, "group": args.group, "older_than_s": older_than,
+                     "dead_letters": args.dead_letters, "deleted": deleted})
+    else:
+        print("deleted %d %s older than %s" % (deleted, what, args.older_than))
+    return EXIT_OK
 
 
 def cmd_dead_letters(broker: Broker, table: Table, args: argparse.Namespace) -> int:
@@ -329,7 +392,8 @@ class _Tally:
 
 class _Idle:
     """How long a subscription has had nothing to do: no row in work or
-    waiting, and a claim that came back empty since the last delivery."""
+    waiting, and a claim that came back empty since the last delivery (or
+    its queue paused)."""
 
     def __init__(self, sub: Any) -> None:
         self.sub = sub
@@ -342,7 +406,7 @@ class _Idle:
         if delivered != self.delivered:
             self.delivered, self.empty_claims, self.since = delivered, empty, time.monotonic()
         busy = self.sub.stat("in_work") or self.sub.stat("waiting")
-        if busy or empty == self.empty_claims:
+        if busy or (empty == self.empty_claims and not self.sub.stat("paused")):
             self.since = time.monotonic()
         return time.monotonic() - self.since
 
@@ -440,6 +504,12 @@ def _parser() -> argparse.ArgumentParser:
     c = commands.add_parser("cancel", parents=[common], help="take rows out of the queue (lq_cancel)")
     c.add_argument("ids", nargs="+", type=int, metavar="ID")
 
+    commands.add_parser("pause", parents=[common], help="stop every process claiming from the queue "
+                        "(with --group: that group); deliveries in work finish")
+    commands.add_parser("resume", parents=[common], help="end a pause")
+    commands.add_parser("doctor", parents=[common], help="the table's health from the database's "
+                        "statistics, and what to do (exit status 4 on a problem)")
+
     d = commands.add_parser("dead-letters", parents=[common],
                             help="list, replay (back into the queue) or purge the dead letters")
     actions = d.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -452,6 +522,13 @@ def _parser() -> argparse.ArgumentParser:
         a = actions.add_parser(action, parents=[common], help=what)
         a.add_argument("--id", type=int, action="append", metavar="ID", help="this row (repeat)")
         a.add_argument("--all", action="store_true", help="every dead letter")
+
+    pr = commands.add_parser("prune", parents=[common], help="delete finished rows (kept by a "
+                             "processed_at column), or dead letters, older than DURATION")
+    pr.add_argument("--older-than", required=True, metavar="DURATION",
+                    help="30s, 15m, 12h, 7d, or a number of seconds")
+    pr.add_argument("--dead-letters", action="store_true",
+                    help="the dead letters instead, by when they were dead-lettered")
 
     w = commands.add_parser("worker", parents=[common], help="work the queue with a Python handler, "
                                            "module:function")
@@ -466,7 +543,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS = {"init": cmd_init, "enqueue": cmd_enqueue, "stats": cmd_stats,
-             "cancel": cmd_cancel, "worker": cmd_worker, "dead-letters": cmd_dead_letters}
+             "cancel": cmd_cancel, "worker": cmd_worker, "dead-letters": cmd_dead_letters,
+             "pause": cmd_pause, "resume": cmd_pause, "doctor": cmd_doctor, "prune": cmd_prune}
 
 
 def _verify(broker: Broker, table: Table) -> None:

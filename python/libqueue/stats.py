@@ -33,6 +33,7 @@ class QueueStats:
         attempts: ``{attempt: rows}`` over the first ``cap`` rows in claim
             order; the key ``ATTEMPT_BUCKETS - 1`` counts that many or more.
         cap: the most rows any count read; ``capped`` when one reached it.
+        paused: whether the queue's claims are paused (``Broker.pause``).
     """
 
     table: str
@@ -44,6 +45,7 @@ class QueueStats:
     head_age_s: Optional[float]
     attempts: Optional[Dict[int, int]] = field(default=None)
     cap: int = DEFAULT_CAP
+    paused: bool = False
 
     @property
     def capped(self) -> bool:

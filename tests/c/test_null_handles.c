@@ -153,6 +153,28 @@ static void brokers_and_subscriptions(const char *dir) {
     MISUSE(lq_dead_letters_replay(&moved, b, t, NULL, &one, 0));
     MISUSE(lq_dead_letters_purge(&moved, NULL, t, NULL, NULL, 0));
     MISUSE(lq_dead_letters_purge(&moved, b, t, NULL, NULL, 0)); /* no dead letters declared */
+    MISUSE(lq_queue_prune(&moved, NULL, t, NULL, 0));
+    MISUSE(lq_queue_prune(&moved, b, NULL, NULL, 0));
+    MISUSE(lq_queue_prune(NULL, b, t, NULL, 0)); /* no processed_at column */
+    MISUSE(lq_dead_letters_prune(&moved, NULL, t, NULL, 0));
+    MISUSE(lq_dead_letters_prune(&moved, b, NULL, NULL, 0));
+    MISUSE(lq_dead_letters_prune(NULL, b, t, NULL, 0)); /* no dead letters declared */
+    int paused;
+    MISUSE(lq_queue_pause(NULL, t, NULL));
+    MISUSE(lq_queue_pause(b, NULL, NULL));
+    MISUSE(lq_queue_pause(b, t, "a")); /* no group column */
+    MISUSE(lq_queue_resume(NULL, t, NULL));
+    MISUSE(lq_queue_resume(b, NULL, NULL));
+    MISUSE(lq_queue_paused(NULL, b, t, NULL));
+    MISUSE(lq_queue_paused(&paused, NULL, t, NULL));
+    MISUSE(lq_queue_paused(&paused, b, NULL, NULL));
+    MISUSE(lq_doctor(NULL, b, t));
+    json = (char *)&moved; /* not NULL: the refusals must clear it */
+    MISUSE(lq_doctor(&json, NULL, t));
+    CHECK(json == NULL);
+    MISUSE(lq_doctor(&json, b, NULL));
+    CHECK(lq_doctor(&json, b, t) == LQ_OK && json && strstr(json, "\"findings\":["));
+    lq_free(json);
 
     lq_subscription *s;
     MISUSE(lq_subscription_open(NULL, b, t, NULL));

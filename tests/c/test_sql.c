@@ -85,6 +85,27 @@ int main(void) {
     CHECK_CONTAINS(set.claim.sql, "\"done_at\" IS NULL");
     lq__sqlset_free(&set);
 
+    /* Retention's batch: bounded, by the index of finished rows; MySQL
+     * picks the ids with a read that locks nothing, then deletes those. */
+    lq__prune_sql prune;
+    CHECK(lq__sql_build_prune(&prune, &lq__postgres_dialect, t, false, false) == LQ_OK);
+    CHECK(prune.pick.sql == NULL);
+    CHECK_STR(prune.remove.sql,
+              "DELETE FROM \"we\"\"ird\" WHERE \"id\" IN (SELECT \"id\" FROM \"we\"\"ird\" WHERE "
+              "\"done_at\" IS NOT NULL AND \"done_at\" < $1 ORDER BY \"done_at\" LIMIT $2 FOR UPDATE "
+              "SKIP LOCKED)");
+    lq__prune_sql_free(&prune);
+    CHECK(lq__sql_build_prune(&prune, d, t, false, false) == LQ_OK);
+    CHECK_CONTAINS(prune.remove.sql, "ORDER BY \"done_at\" LIMIT ?2)");
+    lq__prune_sql_free(&prune);
+    CHECK(lq__sql_build_prune(&prune, &lq__mysql_dialect, t, false, false) == LQ_OK);
+    CHECK_STR(prune.pick.sql, "SELECT `id` FROM `we\"ird` WHERE `done_at` IS NOT NULL AND `done_at` "
+                              "< ? ORDER BY `done_at`, `id` LIMIT ?");
+    CHECK_CONTAINS(prune.remove.sql, "DELETE `lq_t` FROM JSON_TABLE(?, '$[*]' COLUMNS (`lq_id` "
+                                     "BIGINT PATH '$')) AS `lq_s` JOIN `we\"ird` AS `lq_t`");
+    CHECK(prune.remove.params[0] == LQ__P_HELD_SET && prune.remove.params[1] == LQ__P_NOW);
+    lq__prune_sql_free(&prune);
+
     /* The insert: roles the table has, attempt 1, the id returned. */
     lq__stmt insert;
     CHECK(lq__sqlset_build_insert(&insert, d, t) == LQ_OK);

@@ -164,6 +164,26 @@ def test_cancel_takes_a_row_to_the_dead_letters(folder: Path, db: Any) -> None:
     assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 1
 
 
+def test_pause_stops_every_worker_until_resume(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "cat.png")
+    ran = cli(folder, db, "--table", "jobs", "pause")
+    assert ran.status == 0 and ran.out.startswith("paused jobs"), ran
+    stats = cli(folder, db, "--table", "jobs", "stats")
+    assert "paused" in stats.out, stats
+    assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["paused"] is True
+    ran = cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+              "--until-idle", "0.5", "--json")
+    assert ran.status == 0 and ran.json()["done"] == 0, ran
+    ran = cli(folder, db, "--table", "jobs", "resume", "--json")
+    assert ran.status == 0 and ran.json() == {"table": "jobs", "group": None, "paused": False}, ran
+    ran = cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+              "--until-idle", "0.5", "--json")
+    assert ran.status == 0 and ran.json()["done"] == 1, ran
+    refused(cli(folder, db, "--table", "jbos", "pause"), 1, "jbos")
+    refused(cli(folder, db, "--table", "jobs", "--group", "a", "pause"), 1, "group")
+
+
 def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path, db: Any) -> None:
     cli(folder, db, "--table", "jobs", "init")
     cli(folder, db, "--table", "jobs", "enqueue", "cat.png", "notes.txt")
@@ -201,6 +221,36 @@ def test_dead_letters_are_listed_replayed_and_purged(folder: Path, db: Any) -> N
     assert cli(folder, db, "--table", "jobs", "dead-letters", "list").out == ""
     assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 1
     refused(cli(folder, db, "--table", "missing", "dead-letters", "list"), 1, "does not exist")
+
+
+def test_prune_deletes_what_is_older_than_a_duration(folder: Path, db: Any) -> None:
+    (folder / "done.json").write_text(json.dumps({
+        "name": "done", "payload": "payload", "attempt": "attempt", "retry_after": "retry_after",
+        "locked_until": "locked_until", "processed_at": "processed_at",
+        "dead_letter": "done_dead"}))
+    done = ["--table-file", "done.json"]
+    cli(folder, db, *done, "init")
+    cli(folder, db, *done, "enqueue", "a.txt", "b.txt", "cat.png")
+    cli(folder, db, *done, "worker", "examples.handlers:resize", "--max-attempts", "1",
+        "--until-idle", "1")  # cat.png done and kept, the others dead letters
+    ran = cli(folder, db, *done, "prune", "--older-than", "1h")
+    assert ran.status == 0 and ran.out == "deleted 0 finished rows older than 1h\n", ran
+    db.execute("UPDATE done SET processed_at = %s WHERE processed_at IS NOT NULL" % db.past)
+    ran = cli(folder, db, *done, "prune", "--older-than", "7d", "--json")
+    assert ran.json() == {"table": "done", "group": None, "older_than_s": 7 * 86400.0,
+                          "dead_letters": False, "deleted": 1}, ran
+    assert cli(folder, db, *done, "prune", "--dead-letters", "--older-than", "30s").out == \
+        "deleted 0 dead letters older than 30s\n"
+    db.execute("UPDATE done_dead SET retry_after = %s" % db.past)
+    ran = cli(folder, db, *done, "prune", "--dead-letters", "--older-than", "15m")
+    assert ran.status == 0 and ran.out == "deleted 2 dead letters older than 15m\n", ran
+    assert cli(folder, db, *done, "prune", "--older-than", "3600").status == 0  # seconds
+    assert db.count("done") == 0 and db.count("done_dead") == 0
+    for bad in ("7x", "-5", "d", "", "inf", "1e999s"):
+        refused(cli(folder, db, *done, "prune", "--older-than", bad), 2, "--older-than")
+    assert cli(folder, db, *done, "prune").status == 2  # no duration
+    cli(folder, db, "--table", "jobs", "init")  # the default table keeps no finished rows
+    refused(cli(folder, db, "--table", "jobs", "prune", "--older-than", "1d"), 1, "processed_at")
 
 
 SLOW_HANDLER = '''

@@ -294,6 +294,15 @@ void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *grou
     pthread_mutex_unlock(&b->mu);
 }
 
+void lq__broker_control_changed(lq_broker *b, const char *label, const char *group) {
+    char own[256];
+    pthread_mutex_lock(&b->mu);
+    for (lq__member *m = b->members; m; m = m->next)
+        if (strcmp(lq__table_label(m->table, own, sizeof own), label) == 0 && wakes(m, group))
+            m->control_changed(m);
+    pthread_mutex_unlock(&b->mu);
+}
+
 void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group) {
     pthread_mutex_lock(&b->mu);
     for (lq__member *m = b->members; m; m = m->next)

@@ -23,6 +23,9 @@ typedef struct lq__member {
     void (*wake)(struct lq__member *m);
     /* Room came free in the pool: its claimers that wait for room look again. */
     void (*room_freed)(struct lq__member *m);
+    /* Its queue was paused or resumed: it looks at the control table before
+     * its next claim. */
+    void (*control_changed)(struct lq__member *m);
     struct lq__member *next;
 } lq__member;
 
@@ -62,6 +65,9 @@ LQ__HIDDEN void lq__broker_wake(lq_broker *b, const lq_table *t, const char *gro
 LQ__HIDDEN void lq__broker_wake_all(lq_broker *b);
 /* Wakes the members whose table label is `channel` (and group). */
 LQ__HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const char *group);
+/* The members of the table labelled `label` whose queue a pause of `group`
+ * (NULL: the whole table) touches are told of it. */
+LQ__HIDDEN void lq__broker_control_changed(lq_broker *b, const char *label, const char *group);
 /* Room came free in the pool: every member but `except` is told. Holds no
  * member's lock on entry. */
 LQ__HIDDEN void lq__broker_wake_room(lq_broker *b, const lq__member *except);

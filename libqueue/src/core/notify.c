@@ -3,10 +3,11 @@
  * the broker keeps one dedicated connection that listens on the channels of
  * its subscriptions and wakes them. That connection reconnects after a
  * failure and then wakes every subscription once, since notifications sent
- * while it was down are lost; the poll interval stays the floor. */
+ * while it was down are lost; the poll interval stays the floor. It also
+ * listens on the control channel, where pauses and resumes are told. */
 #include "base/clock.h"
 #include "core/message.h"
-#include "core/broker.h"
+#include "core/pause.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ typedef struct lq__listener {
 } lq__listener;
 
 static bool listens(const lq_broker *b) { return b->listener != NULL; }
+static int add_channel(lq__listener *l, const char *channel);
 
 int lq__notify_publish(lq_broker *b, lq__conn *conn, const lq_table *t, lq_message *const *messages,
                        size_t count) {
@@ -44,7 +46,8 @@ int lq__notify_publish(lq_broker *b, lq__conn *conn, const lq_table *t, lq_messa
 }
 
 static void on_note(void *ctx, const char *channel, const char *payload) {
-    lq__broker_wake_channel(ctx, channel, payload && *payload ? payload : NULL);
+    if (strcmp(channel, LQ__CONTROL_CHANNEL) == 0) lq__pause_heard(ctx, payload ? payload : "");
+    else lq__broker_wake_channel(ctx, channel, payload && *payload ? payload : NULL);
 }
 
 /* LISTENs on the channels added since the last call; false on failure. */
@@ -119,7 +122,9 @@ int lq__listener_start(lq_broker *b) {
         return lq__error(LQ_ERROR, "cannot start the LISTEN thread");
     }
     b->listener = l;
-    return LQ_OK;
+    int rc = add_channel(l, LQ__CONTROL_CHANNEL);
+    if (rc != LQ_OK) lq__listener_stop(b);
+    return rc;
 }
 
 void lq__listener_stop(lq_broker *b) {
@@ -136,16 +141,8 @@ void lq__listener_stop(lq_broker *b) {
     b->listener = NULL;
 }
 
-int lq__listener_add(lq_broker *b, const lq_table *t) {
-    lq__listener *l = b->listener;
-    if (!l) return LQ_OK;
-    char channel[256];
-    lq__table_label(t, channel, sizeof channel);
-    if (strlen(channel) > 63)
-        return lq__error(LQ_MISUSE,
-                         "the table's qualified name is %zu bytes, and a notification channel "
-                         "holds at most 63: switch listen_notify off for it",
-                         strlen(channel));
+/* Adds a channel to listen on, once. */
+static int add_channel(lq__listener *l, const char *channel) {
     pthread_mutex_lock(&l->mu);
     for (size_t i = 0; i < l->count; i++) {
         if (strcmp(l->channels[i], channel) == 0) {
@@ -164,4 +161,17 @@ int lq__listener_add(lq_broker *b, const lq_table *t) {
     l->channels[l->count++] = copy;
     pthread_mutex_unlock(&l->mu);
     return LQ_OK;
+}
+
+int lq__listener_add(lq_broker *b, const lq_table *t) {
+    lq__listener *l = b->listener;
+    if (!l) return LQ_OK;
+    char channel[256];
+    lq__table_label(t, channel, sizeof channel);
+    if (strlen(channel) > 63)
+        return lq__error(LQ_MISUSE,
+                         "the table's qualified name is %zu bytes, and a notification channel "
+                         "holds at most 63: switch listen_notify off for it",
+                         strlen(channel));
+    return add_channel(l, channel);
 }

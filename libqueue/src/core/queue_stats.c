@@ -7,21 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An integer column, as each dialect returns a count or an attempt. */
-static int64_t int_of(const lq__value *v) {
-    if (v->type == LQ__V_INT) return v->i;
-    if (v->type != LQ__V_TEXT || v->n == 0 || v->n >= LQ__INT_TEXT_SIZE) return 0;
-    char text[LQ__INT_TEXT_SIZE];
-    memcpy(text, v->p, v->n);
-    text[v->n] = '\0';
-    return strtoll(text, NULL, 10);
-}
-
-static int on_count(void *ctx, const lq__value *cols, int count) {
-    if (count > 0) *(int64_t *)ctx = int_of(&cols[0]);
-    return LQ_OK;
-}
-
 /* The head's due time, as epoch ms (-1: no row, or a time not understood). */
 static int on_time(void *ctx, const lq__value *cols, int count) {
     int64_t *ms = ctx;
@@ -41,9 +26,9 @@ typedef struct attempt_counts {
 static int on_attempt(void *ctx, const lq__value *cols, int count) {
     attempt_counts *a = ctx;
     if (count < 2) return LQ_OK;
-    int64_t attempt = int_of(&cols[0]);
+    int64_t attempt = lq__value_int(&cols[0]);
     size_t at = attempt < 0 ? 0 : (uint64_t)attempt >= a->buckets ? a->buckets - 1 : (size_t)attempt;
-    a->counts[at] += int_of(&cols[1]);
+    a->counts[at] += lq__value_int(&cols[1]);
     return LQ_OK;
 }
 
@@ -117,10 +102,10 @@ int lq_queue_stats(int64_t *values_out, size_t count, lq_broker *b, const lq_tab
     look l;
     int rc = begin_look(&l, b, t, group, cap);
     int64_t v[LQ_QUEUE_STAT_COUNT] = {0, 0, -1, -1, -1}, head = -1;
-    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.due, on_count, &v[LQ_QUEUE_DUE]);
-    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.delayed, on_count, &v[LQ_QUEUE_DELAYED]);
-    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.in_work, on_count, &v[LQ_QUEUE_IN_WORK]);
-    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.dead, on_count, &v[LQ_QUEUE_DEAD_LETTERS]);
+    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.due, lq__on_count, &v[LQ_QUEUE_DUE]);
+    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.delayed, lq__on_count, &v[LQ_QUEUE_DELAYED]);
+    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.in_work, lq__on_count, &v[LQ_QUEUE_IN_WORK]);
+    if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.dead, lq__on_count, &v[LQ_QUEUE_DEAD_LETTERS]);
     if (rc == LQ_OK) rc = run_once(b, &l, &l.sql.head, on_time, &head);
     if (head >= 0) {
         int64_t age = l.args[LQ__P_NOW].i - head;

@@ -95,6 +95,13 @@ static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_tabl
             lq__sql_col(&b, LQ_ROLE_DEDUP_KEY);
             lq__sql_add(&b, ")");
         }
+        if (unique_keys && lq__has(t, LQ_ROLE_PROCESSED_AT)) {
+            lq__sql_add(&b, ",\n  INDEX ");
+            add_index_name(&b, "processed");
+            lq__sql_add(&b, " (");
+            lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
+            lq__sql_add(&b, ")");
+        }
     }
     lq__sql_add(&b, "\n)");
     return lq__sql_finish(&b);
@@ -132,11 +139,36 @@ static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_tabl
     return lq__sql_finish(&b);
 }
 
+/* The index retention finds finished rows by (lq_queue_prune), on
+ * processed_at; partial where the database has them, so that it holds the
+ * finished rows only. Where indexes are part of CREATE TABLE (MySQL), this
+ * statement is for a table made before, and fails on a name taken. */
+static int build_processed_index(lq__stmt *out, const lq__dialect *d, const lq_table *t,
+                                 bool concurrently) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, d->ddl->index_in_table ? "CREATE INDEX "
+                    : concurrently         ? "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
+                                           : "CREATE INDEX IF NOT EXISTS ");
+    add_index_name(&b, "processed");
+    lq__sql_add(&b, " ON ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " (");
+    lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
+    lq__sql_add(&b, ")");
+    if (d->ddl->partial_index) {
+        lq__sql_add(&b, " WHERE ");
+        lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
+        lq__sql_add(&b, " IS NOT NULL");
+    }
+    return lq__sql_finish(&b);
+}
+
 /* The statements creating one table: CREATE TABLE, and CREATE INDEX where
- * the indexes are not part of it. A dead-letter table takes no unique keys:
- * its rows have left the queue. */
+ * the indexes are not part of it. A dead-letter table takes no unique keys
+ * and no index of finished rows: its rows have left the queue. */
 typedef struct table_ddl {
-    lq__stmt stmts[3];
+    lq__stmt stmts[4];
     int count;
 } table_ddl;
 
@@ -154,8 +186,12 @@ static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t, bo
         if (rc == LQ_OK) ddl->count = 2;
     }
     if (rc == LQ_OK && !d->ddl->index_in_table && unique_keys && lq__has(t, LQ_ROLE_DEDUP_KEY)) {
-        rc = build_dedup_index(&ddl->stmts[2], d, t);
-        if (rc == LQ_OK) ddl->count = 3;
+        rc = build_dedup_index(&ddl->stmts[ddl->count], d, t);
+        if (rc == LQ_OK) ddl->count++;
+    }
+    if (rc == LQ_OK && !d->ddl->index_in_table && unique_keys && lq__has(t, LQ_ROLE_PROCESSED_AT)) {
+        rc = build_processed_index(&ddl->stmts[ddl->count], d, t, false);
+        if (rc == LQ_OK) ddl->count++;
     }
     if (rc != LQ_OK) ddl_free(ddl);
     return rc;
@@ -558,6 +594,13 @@ int lq__ticks_table_create(lq_broker *b, const lq_table *t) {
     return rc;
 }
 
+int lq__control_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create) {
+    int rc = create_aside(b, t, LQ__CONTROL_TABLE, create, NULL);
+    if (rc != LQ_OK)
+        lq__error_prefix("pauses are kept in table %s, which could not be made", LQ__CONTROL_TABLE);
+    return rc;
+}
+
 /* ---- the indexes of the queue-wide limits -------------------------------- */
 
 static int build_limit_index(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool by_key) {
@@ -600,5 +643,29 @@ void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key) {
         lq__error_prefix("table %s: the limits count its leased rows without an index on %s",
                          lq__table_label(t, label, sizeof label), t->columns[LQ_ROLE_LOCKED_UNTIL]);
         lq__log_error(LQ_LOG_WARNING, "a subscription's limits");
+    }
+}
+
+/* ---- the index of finished rows ------------------------------------------ */
+
+void lq__processed_index_create(lq_broker *b, lq__conn *conn, const lq_table *t) {
+    const lq__dialect *d = b->dialect;
+    lq__conn *own = NULL;
+    lq__stmt index = {0};
+    /* On PostgreSQL a plain CREATE INDEX, even of one that exists, waits
+     * for the table's writers and holds the next ones; CONCURRENTLY does
+     * neither (and needs no transaction, which autocommit is). */
+    int rc = build_processed_index(&index, d, t, d->ddl->concurrent_index);
+    if (rc == LQ_OK && !conn && (rc = lq__pool_acquire(&own, &b->pool)) == LQ_OK) conn = own;
+    if (rc == LQ_OK) rc = d->execute(NULL, conn, index.sql, NULL, 0);
+    if (rc != LQ_OK && d->ddl->duplicate_index && lq_errcode_native() == d->ddl->duplicate_index)
+        rc = LQ_OK; /* made before */
+    free(index.sql);
+    if (own) lq__pool_release(&b->pool, own, rc == LQ_CONNECT);
+    if (rc != LQ_OK) {
+        char label[512];
+        lq__error_prefix("table %s: retention reads its finished rows without an index on %s",
+                         lq__table_label(t, label, sizeof label), t->columns[LQ_ROLE_PROCESSED_AT]);
+        lq__log_error(LQ_LOG_WARNING, "retention");
     }
 }

@@ -14,6 +14,9 @@ LQ__HIDDEN int lq__starts_table_create(lq_broker *b, const lq_table *t);
  * tick, and when it was enqueued on the database's clock, keyed by the
  * first two. */
 LQ__HIDDEN int lq__ticks_table_create(lq_broker *b, const lq_table *t);
+/* Creates the control table pauses are kept in (sql/control.c), beside the
+ * queue's table, with the statement `create`, when it is missing. */
+LQ__HIDDEN int lq__control_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create);
 
 /* Makes, if missing, the indexes the queue-wide limits count leased rows by
  * (on locked_until, and with `by_key` on the partition key and
@@ -21,5 +24,14 @@ LQ__HIDDEN int lq__ticks_table_create(lq_broker *b, const lq_table *t);
  * they cannot be made (a role without CREATE), a warning says so, and the
  * limits count without them. */
 LQ__HIDDEN void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key);
+
+/* Makes, if missing, the index retention finds finished rows by
+ * (<table>_processed on processed_at, partial on processed_at IS NOT NULL
+ * where the database has them), as lq_table_create makes it for a new
+ * table; on PostgreSQL CONCURRENTLY, so that writers go on meanwhile. On
+ * `conn` (in no transaction), or one of the pool when NULL. Best effort, as
+ * the limits' indexes: without it, a warning, and each batch of retention
+ * reads the table for old rows. */
+LQ__HIDDEN void lq__processed_index_create(lq_broker *b, lq__conn *conn, const lq_table *t);
 
 #endif

@@ -716,6 +716,7 @@ static const lq__ddl_types pg_ddl = {
     .key_text = "TEXT",
     .json = "JSONB",
     .partial_index = true,
+    .concurrent_index = true,
 };
 
 static void pg_schema_query(lq__sql *b) {

@@ -135,6 +135,12 @@ struct lq_subscription {
     int settling; /* of those, settling now: their workers' next rows may be claimed */
     unsigned jitter_seed;
     int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
+    /* Pauses (core/pause.h): the control table's answer, looked at again
+     * once a poll interval, or at once when a pause or resume is heard of. */
+    lq__stmt pause_check;
+    bool paused, pause_due;
+    bool pause_known, pause_reading; /* a first answer came; a read is in flight */
+    int64_t pause_looked_at; /* monotonic ms; 0: never */
     /* Claims failing in a row (contention aside): since when (monotonic ms;
      * 0 while they work), and the last failure. A pull that would time out
      * reports it instead (an outage is not an empty queue), and

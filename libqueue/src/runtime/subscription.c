@@ -10,6 +10,7 @@
  * hashes to, and a lane runs one row at a time. */
 #include "base/clock.h"
 #include "core/schema.h"
+#include "core/pause.h"
 #include "runtime/runtime.h"
 
 #include <errno.h>
@@ -71,6 +72,7 @@ static void subscription_free(lq_subscription *s) {
     if (s->room_starved) b->room.starved--;
     pthread_mutex_unlock(&b->room_mu);
     lq__sqlset_free(&s->sql);
+    free(s->pause_check.sql);
     lq_table_free(s->table);
     free(s->group);
     free(s->limit_key);
@@ -103,6 +105,15 @@ static void member_wake(lq__member *m) {
     pthread_mutex_lock(&s->mu);
     s->woken = true;
     pthread_cond_signal(&s->claim_cv); /* that claimer wakes the next, as room allows */
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void member_control_changed(lq__member *m) {
+    lq_subscription *s = of_member(m);
+    pthread_mutex_lock(&s->mu);
+    s->pause_due = true;
+    s->woken = true;
+    pthread_cond_signal(&s->claim_cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -432,6 +443,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = plan_limits(s);
     if (rc == LQ_OK) lq__row_layout(s->table, s->row_at);
     if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
+    if (rc == LQ_OK) rc = lq__sql_build_paused(&s->pause_check, b->dialect, s->table);
+    if (rc == LQ_OK) rc = lq__broker_intern(b, &s->pause_check);
     if (rc == LQ_OK) rc = prepare_all(s);
     s->coalescer.ack = &s->sql.ack;
     s->coalescer.ack_set = &s->sql.ack_set;
@@ -439,7 +452,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->coalescer.ack_set_held = &s->sql.ack_set_held;
     s->member = (lq__member){.table = s->table, .group = s->group, .on_threads = s->on_threads,
                              .thread_connections = s->thread_connections,
-                             .wake = member_wake, .room_freed = member_room_freed};
+                             .wake = member_wake, .room_freed = member_room_freed,
+                             .control_changed = member_control_changed};
     if (rc == LQ_OK) rc = lq__broker_attach(b, &s->member);
     if (rc != LQ_OK) {
         if (s->table) {
@@ -656,6 +670,57 @@ static void wake_takers(lq_subscription *s, int rows, bool own) {
     for (int i = 0; i < wakes; i++) pthread_cond_signal(takers);
 }
 
+/* Gives back the rows claimed and not yet handed out, as a stop does (but
+ * where a transactional delivery in work may hold SQLite's write lock
+ * their release would wait for: those rows are handed out). s->mu held, let
+ * go while they go back. */
+static void give_back_waiting(lq_subscription *s) {
+    if (!s->waiting || (s->transactional && s->in_work > 0 && s->broker->dialect->single_writer))
+        return;
+    lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
+    s->queue_head = s->queue_tail = NULL;
+    s->waiting = 0;
+    pthread_mutex_unlock(&s->mu);
+    lq__claimed_free(&left);
+    pthread_mutex_lock(&s->mu);
+}
+
+/* Whether the queue is paused: the control table is read once a poll
+ * interval (by one claimer; the others take its answer, and before the
+ * first answer wait for it), or at once after a pause or resume was heard
+ * of. A read that fails keeps the last answer. A pause gives back the rows
+ * waiting for a worker; deliveries in work finish. s->mu held, let go while
+ * it reads. */
+static bool paused_now(lq_subscription *s) {
+    int64_t now = lq__mono_ms();
+    while (s->pause_reading && !s->pause_known && !s->stopping) {
+        s->claimers_idle++;
+        pthread_cond_wait(&s->claim_cv, &s->mu);
+        s->claimers_idle--;
+    }
+    if (s->pause_reading || (!s->pause_due && s->pause_known && now - s->pause_looked_at < s->poll_ms))
+        return s->paused;
+    s->pause_due = false;
+    s->pause_looked_at = now;
+    s->pause_reading = true;
+    pthread_mutex_unlock(&s->mu);
+    bool paused = false;
+    int rc = lq__pause_read(&paused, s->broker, &s->pause_check, s->table, s->group);
+    if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
+    pthread_mutex_lock(&s->mu);
+    s->pause_reading = false;
+    s->pause_known = true;
+    pthread_cond_broadcast(&s->claim_cv); /* the claimers that waited for the answer */
+    if (rc != LQ_OK || paused == s->paused) return s->paused;
+    s->paused = paused;
+    char label[256];
+    lq__log(LQ_LOG_INFO, "queue %s%s%s %s", lq__table_label(s->table, label, sizeof label),
+            s->group ? " group " : "", s->group ? s->group : "",
+            paused ? "paused: claims stop, deliveries in work finish" : "resumed: claims go on");
+    if (paused) give_back_waiting(s);
+    return paused;
+}
+
 /* One turn of a claimer, s->mu held (let go while it waits or claims): it
  * rests after a short or failed claim until the wait is over or a wake-up
  * comes (one claim per wait, whichever thread makes it), waits while no
@@ -666,6 +731,12 @@ static void wake_takers(lq_subscription *s, int rows, bool own) {
 static void claim_turn(lq_subscription *s, bool own) {
     if (s->woken) s->rest_until = 0;
     bool rests = s->rest_until > lq__mono_ms();
+    if (!rests && paused_now(s)) {
+        s->woken = false;
+        s->rest_until = lq__mono_ms() + s->poll_ms;
+        return;
+    }
+    if (s->stopping) return; /* paused_now let go of s->mu: a stop's wake-up may have passed */
     int limit = rests ? 0 : may_claim(s);
     if (!limit && chained.of == s) { /* no claim now: let the chained transaction go first */
         pthread_mutex_unlock(&s->mu);
@@ -1269,16 +1340,16 @@ int lq_subscription_in_handler(const lq_subscription *s) {
 int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
     if (!s) return 0;
     lq_subscription *m = (lq_subscription *)s;
-    if (stat == LQ_STAT_IN_WORK || stat == LQ_STAT_WAITING || stat == LQ_STAT_POLL_INTERVAL_MS) {
+    if (stat == LQ_STAT_IN_WORK || stat == LQ_STAT_WAITING || stat == LQ_STAT_POLL_INTERVAL_MS ||
+        stat == LQ_STAT_PAUSED) {
         pthread_mutex_lock(&m->mu);
-        int64_t v = stat == LQ_STAT_IN_WORK ? m->in_work
+        int64_t v = stat == LQ_STAT_IN_WORK   ? m->in_work
                     : stat == LQ_STAT_WAITING ? m->waiting
+                    : stat == LQ_STAT_PAUSED  ? (int64_t)m->paused
                                               : (int64_t)m->interval_ms;
         pthread_mutex_unlock(&m->mu);
         return v;
     }
-    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXPIRED_UNSTARTED || stat == LQ_STAT_IN_WORK ||
-        stat == LQ_STAT_WAITING)
-        return 0;
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXPIRED_UNSTARTED) return 0;
     return atomic_load(&m->stats[stat]);
 }

@@ -54,16 +54,7 @@ static int build_to_table(lq__cancel_sql *out, const lq__dialect *d, const lq_ta
     lq__sql_table(&b);
     where_id(&b);
     rc = lq__sql_finish(&b);
-    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
-        lq__sql_start(&b, &out->clear, d, t);
-        lq__sql_add(&b, "UPDATE ");
-        lq__sql_qualified(&b, schema, name);
-        lq__sql_add(&b, " SET ");
-        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(&b, " = NULL");
-        where_id(&b);
-        rc = lq__sql_finish(&b);
-    }
+    if (rc == LQ_OK) rc = lq__sql_build_dead_clear(&out->clear, d, t, schema, name);
     free(schema);
     free(name);
     return rc;
@@ -84,6 +75,7 @@ static int build_remove(lq__stmt *out, const lq__dialect *d, const lq_table *t) 
             lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
             lq__sql_add(&b, " = NULL");
         }
+        lq__sql_dead_stamp(&b, ", ");
         lq__sql_free_dedup_key(&b, NULL);
     } else {
         lq__sql_add(&b, "DELETE FROM ");

@@ -26,6 +26,10 @@ typedef struct lq__value {
 /* Called once per result row; a non-zero return stops the statement and is
  * returned by exec. */
 typedef int (*lq__row_fn)(void *ctx, const lq__value *columns, int count);
+/* An integer column's value (sql/values.c); 0 for NULL or what is not one. */
+LQ__HIDDEN int64_t lq__value_int(const lq__value *v);
+/* A row function reading a one-column count into the int64_t at ctx. */
+LQ__HIDDEN int lq__on_count(void *ctx, const lq__value *columns, int count);
 
 /* The kinds of value a column's declared type holds (lq__dialect.type_kinds),
  * checked against what each role needs when a table is verified. */
@@ -44,6 +48,9 @@ typedef struct lq__ddl_types {
      * name): compared byte for byte, as the library compares names. */
     const char *key_text;
     bool partial_index;  /* CREATE INDEX .. WHERE */
+    /* CREATE INDEX CONCURRENTLY (outside a transaction): an index made on a
+     * table in use, without holding its writers. */
+    bool concurrent_index;
     bool index_in_table; /* the claim-order index is declared inside CREATE TABLE,
                             where the database has no CREATE INDEX IF NOT EXISTS */
     int duplicate_index; /* there: the native error of a CREATE INDEX whose name exists */

@@ -347,6 +347,14 @@ static void settle_tail(lq__sql *b, bool counts) {
     }
 }
 
+void lq__sql_dead_stamp(lq__sql *b, const char *sep) {
+    if (!lq__has(b->table, LQ_ROLE_RETRY_AFTER)) return;
+    lq__sql_add(b, sep);
+    lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_NOW);
+}
+
 void lq__sql_free_dedup_key(lq__sql *b, const char *qualifier) {
     if (!lq__has(b->table, LQ_ROLE_DEDUP_KEY)) return;
     lq__sql_add(b, ", ");
@@ -491,7 +499,10 @@ static int build_update(lq__sql *b, int role, lq__param value, bool settles, boo
     if (value) lq__sql_param(b, value);
     else lq__sql_add(b, "NULL");
     if (settles) settle_tail(b, counts);
-    if (value == LQ__P_DEST) lq__sql_free_dedup_key(b, NULL);
+    if (value == LQ__P_DEST) {
+        lq__sql_dead_stamp(b, ", ");
+        lq__sql_free_dedup_key(b, NULL);
+    }
     where_held(b);
     return lq__sql_finish(b);
 }
@@ -581,8 +592,30 @@ int lq__split_destination(char **schema, char **name, const char *dest) {
     return LQ_OK;
 }
 
+int lq__sql_build_dead_clear(lq__stmt *out, const lq__dialect *d, const lq_table *t,
+                             const char *schema, const char *name) {
+    bool lease = lq_table_form(t) == LQ_FORM_LEASE;
+    if (!lease && !lq__has(t, LQ_ROLE_RETRY_AFTER)) return LQ_OK; /* nothing to write */
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "UPDATE ");
+    lq__sql_qualified(&b, schema, name);
+    lq__sql_add(&b, " SET ");
+    if (lease) {
+        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+        lq__sql_add(&b, " = NULL");
+    }
+    lq__sql_dead_stamp(&b, lease ? ", " : "");
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ__P_ID);
+    return lq__sql_finish(&b);
+}
+
 /* Dead letter into a table of the same columns: copy the row as it is, clear
- * its lease in the copy, delete it here; the three run in one transaction. */
+ * its lease and stamp its time in the copy, delete it here; the three run in
+ * one transaction. */
 static int build_dead_table(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     char *schema, *name;
     int rc = lq__split_destination(&schema, &name, t->dead_letter);
@@ -595,18 +628,7 @@ static int build_dead_table(lq__sqlset *set, const lq__dialect *d, const lq_tabl
     lq__sql_table(&b);
     where_held(&b);
     rc = lq__sql_finish(&b);
-    if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
-        lq__sql_start(&b, &set->dead_clear, d, t);
-        lq__sql_add(&b, "UPDATE ");
-        lq__sql_qualified(&b, schema, name);
-        lq__sql_add(&b, " SET ");
-        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(&b, " = NULL WHERE ");
-        lq__sql_id(&b);
-        lq__sql_add(&b, " = ");
-        lq__sql_param(&b, LQ__P_ID);
-        rc = lq__sql_finish(&b);
-    }
+    if (rc == LQ_OK) rc = lq__sql_build_dead_clear(&set->dead_clear, d, t, schema, name);
     if (rc == LQ_OK) {
         lq__sql_start(&b, &set->dead_delete, d, t);
         lq__sql_add(&b, "DELETE FROM ");
@@ -1011,4 +1033,25 @@ void lq__sqlset_free(lq__sqlset *set) {
         free(all[i]->sql);
         all[i]->sql = NULL;
     }
+}
+
+int lq__sql_probe(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_id(&b);
+    for (int role = LQ_ROLE_PAYLOAD; role < LQ__ROLE_COUNT; role++) {
+        if (!t->columns[role]) continue;
+        lq__sql_add(&b, ", ");
+        lq__sql_col(&b, role);
+    }
+    for (size_t i = 0; i < t->key.count; i++) {
+        if (!t->key.parts[i].is_column) continue;
+        lq__sql_add(&b, ", ");
+        lq__sql_ident(&b, t->key.parts[i].text);
+    }
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE 1 = 0");
+    return lq__sql_finish(&b);
 }

@@ -114,6 +114,10 @@ typedef struct lq__sql {
 LQ__HIDDEN void lq__sql_start(lq__sql *b, lq__stmt *stmt, const struct lq__dialect *d, const lq_table *t);
 /* Finishes the statement; LQ_NOMEM or LQ_MISUSE (too many parameters). */
 LQ__HIDDEN int lq__sql_finish(lq__sql *b);
+/* SELECT id, <every column the description names> FROM t WHERE 1 = 0: a
+ * read of nothing that fails when the table or one of its columns is not
+ * there. */
+LQ__HIDDEN int lq__sql_probe(lq__stmt *out, const struct lq__dialect *d, const lq_table *t);
 LQ__HIDDEN void lq__sql_add(lq__sql *b, const char *text);
 LQ__HIDDEN void lq__sql_ident(lq__sql *b, const char *name);
 LQ__HIDDEN void lq__sql_table(lq__sql *b);
@@ -161,13 +165,22 @@ LQ__HIDDEN void lq__sql_and_unprocessed(lq__sql *b);
  * dead-lettered into a group) gives its dedup key back: ", key = NULL",
  * the column qualified by `qualifier` when given; nothing without one. */
 LQ__HIDDEN void lq__sql_free_dedup_key(lq__sql *b, const char *qualifier);
+/* Dead-lettering writes when it happened, on the host's clock: "<sep>
+ * retry_after = <LQ__P_NOW>" where the table has the column (retention of
+ * dead letters reads it; a replay sets it to now again); nothing without. */
+LQ__HIDDEN void lq__sql_dead_stamp(lq__sql *b, const char *sep);
+/* What a dead letter's copy in the dead-letter table `schema`.`name` is
+ * given (row LQ__P_ID): no lease, and its time (lq__sql_dead_stamp). NULL sql
+ * where there is neither to write. */
+LQ__HIDDEN int lq__sql_build_dead_clear(lq__stmt *out, const struct lq__dialect *d,
+                                        const lq_table *t, const char *schema, const char *name);
 
 /* The statements of lq_cancel (sql/cancel.c). */
 typedef struct lq__cancel_sql {
     lq__stmt find;   /* the row if queued or in work, locked for the transaction: 1 when a
                         lease holds it now (LQ__P_NOW), and its advisory key */
     lq__stmt copy;   /* dead letters in a table: the row copied there (NULL sql otherwise) */
-    lq__stmt clear;  /* and its lease cleared in the copy (NULL sql but in the lease form) */
+    lq__stmt clear;  /* and its lease cleared, its time stamped in the copy (or NULL sql) */
     lq__stmt remove; /* the row deleted, or moved into the dead-letter group */
 } lq__cancel_sql;
 LQ__HIDDEN int lq__sql_build_cancel(lq__cancel_sql *out, const struct lq__dialect *d,
@@ -205,6 +218,40 @@ typedef struct lq__dead_letters_sql {
 LQ__HIDDEN int lq__sql_build_dead_letters(lq__dead_letters_sql *out, const struct lq__dialect *d,
                                           const lq_table *t);
 LQ__HIDDEN void lq__dead_letters_sql_free(lq__dead_letters_sql *s);
+
+/* Retention (sql/prune.c): a batch of up to LQ__P_LIMIT rows past their
+ * time deleted, LQ__P_NOW being the cut. With `dead` false, finished rows
+ * (processed_at before the cut), of the group LQ__P_GROUP with `by_group`;
+ * with `dead` true, dead letters (retry_after, as dead-lettering stamps it,
+ * before the cut) in the dead-letter table, or in the group LQ__P_DEST and
+ * not leased now (LQ__P_LEASE_NOW). */
+typedef struct lq__prune_sql {
+    lq__stmt pick;   /* where the dialect joins sets (held_set_joins): the ids of the
+                        batch, read without a lock; else NULL sql */
+    lq__stmt remove; /* DELETE of the batch, picked by a subquery, or of the rows of
+                        LQ__P_HELD_SET (ids, as lq__held_set_add writes them) still past
+                        the cut */
+} lq__prune_sql;
+LQ__HIDDEN int lq__sql_build_prune(lq__prune_sql *out, const struct lq__dialect *d,
+                                   const lq_table *t, bool dead, bool by_group);
+LQ__HIDDEN void lq__prune_sql_free(lq__prune_sql *s);
+
+/* The statements of the control table (sql/control.c), one row per paused
+ * queue: LQ__P_QUEUE the queue's table name, LQ__P_GROUP its group ("" for
+ * the whole table), LQ__P_NOW when (epoch ms, as an integer). */
+typedef struct lq__control_sql {
+    lq__stmt create; /* the control table, if it is missing */
+    lq__stmt pause;  /* the row inserted: a duplicate key when paused already */
+    lq__stmt resume; /* the row deleted */
+    lq__stmt paused; /* COUNT(*) of the rows pausing a group: its own and its table's */
+    lq__stmt probe;  /* reads no row of the queue's table: it exists */
+} lq__control_sql;
+#define LQ__CONTROL_TABLE "lq_queue_control"
+LQ__HIDDEN int lq__sql_build_control(lq__control_sql *out, const struct lq__dialect *d,
+                                     const lq_table *t);
+/* The `paused` statement alone, which a subscription keeps. */
+LQ__HIDDEN int lq__sql_build_paused(lq__stmt *out, const struct lq__dialect *d, const lq_table *t);
+LQ__HIDDEN void lq__control_sql_free(lq__control_sql *c);
 
 /* Builds the settlements and the extension every dialect shares, then the
  * dialect's claims. */

@@ -1,0 +1,20 @@
+/* Reading the values a statement returns, as every dialect gives them: an
+ * integer column comes back as an integer, or as its decimal text. */
+#include "sql/dialect.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int64_t lq__value_int(const lq__value *v) {
+    if (v->type == LQ__V_INT) return v->i;
+    if (v->type != LQ__V_TEXT || v->n == 0 || v->n >= LQ__INT_TEXT_SIZE) return 0;
+    char text[LQ__INT_TEXT_SIZE];
+    memcpy(text, v->p, v->n);
+    text[v->n] = '\0';
+    return strtoll(text, NULL, 10);
+}
+
+int lq__on_count(void *ctx, const lq__value *cols, int count) {
+    if (count > 0) *(int64_t *)ctx = lq__value_int(&cols[0]);
+    return LQ_OK;
+}
