@@ -184,6 +184,14 @@ typedef enum lq_option {
                                        (lq_delivery_expired tells it); every form (row
                                        lock: not with batch), not transactional; default
                                        0 = none */
+    LQ_OPT_RETAIN_MS = 41,          /* finished rows (processed_at) acked longer ago than
+                                       this are deleted in the claim threads' idle time, a
+                                       thousand to a statement, each its own transaction
+                                       (of the subscription's group, or of every group);
+                                       needs processed_at; default 0 = kept */
+    LQ_OPT_DEAD_LETTER_RETAIN_MS = 42, /* the same for the dead letters, dead-lettered
+                                       longer ago than this; needs the dead letters and
+                                       retry_after; default 0 = kept */
     /* Schedule options (lq_schedule_add) */
     LQ_OPT_CRON = 60,               /* string: a cron expression, five fields or six with
                                        seconds first, or @hourly and the other shorthands */

@@ -11,6 +11,7 @@
 #include "runtime/flow.h"
 #include "base/headers.h"
 #include "runtime/lease_book.h"
+#include "runtime/retention.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -91,6 +92,7 @@ struct lq_subscription {
     int workers;
     int64_t poll_ms, lease_ms;
     int64_t timeout_ms;  /* a run's limit (lease form), or 0 */
+    lq__retention retention; /* retain_ms, dead_letter_retain_ms (retention.h) */
     int64_t ceiling_ms;  /* the most interval_ms grows to under contention */
     double interval_ms;  /* the poll interval now: poll_ms, or more after contention */
     int max_attempts;

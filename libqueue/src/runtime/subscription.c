@@ -204,6 +204,15 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: timeout_ms cannot send back a transactional "
                                     "delivery: its handler's transaction is on its connection",
                          label);
+    if (s->retention.retain_ms && !lq__has(s->table, LQ_ROLE_PROCESSED_AT))
+        return lq__error(LQ_MISUSE, "table %s: retain_ms needs a processed_at column: without "
+                                    "one an ack deletes its row, and no finished row is kept",
+                         label);
+    if (s->retention.dead_retain_ms &&
+        (!s->table->dead_letter || !lq__has(s->table, LQ_ROLE_RETRY_AFTER)))
+        return lq__error(LQ_MISUSE, "table %s: dead_letter_retain_ms needs dead letters and a "
+                                    "retry_after column, where dead-lettering writes when",
+                         label);
     if (s->rate_set_alone)
         return lq__error(LQ_MISUSE, "table %s: rate_period_ms is the window of rate_limit, "
                                     "which is not set",
@@ -412,6 +421,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->rate_limit = (int)lq__opt_int(o, LQ_OPT_RATE_LIMIT);
     s->partition_concurrency = (int)lq__opt_int(o, LQ_OPT_PARTITION_CONCURRENCY);
     s->timeout_ms = lq__opt_int(o, LQ_OPT_TIMEOUT_MS);
+    s->retention.retain_ms = lq__opt_int(o, LQ_OPT_RETAIN_MS);
+    s->retention.dead_retain_ms = lq__opt_int(o, LQ_OPT_DEAD_LETTER_RETAIN_MS);
     s->rate_period_ms = lq__opt_int(o, LQ_OPT_RATE_PERIOD_MS);
     s->rate_set_alone = !s->rate_limit && lq__opt_is_set(o, LQ_OPT_RATE_PERIOD_MS);
     s->transactional = lq__opt_int(o, LQ_OPT_TRANSACTIONAL) != 0;
@@ -743,6 +754,14 @@ static void claim_turn(lq_subscription *s, bool own) {
         drop_chained(s);
         pthread_mutex_lock(&s->mu);
         return;
+    }
+    /* Idle: resting after a short claim, or no room to claim in. */
+    if ((rests || !limit) && lq__retention_take_turn(&s->retention, lq__mono_ms())) {
+        pthread_mutex_unlock(&s->mu);
+        int64_t due = lq__retention_run(&s->retention, s->broker, s->table, s->group, s->poll_ms);
+        pthread_mutex_lock(&s->mu);
+        lq__retention_end_turn(&s->retention, due);
+        return; /* the loop looks at stopping and the rest again */
     }
     if (rests) {
         struct timespec deadline = lq__deadline_in(s->rest_until - lq__mono_ms());
