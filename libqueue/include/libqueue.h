@@ -164,8 +164,9 @@ typedef enum lq_option {
                                        or being claimed), counted here without a round
                                        trip; not above concurrency; default 0 = no limit */
     LQ_OPT_POLL_CEILING_MS = 36,    /* the longest the poll interval grows to while claims
-                                       meet contention (it doubles at each, and shrinks by
-                                       x0.9 at each claim that does not); default 10000, or
+                                       meet contention (it doubles at each, goes back to
+                                       poll_interval_ms at a claim that takes rows, and
+                                       shrinks by x0.9 at an empty one); default 10000, or
                                        poll_interval_ms where that is longer */
     LQ_OPT_RATE_LIMIT = 37,         /* at most n starts (claims of a row) of the queue in
                                        any window of rate_period_ms, across every broker and

@@ -6,7 +6,8 @@ local eq, ok, fails = H.eq, H.ok, H.fails
 
 local HOUR_MS = 3600 * 1000
 
-H.case("finished rows past the cut go, the others stay", { forms = { "lease" } }, function(db, form)
+-- Three rows: one finished long ago, one finished now, one queued.
+local function finished_rows(db, form)
   local tbl = H.make_table(form, { processed_at = "processed_at" })
   local broker = H.open(db)
   ok(broker:create_table(tbl))
@@ -17,6 +18,11 @@ H.case("finished rows past the cut go, the others stay", { forms = { "lease" } }
   ok(H.one(sub):ack())
   sub:close()
   db:exec("UPDATE jobs SET processed_at = " .. db.past .. " WHERE id = " .. first.id)
+  return broker, tbl
+end
+
+H.case("finished rows past the cut go, the others stay", { forms = { "lease" } }, function(db, form)
+  local broker, tbl = finished_rows(db, form)
   eq(ok(broker:prune(tbl, HOUR_MS)), 1, "the backdated row")
   eq(db:count("jobs"), 2, "the young finished row and the queued one stay")
   eq(ok(broker:prune(tbl, HOUR_MS)), 0, "nothing older left")
@@ -43,6 +49,23 @@ H.case("dead letters go by when they were dead-lettered", { forms = H.FORMS }, f
   eq(ok(broker:prune_dead_letters(tbl, HOUR_MS)), 2, "both, backdated")
   eq(ok(broker:stats(tbl)).dead_letters, 0, "none left")
   fails("LQ_MISUSE", broker:prune(tbl, 0)) -- no processed_at column
+  broker:close()
+end)
+
+H.case("retain_ms prunes as the subscription idles", { forms = { "lease" } }, function(db, form)
+  local broker, tbl = finished_rows(db, form)
+  local sub = H.subscribe(broker, tbl, { retain_ms = HOUR_MS })
+  local held = H.one(sub) -- the queued row, in work: it stays
+  for _ = 1, 100 do
+    if db:count("jobs") == 2 then break end
+    eq(sub:next(0.05), nil, "nothing more to deliver")
+  end
+  eq(db:count("jobs"), 2, "the backdated row went; the young one and the one in work stay")
+  ok(held:ack())
+  sub:close()
+  H.raises("retain_ms needs a processed_at column", function()
+    assert(broker:subscribe(H.make_table(form), { retain_ms = HOUR_MS }))
+  end)
   broker:close()
 end)
 

@@ -642,16 +642,25 @@ static int lane_of(const lq_subscription *s, const lq_delivery *d) {
     return (int)(h % (uint64_t)s->lanes);
 }
 
-/* The wait after a claim. A conflict the database reported (a serialization
- * failure, a lock not free, a FIFO group held) doubles the poll interval, up
- * to the ceiling; a claim that met none shrinks it by x0.9 back towards
- * poll_interval_ms. Every wait is x0.95-1.05 at random, so claimers that
- * started together do not poll in step. Under a rate limit the wait ends
- * no later than the window frees a start. s->mu held. */
-static int64_t rest_after(lq_subscription *s, int rc, bool short_claim) {
-    if (rc == LQ_CONTENTION) {
+/* The wait after a claim. A conflict over a lock another transaction holds
+ * (a lock wait that ran out, a FIFO group held under NOWAIT, SQLite's busy
+ * write lock) doubles the poll interval, up to the ceiling: the holder may
+ * keep it a while. A transaction the server rolled back (SQLSTATE class 40:
+ * a serialization failure, a deadlock) doubles nothing: the rollback ended
+ * the conflict, and under SERIALIZABLE one claim in several meets one while
+ * rows keep flowing, so doubling would climb to the ceiling and leave a busy
+ * queue idle. A claim that took rows brings the interval back to
+ * poll_interval_ms; an empty one that met no conflict shrinks it by x0.9.
+ * Every wait is x0.95-1.05 at random, so claimers that started together do
+ * not poll in step. Under a rate limit the wait ends no later than the
+ * window frees a start. s->mu held. */
+static int64_t rest_after(lq_subscription *s, int rc, bool rolled_back, bool short_claim,
+                          bool took_rows) {
+    if (rc == LQ_CONTENTION && !rolled_back) {
         s->interval_ms *= 2;
         if (s->interval_ms > (double)s->ceiling_ms) s->interval_ms = (double)s->ceiling_ms;
+    } else if (rc == LQ_OK && took_rows) {
+        s->interval_ms = (double)s->poll_ms;
     } else if (rc == LQ_OK && s->interval_ms > (double)s->poll_ms) {
         s->interval_ms *= 0.9;
         if (s->interval_ms < (double)s->poll_ms) s->interval_ms = (double)s->poll_ms;
@@ -791,6 +800,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
     lq__error_copy failure;
     bool failed = rc != LQ_OK && rc != LQ_CONTENTION;
+    bool rolled_back = rc == LQ_CONTENTION && strncmp(lq_errcode_sqlstate(), "40", 2) == 0;
     if (failed) lq__error_save(&failure);
     if (rc == LQ_CONTENTION) lq__log_error(LQ_LOG_DEBUG, "claim (contention, backing off)");
     else if (failed) lq__log_error(LQ_LOG_ERROR, "claim");
@@ -814,6 +824,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     lq__claimed kept = {0};
     /* Rows ended unrun still made the claim full: the next comes at once. */
     bool short_claim = got.count < limit;
+    bool took_rows = got.count > 0;
     for (lq_delivery *d = got.head, *next; d; d = next) {
         next = d->queue_next;
         d->queue_next = NULL;
@@ -834,7 +845,7 @@ static void claim_turn(lq_subscription *s, bool own) {
         s->waiting += got.count;
         wake_takers(s, got.count, own);
     }
-    int64_t rest = rest_after(s, rc, short_claim);
+    int64_t rest = rest_after(s, rc, rolled_back, short_claim, took_rows);
     if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
     wake_a_claimer(s); /* the flow changed: another may go */
     if (room_freed) { /* the other subscriptions' claimers, with s->mu let go */
