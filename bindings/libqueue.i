@@ -154,6 +154,7 @@ LQ_OUT_HANDLE(lq_broker)
 LQ_OUT_HANDLE(lq_message)
 LQ_OUT_HANDLE(lq_subscription)
 LQ_OUT_HANDLE(lq_delivery)
+LQ_OUT_HANDLE(lq_metrics)
 
 /* lq_option_find: option, type. */
 %typemap(in, numinputs=0) int *option_out (int lq_int = 0), int *type_out (int lq_int = 0)

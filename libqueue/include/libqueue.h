@@ -193,6 +193,13 @@ typedef enum lq_option {
     LQ_OPT_DEAD_LETTER_RETAIN_MS = 42, /* the same for the dead letters, dead-lettered
                                        longer ago than this; needs the dead letters and
                                        retry_after; default 0 = kept */
+    LQ_OPT_PARTITION_WORKER_CONCURRENCY = 43, /* at most n rows of one partition key in
+                                       work in this subscription, answered without a round
+                                       trip: a row claimed while its key is at the limit
+                                       waits, claimed, for the key's next free place; rows
+                                       without a key are not limited; any form; not above
+                                       partition_concurrency or worker_concurrency; default
+                                       0 = none */
     /* Schedule options (lq_schedule_add) */
     LQ_OPT_CRON = 60,               /* string: a cron expression, five fields or six with
                                        seconds first, or @hourly and the other shorthands */
@@ -251,10 +258,13 @@ typedef enum lq_role {
     LQ_ROLE_HEADERS = 9,        /* JSON object of strings */
     LQ_ROLE_DEDUP_KEY = 10,     /* text, nullable, under a unique index: a publish whose key
                                    a row queued or in work holds is refused */
-    LQ_ROLE_EXPIRES_AT = 11     /* timestamp, nullable: a row is never started (a retry
+    LQ_ROLE_EXPIRES_AT = 11,    /* timestamp, nullable: a row is never started (a retry
                                    included) once it is past; the claim that finds it so
                                    sends it to the dead letters unread, or deletes it
                                    without a destination */
+    LQ_ROLE_CREATED_AT = 12     /* timestamp: when it was published (the host's clock),
+                                   never changed; a table without retry_after measures
+                                   its queue wait from it (lq_subscription_metrics) */
 } lq_role;
 
 typedef enum lq_form {
@@ -692,11 +702,52 @@ typedef enum lq_stat {
     LQ_STAT_EXPIRED = 10,       /* runs that passed timeout_ms, their rows sent back */
     LQ_STAT_EXPIRED_UNSTARTED = 11, /* rows claimed past their expires_at, sent to the dead
                                     letters (or deleted) unread */
-    LQ_STAT_PAUSED = 12            /* 1 while the subscription found its queue paused
+    LQ_STAT_PAUSED = 12,           /* 1 while the subscription found its queue paused
                                     (lq_queue_pause), else 0 */
+    LQ_STAT_CLAIMED = 13,       /* rows claimed (a claim may take several) */
+    LQ_STAT_ACKED = 14,         /* settlements that finished a row */
+    LQ_STAT_RETRIED = 15,       /* rows sent back to run again: a retry, a retry after a
+                                   delay, a run past timeout_ms */
+    LQ_STAT_DEAD_LETTERED = 16, /* rows a settlement sent to the dead letters (max_attempts
+                                   reached and oversized rows included; rows past their
+                                   expiry count in LQ_STAT_EXPIRED_UNSTARTED alone) */
+    LQ_STAT_LEASE_LOST = 17,    /* settlements refused as the lease had passed on */
+    LQ_STAT_SETTLE_ERRORS = 18, /* settlements that failed otherwise (the row comes back) */
+    LQ_STAT_POOL_IN_USE = 19,   /* the broker's connections lent out now */
+    LQ_STAT_POOL_IDLE = 20      /* the broker's connections open and idle now */
 } lq_stat;
-/* A counter of the subscription's own. Thread-safe. */
+/* A counter or gauge of the subscription's own, read from memory (no
+ * statement). Thread-safe. */
 LQ_API int64_t lq_subscription_stat(const lq_subscription *subscription, int stat);
+
+/* Metrics: a snapshot of every stat and two histograms, read from memory,
+ * costing no statement (for an exporter to poll as often as it likes). */
+typedef enum lq_histogram {
+    LQ_HISTOGRAM_CLAIM = 1, /* seconds each claim took, from taking a connection to the
+                               rows in hand (LQ_STAT_CLAIMS of them) */
+    LQ_HISTOGRAM_WAIT = 2   /* seconds each row claimed had waited since it was due to
+                               start: its retry_after, or its created_at where later or
+                               alone; empty for a table with neither column */
+} lq_histogram;
+/* Buckets of a histogram; the last has no upper bound. */
+#define LQ_HISTOGRAM_BUCKETS 16
+/* The upper bound of bucket `bucket` in seconds (0.001 up to 300), INFINITY
+ * for the last; NAN outside 0..LQ_HISTOGRAM_BUCKETS-1. */
+LQ_API double lq_histogram_bound(int bucket);
+typedef struct lq_metrics lq_metrics;
+/* Takes a snapshot of the subscription's metrics into *out, freed with
+ * lq_metrics_free. Each value is read at one moment; counters only grow.
+ * LQ_NOMEM, or LQ_MISUSE for a NULL argument. Thread-safe. */
+LQ_API int lq_subscription_metrics(lq_metrics **out, const lq_subscription *subscription);
+/* A stat (lq_stat) as the snapshot read it; 0 for an unknown one. */
+LQ_API int64_t lq_metrics_stat(const lq_metrics *metrics, int stat);
+/* How many observations fell in bucket `bucket` of a histogram (each in the
+ * first bucket whose bound is at or above it: not cumulative); bucket -1:
+ * all of them. 0 for an unknown histogram or bucket. */
+LQ_API int64_t lq_metrics_count(const lq_metrics *metrics, int histogram, int bucket);
+/* The sum of a histogram's observations, in seconds. */
+LQ_API double lq_metrics_sum(const lq_metrics *metrics, int histogram);
+LQ_API void lq_metrics_free(lq_metrics *metrics);
 /* Whether the subscription's claims reach the database: LQ_OK while they
  * work (and before the first), else the status of the last claim's failure,
  * which lq_errmsg() then describes; *failing_ms_out (may be NULL) receives

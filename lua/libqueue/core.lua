@@ -69,6 +69,8 @@ end
 C.ROLES = enum("LQ_ROLE_")         -- payload = 1, attempt = 2, ...
 C.ISOLATIONS = enum("LQ_ISOLATION_")
 C.STATS = enum("LQ_STAT_")
+C.HISTOGRAMS = enum("LQ_HISTOGRAM_") -- claim = 1, wait = 2 (and buckets = 16)
+C.HISTOGRAMS.buckets = nil
 C.LOG_LEVELS = enum("LQ_LOG_")
 C.FORMS = {}
 for name, value in pairs(enum("LQ_FORM_")) do C.FORMS[value] = name end

@@ -11,7 +11,7 @@ local new_delivery = require("libqueue.delivery").new
 local core = C.core
 local raise, argerror, check_type, misuse, closed, own =
       C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own
-local STATS, LOG_LEVELS = C.STATS, C.LOG_LEVELS
+local STATS, LOG_LEVELS, HISTOGRAMS = C.STATS, C.LOG_LEVELS, C.HISTOGRAMS
 local emit, drain_log, done = log.emit, log.drain_log, log.done
 
 local type, setmetatable, tostring, xpcall = type, setmetatable, tostring, xpcall
@@ -296,14 +296,39 @@ function Subscription:__tostring()
   return format("libqueue.subscription(%s%s)", self.table.name, self._ptr and "" or ", closed")
 end
 
---- A counter: "claims", "empty_claims", "delivered", "settled",
--- "extensions", "in_work", "waiting".
+--- A counter or gauge: "claims", "empty_claims", "delivered", "settled",
+-- "acked", "retried", "dead_lettered", "in_work", "waiting", ... (every
+-- LQ_STAT_ name, in lower case).
 function Subscription:stat(name)
   local which = STATS[name]
   if not which then raise(format("unknown stat '%s'", tostring(name))) end
   local ptr = self._ptr
   if not ptr then return closed("subscription") end
   return core.lq_subscription_stat(ptr, which)
+end
+
+--- A snapshot of every stat and both histograms, read from memory (no
+-- statement): { stats = {claims = n, acked = n, ...}, claim = histogram,
+-- wait = histogram }, a histogram being { bounds = {0.001, ..., math.huge},
+-- counts = {n1, ...} (per bucket, not cumulative), count = n, sum = seconds }.
+function Subscription:metrics()
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  local m, msg, code = core.lq_subscription_metrics(ptr)
+  if not m then return nil, msg, code end
+  local out = { stats = {} }
+  for name, which in pairs(STATS) do out.stats[name] = core.lq_metrics_stat(m, which) end
+  for name, which in pairs(HISTOGRAMS) do
+    local h = { bounds = {}, counts = {}, count = core.lq_metrics_count(m, which, -1),
+                sum = core.lq_metrics_sum(m, which) }
+    for i = 0, core.LQ_HISTOGRAM_BUCKETS - 1 do
+      h.bounds[i + 1] = core.lq_histogram_bound(i)
+      h.counts[i + 1] = core.lq_metrics_count(m, which, i)
+    end
+    out[name] = h
+  end
+  core.lq_metrics_free(m)
+  return out
 end
 
 return S

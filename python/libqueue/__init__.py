@@ -47,6 +47,7 @@ from libqueue.errors import (  # Error and one class per lq_status, made from th
     ServerTooOld,
     Timeout,
 )
+from libqueue.metrics import Histogram, Metrics
 from libqueue.stats import QueueStats
 from libqueue.subscription import Subscription, stop_all as _stop_all
 from libqueue.table import Table
@@ -88,6 +89,8 @@ __all__ = [
     "Subscription",
     "Table",
     "QueueStats",
+    "Metrics",
+    "Histogram",
     "Finding",
     "Message",
     "Payload",

@@ -466,7 +466,9 @@ class Broker:
         has a group column)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
-        return Subscription(self, table, build_options(options))
+        sub = Subscription(self, table, build_options(options))
+        sub.group = options.get("group")
+        return sub
 
     def __repr__(self) -> str:
         return "<Broker %s%s>" % (self.url, " closed" if self._ptr is None else "")

@@ -23,6 +23,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -411,6 +412,31 @@ class _Idle:
         return time.monotonic() - self.since
 
 
+def _serve_metrics(sub: Any, address: str) -> Any:
+    """An HTTP server of sub's metrics in Prometheus' text (any path), on
+    HOST:PORT or PORT (127.0.0.1), in a thread; shut down by the caller."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise UsageError("--metrics takes PORT or HOST:PORT, got %r" % address)
+    try:
+        import libqueue.prometheus as exporter
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.exposition import MetricsHandler
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    import http.server
+    registry = CollectorRegistry()
+    exporter.register(sub, registry=registry)
+    try:
+        server = http.server.ThreadingHTTPServer((host or "127.0.0.1", int(port)),
+                                                 MetricsHandler.factory(registry))
+    except OSError as e:
+        raise UsageError("--metrics %s: cannot listen: %s" % (address, e.strerror)) from None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="libqueue-metrics", daemon=True).start()
+    return server
+
+
 def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     handler = _load_handler(args.handler)
     options: Dict[str, Any] = {"workers": args.workers}
@@ -429,6 +455,7 @@ def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     live = sys.stderr.isatty() and not args.json
     try:
         with broker.subscribe(table, **options) as sub:
+            server = _serve_metrics(sub, args.metrics) if args.metrics else None
             sub.run(tally.wrap(handler))
             idle = _Idle(sub)
             while not stopping:
@@ -440,6 +467,9 @@ def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
                 if args.until_idle is not None and idle.for_s() >= args.until_idle:
                     break
             sub.stop()  # running handlers finish; rows claimed and not begun go back
+            if server:
+                server.shutdown()
+                server.server_close()
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -539,6 +569,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--poll-interval-ms", type=int)
     w.add_argument("--until-idle", type=float, metavar="SECONDS",
                    help="stop once nothing came for this long")
+    w.add_argument("--metrics", metavar="[HOST:]PORT",
+                   help="serve the subscription's metrics to Prometheus on this port "
+                        "(127.0.0.1 unless HOST; needs python3-prometheus-client)")
     return p
 
 

@@ -14,6 +14,7 @@ from libqueue.delivery import Delivery
 from libqueue.enums import Stat
 from libqueue.errors import Error, check, last_error, make_error
 from libqueue.logs import logger
+from libqueue.metrics import Metrics, take as take_metrics
 
 if TYPE_CHECKING:
     from libqueue.broker import Broker
@@ -126,6 +127,8 @@ class Subscription:
         self._ptr: Any = ffi.gc(out[0], lib.lq_subscription_close)
         self._broker = broker
         self.table = table
+        #: the group it reads, where the table has groups (set by Broker.subscribe)
+        self.group: Optional[str] = None
         self._handler: Optional[Handler] = None
         self._handle: Any = None
         self._lock = threading.Lock()
@@ -167,9 +170,9 @@ class Subscription:
         return self._handle is not None
 
     def stat(self, name: Union[str, int, Stat]) -> int:
-        """A counter of this subscription: ``"claims"``, ``"empty_claims"``,
-        ``"delivered"``, ``"settled"``, ``"extensions"``, ``"in_work"``,
-        ``"waiting"`` (or a ``Stat`` member)."""
+        """A counter or gauge of this subscription, read from memory:
+        ``"claims"``, ``"empty_claims"``, ``"delivered"``, ``"acked"``,
+        ``"retried"``, ``"in_work"``, ... (a ``Stat`` name or member)."""
         if isinstance(name, str):
             try:
                 which = int(Stat[name.upper()])
@@ -180,6 +183,13 @@ class Subscription:
             which = int(name)
         with self._using() as pointer:
             return int(lib.lq_subscription_stat(pointer, which))
+
+    def metrics(self) -> Metrics:
+        """Every stat and the claim and wait histograms at one moment, read
+        from memory: taking it runs no statement (``libqueue.prometheus``
+        exports it)."""
+        with self._using() as pointer:
+            return take_metrics(pointer)
 
     # -- push mode --------------------------------------------------------
 

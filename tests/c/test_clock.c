@@ -29,6 +29,10 @@ int main(void) {
     CHECK(lq__time_parse(&back, text) && back == 1795000000123);
     CHECK(lq__time_parse(&back, "2026-11-18 11:06:40") && back == 1795000000000);
     CHECK(!lq__time_parse(&back, "yesterday"));
+    /* An offset counts: PostgreSQL writes one in a session of another zone. */
+    CHECK(lq__time_parse(&back, "2026-11-18 12:06:40.5+01") && back == 1795000000500);
+    CHECK(lq__time_parse(&back, "2026-11-18 05:36:40-05:30") && back == 1795000000000);
+    CHECK(lq__time_parse(&back, "2026-11-18T11:06:40Z") && back == 1795000000000);
 
     /* The hand-written calendar agrees with the C library's across leap
      * days, centuries and times before 1970, and parses back. */

@@ -74,6 +74,9 @@ int main(void) {
     f.claim_seen = false; /* FIFO and partition-key tables: the free workers */
     CHECK(lq__flow_claim_size(&f, 1, 0) == 3);
     CHECK(!lq__flow_may_start(&f, 2, 2, 4, 8)); /* nobody free */
+    f.one_row = true; /* a row lock claim takes one row, FIFO or not */
+    CHECK(lq__flow_claim_size(&f, 1, 0) == 1);
+    f.one_row = false;
 
     /* Lease claims look ahead while a worker runs dry during a claim: the
      * rows asked beyond the free workers double up to the bound, shrink

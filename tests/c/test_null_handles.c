@@ -5,6 +5,7 @@
 #include "check.h"
 #include "libqueue.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -200,6 +201,20 @@ static void brokers_and_subscriptions(const char *dir) {
     int64_t failing;
     MISUSE(lq_subscription_health(NULL, &failing));
     CHECK(lq_subscription_stat(NULL, LQ_STAT_CLAIMS) == 0);
+    lq_metrics *snapshot = (lq_metrics *)&failing; /* must come back NULL */
+    MISUSE(lq_subscription_metrics(&snapshot, NULL));
+    CHECK(snapshot == NULL);
+    MISUSE(lq_subscription_metrics(NULL, s));
+    CHECK(lq_metrics_stat(NULL, LQ_STAT_CLAIMS) == 0);
+    CHECK(lq_metrics_count(NULL, LQ_HISTOGRAM_CLAIM, -1) == 0);
+    CHECK(lq_metrics_sum(NULL, LQ_HISTOGRAM_WAIT) == 0);
+    lq_metrics_free(NULL);
+    CHECK(lq_subscription_metrics(&snapshot, s) == LQ_OK);
+    CHECK(lq_metrics_stat(snapshot, 0) == 0 && lq_metrics_stat(snapshot, LQ_STAT_POOL_IDLE + 1) == 0);
+    CHECK(lq_metrics_count(snapshot, 3, 0) == 0 && lq_metrics_count(snapshot, LQ_HISTOGRAM_CLAIM, 16) == 0);
+    lq_metrics_free(snapshot);
+    CHECK(isnan(lq_histogram_bound(-1)) && isnan(lq_histogram_bound(LQ_HISTOGRAM_BUCKETS)));
+    CHECK(isinf(lq_histogram_bound(LQ_HISTOGRAM_BUCKETS - 1)) && lq_histogram_bound(0) == 0.001);
     CHECK(lq_subscription_in_handler(NULL) == 0);
     lq_subscription_close(NULL);
 

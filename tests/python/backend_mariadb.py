@@ -38,6 +38,7 @@ class MariaDB(Database):
         "retry_after": "DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)",
         "processed_at": "DATETIME(3) NULL",
         "expires_at": "DATETIME(3) NULL",
+        "created_at": "DATETIME(3) NULL",
         "group": "VARCHAR(255) NULL",
         "partition_key": "VARCHAR(255) NULL",
         "priority": "INT NOT NULL DEFAULT 0",

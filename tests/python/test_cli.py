@@ -8,9 +8,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -255,6 +257,7 @@ def test_prune_deletes_what_is_older_than_a_duration(folder: Path, db: Any) -> N
 
 SLOW_HANDLER = '''
 import time
+import urllib.request
 from pathlib import Path
 
 def slow(delivery):
@@ -344,3 +347,47 @@ def test_a_missing_url_and_a_wrong_one(folder: Path, db: Any) -> None:
 def test_an_unknown_command_or_option_is_usage(folder: Path, db: Any) -> None:
     assert cli(folder, db, "--table", "jobs", "frobnicate").status == 2
     assert cli(folder, db, "--table", "jobs", "stats", "--colour").status == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_worker_serves_its_metrics(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "cat.png", "dog.png")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "worker",
+                             "examples.handlers:resize", "--workers", "1",
+                             "--metrics", str(port)], cwd=folder,
+                            env=dict(os.environ, LIBQUEUE_URL=db.url),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def scrape() -> str:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                return ""
+            return text if 'outcome="acked",queue="jobs"} 2.0' in text else ""
+        text = wait_until(scrape, what="both rows acked, as the worker's metrics say")
+        assert "libqueue_job_wait_seconds_count" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert "jobs: 2 done, 0 failed" in out
+
+
+def test_worker_metrics_refuses_a_bad_address(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    refused(cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+                "--metrics", "here"), 2, "--metrics", "PORT")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        refused(cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+                    "--metrics", "127.0.0.1:%d" % port), 2, "cannot listen")

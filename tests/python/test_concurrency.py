@@ -300,6 +300,55 @@ def test_bad_partition_limits_are_refused(db, broker, options: Dict[str, int], m
         broker.subscribe(table, **options)
 
 
+def test_partition_worker_concurrency_runs_each_key_alone_here(db, form) -> None:
+    """partition_worker_concurrency=1, 6 workers, 3 keys and rows without a
+    key: no two rows of one key in work at once in the subscription, keys
+    side by side, and the keyless rows unlimited; every form."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    lock = threading.Lock()
+    running: Dict[Any, int] = {}
+    most: Dict[Any, int] = {}
+
+    def handle(d: libqueue.Delivery) -> None:
+        key = d.partition_key
+        with lock:
+            running[key] = running.get(key, 0) + 1
+            most[key] = max(most.get(key, 0), running[key])
+            most["all"] = max(most.get("all", 0), sum(running.values()))
+        time.sleep(0.02)
+        with lock:
+            running[key] -= 1
+
+    messages = [dict(payload=b"k", partition_key="k%d" % (i % 3)) for i in range(36)]
+    messages += [dict(payload=b"none") for _ in range(12)]
+    with libqueue.Broker(db.url, pool_size=8) as broker:
+        broker.publish_many(table, messages)
+        with broker.subscribe(table, workers=6, partition_worker_concurrency=1,
+                              poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            wait_until(lambda: db.count("jobs") == 0, what="the table to drain")
+    assert [most["k%d" % i] for i in range(3)] == [1, 1, 1], most
+    assert most["all"] > 1, "the keys never ran side by side"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(partition_worker_concurrency=1), "partition_worker_concurrency needs a partition_key"),
+    (dict(partition_worker_concurrency=3, partition_concurrency=2),
+     "partition_worker_concurrency 3 is above partition_concurrency 2"),
+    (dict(partition_worker_concurrency=3, worker_concurrency=2),
+     "partition_worker_concurrency 3 is above worker_concurrency 2"),
+    (dict(partition_worker_concurrency=0), "partition_worker_concurrency"),
+])
+def test_bad_partition_worker_limits_are_refused(db, broker, options: Dict[str, int],
+                                                 message: str) -> None:
+    keyed = len(options) > 1 or options["partition_worker_concurrency"] == 0
+    table = make_table("lease", partition_key="account") if keyed else make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match=message):
+        broker.subscribe(table, **options)
+
+
 def killed_slot_comes_back(db: Any, form: str, tmp_path: Any) -> None:
     """concurrency=2: a process holding one slot is SIGKILLed mid-handler;
     the other runs one row at a time until the slot is free again (the lease

@@ -14,6 +14,12 @@ int64_t lq__mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t lq__mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 struct timespec lq__deadline_in(int64_t ms) { return lq__deadline_in_us(ms * 1000); }
 
 struct timespec lq__deadline_in_us(int64_t us) {
@@ -134,8 +140,18 @@ bool lq__time_parse(int64_t *epoch_ms, const char *text) {
             scale /= 10;
         }
     }
+    /* A UTC offset, as PostgreSQL writes one in a session of another time
+     * zone: "+01", "-05:30", "+0530"; "Z" or none is UTC. */
+    int64_t offset_ms = 0;
+    if (*p == '+' || *p == '-') {
+        int sign = *p++ == '-' ? -1 : 1, oh = 0, om = 0;
+        if (!read_digits(&p, 2, &oh)) return false;
+        if (*p == ':') p++;
+        read_digits(&p, 2, &om);
+        offset_ms = sign * ((int64_t)oh * 60 + om) * 60000;
+    }
     *epoch_ms = ((days_from_civil(y, (unsigned)mo, (unsigned)d) * 24 + h) * 60 + mi) * 60000 +
-                (int64_t)sec * 1000 + ms;
+                (int64_t)sec * 1000 + ms - offset_ms;
     return true;
 }
 

@@ -13,6 +13,8 @@
 LQ__HIDDEN int64_t lq__now_ms(void);
 /* Milliseconds of a monotonic clock, for deadlines and waits. */
 LQ__HIDDEN int64_t lq__mono_ms(void);
+/* Microseconds of the same clock, for timings. */
+LQ__HIDDEN int64_t lq__mono_us(void);
 /* An absolute CLOCK_MONOTONIC time `ms` from now, for pthread_cond_timedwait
  * on a condition created by lq__cond_init. */
 LQ__HIDDEN struct timespec lq__deadline_in(int64_t ms);
@@ -34,8 +36,8 @@ LQ__HIDDEN int lq__check_delay(int64_t delay_ms, const char *what);
  * sorts as the times do. */
 #define LQ__TIME_TEXT_SIZE 30
 LQ__HIDDEN void lq__time_text(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms);
-/* Parses the text form (also without fractions, and with a space instead of
- * the T). Returns false when it is not one. */
+/* Parses the text form (also without fractions, with a space instead of
+ * the T, and with any UTC offset or none). Returns false when it is not one. */
 LQ__HIDDEN bool lq__time_parse(int64_t *epoch_ms, const char *text);
 
 #endif

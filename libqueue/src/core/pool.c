@@ -87,3 +87,10 @@ void lq__pool_release(lq__pool *pool, lq__conn *conn, bool broken) {
 }
 
 int lq__pool_spare(lq__pool *pool) { return pool->size - atomic_load(&pool->lent); }
+
+void lq__pool_counts(lq__pool *pool, int *lent, int *idle) {
+    pthread_mutex_lock(&pool->mu);
+    *lent = atomic_load(&pool->lent);
+    *idle = pool->idle_count;
+    pthread_mutex_unlock(&pool->mu);
+}

@@ -39,5 +39,7 @@ LQ__HIDDEN void lq__pool_release(lq__pool *pool, lq__conn *conn, bool broken);
 /* Idle connections plus room for new ones: a glance without the lock,
  * which the flow takes often and acquiring settles for certain. */
 LQ__HIDDEN int lq__pool_spare(lq__pool *pool);
+/* The connections lent out and those open and idle, now. */
+LQ__HIDDEN void lq__pool_counts(lq__pool *pool, int *lent, int *idle);
 
 #endif

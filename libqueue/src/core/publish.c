@@ -46,6 +46,7 @@ static int row_args(lq__value *args, lq__strbuf *json, const lq_message *m, int6
         args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = m->partition_key, .n = strlen(m->partition_key)};
     args[LQ__P_PRIORITY] = (lq__value){.type = LQ__V_INT, .i = m->priority};
     args[LQ__P_RETRY_AFTER] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, m->delay_ms)};
+    args[LQ__P_CREATED] = (lq__value){.type = LQ__V_TIME, .i = now};
     if (m->expires_in_ms)
         args[LQ__P_EXPIRES] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, m->expires_in_ms)};
     if (m->dedup_key)

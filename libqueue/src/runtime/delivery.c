@@ -119,6 +119,24 @@ void lq__delivery_spares_free(lq_subscription *s) {
     s->spare_count = 0;
 }
 
+/* A time column as epoch ms; 0 when NULL or not a time's text. */
+static int64_t time_of(const lq__value *v) {
+    char text[LQ__TIME_TEXT_SIZE + 8];
+    int64_t ms = 0;
+    if (v->type == LQ__V_INT) return v->i;
+    if (v->type != LQ__V_TEXT || v->n >= sizeof text) return 0;
+    memcpy(text, v->p, v->n);
+    text[v->n] = '\0';
+    return lq__time_parse(&ms, text) ? ms : 0;
+}
+
+/* When a row became due to start: the later of its due time and its
+ * publish (a retry is due at its retry_after, a delayed row at its delay). */
+static int64_t ready_time(const lq__value *due, const lq__value *created) {
+    int64_t a = time_of(due), b = time_of(created);
+    return a > b ? a : b;
+}
+
 int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value *got, int count) {
     /* The row in LQ_COL_* order, NULL where the table lacks the column. */
     static const lq__value null_value = {.type = LQ__V_NULL};
@@ -151,6 +169,7 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value
     if (t->max_headers && headers_bytes->type == LQ__V_INT && headers_bytes->i > t->max_headers)
         d->oversize_headers = headers_bytes->i;
     d->past_expiry = col[LQ__COL_EXPIRED]->type == LQ__V_INT && col[LQ__COL_EXPIRED]->i == 1;
+    d->ready_ms = ready_time(col[LQ__COL_DUE], col[LQ__COL_CREATED]);
     bool missing = (col[LQ__COL_GROUP]->type != LQ__V_NULL && !d->group) ||
                    (col[LQ__COL_PKEY]->type != LQ__V_NULL && !d->partition_key) ||
                    (col[LQ__COL_DUE]->type != LQ__V_NULL && !d->due);

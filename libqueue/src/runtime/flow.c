@@ -23,6 +23,7 @@ bool lq__flow_may_start(const lq__flow *f, int in_work, int waiting, int held, i
 
 int lq__flow_claim_size(const lq__flow *f, int in_work, int waiting) {
     if (f->batch) return f->batch;
+    if (f->one_row) return 1; /* asking for more would make every claim look short */
     int free_workers = lq__flow_free(f, in_work, waiting);
     if (!f->one_claim && f->holds) return 1; /* claims in flight for the other free workers */
     if (f->claim_seen && f->seen > free_workers) return f->seen;

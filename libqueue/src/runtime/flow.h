@@ -21,6 +21,7 @@ typedef struct lq__flow {
     int budget;         /* connections the subscription may hold: the pool less one */
     bool holds;         /* deliveries in work hold connections */
     bool one_claim;     /* one claim in flight at a time */
+    bool one_row;       /* a claim takes one row (the row lock form's, but a batch's) */
     bool claim_seen;    /* a claim asks a row for every worker seen (lease form) */
     int batch;          /* rows per claim of a batch subscription, or 0 */
     bool probing;       /* after an empty or failed claim */

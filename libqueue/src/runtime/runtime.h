@@ -10,7 +10,9 @@
 #include "core/broker.h"
 #include "runtime/flow.h"
 #include "base/headers.h"
+#include "runtime/key_counts.h"
 #include "runtime/lease_book.h"
+#include "runtime/metrics.h"
 #include "runtime/retention.h"
 
 #include <pthread.h>
@@ -61,6 +63,8 @@ struct lq_delivery {
     lq__shared_tx *shared; /* a row lock batch's transaction, instead of conn */
     int64_t priority;
     char *due;     /* retry_after as read: with priority, the claim order */
+    int64_t ready_ms; /* epoch ms it became due to start: its retry_after, or its created_at
+                         where later or alone; 0 when the table has neither */
     uint16_t generation; /* of its block's uses: in the handles given out (lq__handle_of) */
     bool settled;
     /* Its run passed timeout_ms: its row went back (lq__settle_expired), and
@@ -74,6 +78,7 @@ struct lq_delivery {
      * set holds no delivery's mutex while its statement runs. */
     bool in_set;
     bool handed; /* counted in the subscription's in_work */
+    bool key_counted; /* counted in the subscription's key_counts */
     bool settling; /* counted in its settling */
     int lane;    /* workers_by_key: the lane its partition key hashes to */
     lq_delivery *queue_next; /* waiting for a worker */
@@ -100,6 +105,8 @@ struct lq_subscription {
     int worker_concurrency; /* this subscription's limit on rows it holds, or 0 */
     int rate_limit;         /* starts in any window of rate_period_ms, or 0 */
     int partition_concurrency; /* rows of one partition key in work, or 0 */
+    int key_limit;             /* partition_worker_concurrency: rows of one key in work here */
+    lq__key_counts key_counts; /* with key_limit: in work by key */
     int64_t rate_period_ms;
     bool rate_set_alone;    /* rate_period_ms given without rate_limit: refused */
     char *limit_key;        /* the lock of the queue-wide limits: "concurrency:<queue>" */
@@ -164,7 +171,8 @@ struct lq_subscription {
     lq_handler_fn handler;
     void *userdata;
 
-    atomic_llong stats[LQ_STAT_EXPIRED_UNSTARTED + 1];
+    atomic_llong stats[LQ_STAT_SETTLE_ERRORS + 1]; /* the counters; gauges are read live */
+    lq__histogram claim_seconds, wait_seconds;
     lq__member member; /* as its broker knows it */
     /* Blocks of deliveries let go, for the next claims (delivery.c). */
     pthread_mutex_t spares_mu;

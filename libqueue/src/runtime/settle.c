@@ -178,6 +178,17 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
     return rc;
 }
 
+/* Counts `n` settlements by how they ended: once a row, by its fate. */
+static void count_outcome(lq_subscription *s, lq__outcome outcome, int rc, int64_t n) {
+    int stat = rc == LQ_LEASE_LOST      ? LQ_STAT_LEASE_LOST
+               : rc != LQ_OK            ? LQ_STAT_SETTLE_ERRORS
+               : outcome == LQ__ACK     ? LQ_STAT_ACKED
+               : outcome == LQ__RELEASE ? 0 /* unrun: back with no attempt spent */
+               : outcome == LQ__DEAD_LETTER ? LQ_STAT_DEAD_LETTERED
+                                            : LQ_STAT_RETRIED;
+    if (stat) atomic_fetch_add(&s->stats[stat], n);
+}
+
 int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     lq_subscription *s = dv->sub;
     pthread_mutex_lock(&dv->mu);
@@ -211,6 +222,7 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     lq__subscription_settling(s, &dv, 1);
     lq__freed freed = {0};
     int rc = run_outcome(&freed, dv, outcome, delay_ms);
+    if (!dv->past_expiry) count_outcome(s, outcome, rc, 1); /* LQ_STAT_EXPIRED_UNSTARTED's */
     dv->settled = true;
     pthread_mutex_unlock(&dv->mu);
 
@@ -233,6 +245,7 @@ int lq__settle_expired(lq_delivery *dv) {
      * when the late handler settles, as it counts in work until then. */
     lq__freed freed = {0};
     int rc = run_outcome(&freed, dv, last ? LQ__DEAD_LETTER : LQ__RETRY, 0);
+    count_outcome(s, last ? LQ__DEAD_LETTER : LQ__RETRY, rc, 1);
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv, &freed);
     dv->expired_freed = freed;
     /* Failed or not, its row is let go: a lease no longer extended comes
@@ -302,6 +315,7 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
         if (rc != LQ_OK && !quiet) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (first == LQ_OK) first = rc;
         rcs[i] = rc;
+        count_outcome(s, LQ__ACK, rc, 1);
     }
     finish_settled(dvs, n, &(lq__freed){0});
     free(items);
@@ -326,6 +340,7 @@ static int ack_shared(int *rcs, lq_delivery **dvs, size_t n) {
     int rc = settle_shared(&freed, dvs, n, &s->sql.ack_set, args);
     free(json);
     for (size_t i = 0; i < n; i++) rcs[i] = rc;
+    count_outcome(s, LQ__ACK, rc, (int64_t)n);
     finish_settled(dvs, n, &freed);
     return rc;
 }

@@ -80,6 +80,7 @@ static void subscription_free(lq_subscription *s) {
     free(s->threads);
     free(s->claimers);
     free(s->lane_busy);
+    lq__key_counts_free(&s->key_counts);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
@@ -223,6 +224,20 @@ static int check_limits(lq_subscription *s, const char *label) {
     if (s->concurrency && s->worker_concurrency > s->concurrency)
         return lq__error(LQ_MISUSE, "table %s: worker_concurrency %d is above concurrency %d",
                          label, s->worker_concurrency, s->concurrency);
+    if (s->key_limit && !lq__has(s->table, LQ_ROLE_PARTITION_KEY))
+        return lq__error(LQ_MISUSE, "table %s: partition_worker_concurrency needs a "
+                                    "partition_key column",
+                         label);
+    const struct {
+        int above;
+        const char *name;
+    } key_caps[] = {{s->partition_concurrency, "partition_concurrency"},
+                    {s->worker_concurrency, "worker_concurrency"},
+                    {s->concurrency, "concurrency"}};
+    for (size_t i = 0; s->key_limit && i < sizeof key_caps / sizeof key_caps[0]; i++)
+        if (key_caps[i].above && s->key_limit > key_caps[i].above)
+            return lq__error(LQ_MISUSE, "table %s: partition_worker_concurrency %d is above %s %d",
+                             label, s->key_limit, key_caps[i].name, key_caps[i].above);
     return LQ_OK;
 }
 
@@ -320,6 +335,7 @@ static void plan_flow(lq_subscription *s) {
      * each other. */
     f->one_claim = d->single_writer || s->table->fifo || lq__has(s->table, LQ_ROLE_PARTITION_KEY) ||
                    (s->form == LQ_FORM_LEASE && !s->batch);
+    f->one_row = s->form == LQ_FORM_ROW_LOCK && !s->batch;
     /* Rows waiting ahead hold a lease, which the keeper extends, or a key
      * the process keeps, and no connection: a claim asks a row for every
      * worker seen busy, and more, up to 16 per worker (at most 512), for
@@ -420,6 +436,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->worker_concurrency = (int)lq__opt_int(o, LQ_OPT_WORKER_CONCURRENCY);
     s->rate_limit = (int)lq__opt_int(o, LQ_OPT_RATE_LIMIT);
     s->partition_concurrency = (int)lq__opt_int(o, LQ_OPT_PARTITION_CONCURRENCY);
+    s->key_limit = (int)lq__opt_int(o, LQ_OPT_PARTITION_WORKER_CONCURRENCY);
     s->timeout_ms = lq__opt_int(o, LQ_OPT_TIMEOUT_MS);
     s->retention.retain_ms = lq__opt_int(o, LQ_OPT_RETAIN_MS);
     s->retention.dead_retain_ms = lq__opt_int(o, LQ_OPT_DEAD_LETTER_RETAIN_MS);
@@ -431,7 +448,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     /* A batch subscription's workers each take a batch. */
     lq__flow_init(&s->flow, s->batch ? s->workers * s->batch : s->workers, b->pool.size - 1);
     s->flow.batch = s->batch;
-    if (s->lanes && !(s->lane_busy = calloc((size_t)s->lanes, sizeof *s->lane_busy))) {
+    if ((s->lanes && !(s->lane_busy = calloc((size_t)s->lanes, sizeof *s->lane_busy))) ||
+        (s->key_limit && lq__key_counts_init(&s->key_counts, (size_t)s->workers * 2) != LQ_OK)) {
         subscription_free(s);
         return lq__error(LQ_NOMEM, "out of memory");
     }
@@ -631,6 +649,15 @@ static int held_by(const lq_subscription *s, const lq__claimed *got) {
     return n;
 }
 
+/* The rows a claim took: counted, and how long each waited since it was due. */
+static void count_waits(lq_subscription *s, const lq__claimed *got) {
+    if (!got->count) return;
+    atomic_fetch_add(&s->stats[LQ_STAT_CLAIMED], got->count);
+    int64_t now = lq__now_ms();
+    for (const lq_delivery *d = got->head; d; d = d->queue_next)
+        if (d->ready_ms) lq__histogram_add(&s->wait_seconds, (now - d->ready_ms) * 1000);
+}
+
 /* The lane of a row: its partition key's, or spread by id without one. */
 static int lane_of(const lq_subscription *s, const lq_delivery *d) {
     if (!s->lanes) return 0;
@@ -674,14 +701,15 @@ static int64_t rest_after(lq_subscription *s, int rc, bool rolled_back, bool sho
     return rc == LQ_OK && rate_wait && rate_wait < rest ? rate_wait : rest;
 }
 
-/* Wakes the workers a claim's rows need, s->mu held: under lanes every one
- * (only a row's own lane takes it); otherwise one per row, or one per batch
- * for a batch handler, since one worker takes a whole batch and the others
- * woken with it would only find the queue empty. A worker that claimed for
+/* Wakes the workers a claim's rows need, s->mu held: under lanes or a key
+ * limit every one (only a row's own lane, or a key with room, takes it);
+ * otherwise one per row, or one per batch for a batch handler, since one
+ * worker takes a whole batch and the others woken with it would only find
+ * the queue empty. A worker that claimed for
  * itself (`own`) takes the first itself; under workers_claim a claim serves
  * that one worker, so none is woken, and idle workers wait on claim_cv. */
 static void wake_takers(lq_subscription *s, int rows, bool own) {
-    if (s->lanes) {
+    if (s->lanes || s->key_limit) {
         pthread_cond_broadcast(&s->ready_cv);
         return;
     }
@@ -794,8 +822,11 @@ static void claim_turn(lq_subscription *s, bool own) {
 
     lq__claimed got = {0};
     waiting_for = s;
+    int64_t began_us = lq__mono_us();
     int rc = run_claim(&got, s, limit);
+    lq__histogram_add(&s->claim_seconds, lq__mono_us() - began_us);
     waiting_for = NULL;
+    count_waits(s, &got);
     atomic_fetch_add(&s->stats[LQ_STAT_CLAIMS], 1);
     if (got.count == 0) atomic_fetch_add(&s->stats[LQ_STAT_EMPTY_CLAIMS], 1);
     lq__error_copy failure;
@@ -932,11 +963,19 @@ static int start_locked(lq_subscription *s, lq__mode mode) {
     return LQ_OK;
 }
 
-/* The first waiting delivery that may go into work: any, or under
- * workers_by_key the first of a lane with nothing in work (and of `lane`
- * itself for a lane's own worker, -1 for any). s->mu held. */
+/* Whether the key of a waiting delivery has room under
+ * partition_worker_concurrency (a row without a key always has). */
+static bool key_has_room(const lq_subscription *s, const lq_delivery *d) {
+    return !s->key_limit || !d->partition_key ||
+           lq__key_counts_get(&s->key_counts, d->partition_key) < s->key_limit;
+}
+
+/* The first waiting delivery that may go into work: any whose key has room,
+ * or under workers_by_key the first of a lane with nothing in work (and of
+ * `lane` itself for a lane's own worker, -1 for any). s->mu held. */
 static lq_delivery **next_ready(lq_subscription *s, int lane) {
     for (lq_delivery **p = &s->queue_head; *p; p = &(*p)->queue_next) {
+        if (!key_has_room(s, *p)) continue;
         if (!s->lanes) return p;
         if ((lane < 0 || (*p)->lane == lane) && s->lane_busy[(*p)->lane] == 0) return p;
     }
@@ -956,6 +995,9 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     d->handed = true;
     d->handed_ms = lq__mono_ms();
     if (s->lanes) s->lane_busy[d->lane]++;
+    /* Out of memory, the row goes uncounted: past the limit by one, not lost. */
+    if (s->key_limit && d->partition_key)
+        d->key_counted = lq__key_counts_add(&s->key_counts, d->partition_key, 1);
     lq__flow_handed(&s->flow, s->in_work - 1);
     wake_a_claimer(s); /* a row left the queue: a claim may go */
     atomic_fetch_add(&s->stats[LQ_STAT_DELIVERED], 1);
@@ -993,6 +1035,8 @@ static bool count_settled(lq_subscription *s, lq_delivery *d) {
         s->in_work--;
         atomic_fetch_sub(&s->coalescer.in_work, 1);
         if (s->lanes) s->lane_busy[d->lane]--;
+        if (d->key_counted) lq__key_counts_add(&s->key_counts, d->partition_key, -1);
+        d->key_counted = false;
         d->handed = false;
     }
     return room_freed;
@@ -1017,7 +1061,8 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     /* A key came free, or room under the queue-wide limit. */
     if (s->form == LQ_FORM_ADVISORY || atomic_load(&s->at_limit)) s->woken = true;
     wake_a_claimer(s);
-    if (s->lanes) pthread_cond_broadcast(&s->ready_cv); /* its lane may take the next */
+    if (s->lanes || s->key_limit) /* its lane or key may take the next */
+        pthread_cond_broadcast(&s->ready_cv);
     pthread_mutex_unlock(&s->mu);
     if (room_freed) lq__broker_wake_room(s->broker, &s->member);
     atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], (int64_t)n);
@@ -1067,7 +1112,7 @@ static void *batch_worker_main(void *arg) {
     lq_delivery **handles = batch ? batch + s->batch : NULL;
     pthread_mutex_lock(&s->mu);
     while (batch) {
-        while (!s->stopping && !s->queue_head) await_rows(s);
+        while (!s->stopping && !next_ready(s, -1)) await_rows(s);
         if (s->stopping) break;
         size_t n = take_many(s, batch, (size_t)s->batch);
         pthread_mutex_unlock(&s->mu);
@@ -1166,7 +1211,8 @@ static int start_push(lq_subscription *s, lq_handler_fn handler, lq_batch_handle
      * its connection), the worker makes it and takes what it claimed: no
      * hand-off between threads per claim. One claim for many workers, lanes
      * and handler threads with pools of their own keep claim threads. */
-    s->workers_claim = s->flow.holds && !s->flow.one_claim && !s->lanes && !s->on_threads;
+    s->workers_claim =
+        s->flow.holds && !s->flow.one_claim && !s->lanes && !s->key_limit && !s->on_threads;
     int rc = start_locked(s, LQ__MODE_PUSH);
     if (rc == LQ_OK && !batch_handler && lq__acker_wanted(s)) rc = lq__acker_start(&s->acker);
     if (rc == LQ_OK && !(s->threads = calloc((size_t)s->workers, sizeof *s->threads)))
@@ -1380,6 +1426,11 @@ int64_t lq_subscription_stat(const lq_subscription *s, int stat) {
         pthread_mutex_unlock(&m->mu);
         return v;
     }
-    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_EXPIRED_UNSTARTED) return 0;
+    if (stat == LQ_STAT_POOL_IN_USE || stat == LQ_STAT_POOL_IDLE) {
+        int lent, idle;
+        lq__pool_counts(&m->broker->pool, &lent, &idle);
+        return stat == LQ_STAT_POOL_IN_USE ? lent : idle;
+    }
+    if (stat < LQ_STAT_CLAIMS || stat > LQ_STAT_SETTLE_ERRORS) return 0;
     return atomic_load(&m->stats[stat]);
 }

@@ -51,13 +51,8 @@ static void pruned_rows(lq__sql *b, bool dead, bool in_group, bool by_group) {
     lq__sql_and_unprocessed(b);
     if (in_group && lq_table_form(t) == LQ_FORM_LEASE) {
         /* A dead-letter group a subscription reads: its rows in work stay. */
-        lq__sql_add(b, " AND (");
-        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(b, " IS NULL OR ");
-        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(b, " <= ");
-        lq__sql_param(b, LQ__P_LEASE_NOW);
-        lq__sql_add(b, ")");
+        lq__sql_add(b, " AND ");
+        lq__sql_lease_free(b);
     }
 }
 

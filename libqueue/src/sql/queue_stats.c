@@ -52,13 +52,8 @@ static int build_later(lq__stmt *out, const lq__dialect *d, const lq_table *t, i
     lq__sql_add(&b, " > ");
     lq__sql_param(&b, now);
     if (role == LQ_ROLE_RETRY_AFTER && lq_table_form(t) == LQ_FORM_LEASE) {
-        lq__sql_add(&b, " AND (");
-        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(&b, " IS NULL OR ");
-        lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(&b, " <= ");
-        lq__sql_param(&b, LQ__P_LEASE_NOW);
-        lq__sql_add(&b, ")");
+        lq__sql_add(&b, " AND ");
+        lq__sql_lease_free(&b);
     }
     lq__sql_and_unprocessed(&b);
     count_close(&b);

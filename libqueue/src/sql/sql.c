@@ -97,6 +97,16 @@ static void partition_has_room(lq__sql *b) {
     lq__sql_add(b, limit);
 }
 
+void lq__sql_lease_free(lq__sql *b) {
+    lq__sql_add(b, "(");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " IS NULL OR ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    lq__sql_add(b, ")");
+}
+
 void lq__sql_claim_where(lq__sql *b, bool lease_free) {
     const lq_table *t = b->table;
     const char *and = "";
@@ -110,13 +120,7 @@ void lq__sql_claim_where(lq__sql *b, bool lease_free) {
     }
     if (lease_free) {
         lq__sql_add(b, and);
-        lq__sql_add(b, "(");
-        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(b, " IS NULL OR ");
-        lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-        lq__sql_add(b, " <= ");
-        lq__sql_param(b, LQ__P_LEASE_NOW);
-        lq__sql_add(b, ")");
+        lq__sql_lease_free(b);
         and = " AND ";
     }
     if (lease_free && t->partition_limit) partition_has_room(b);
@@ -250,7 +254,7 @@ static const int row_roles[LQ__COL_COUNT] = {
     [LQ__COL_HEADERS] = LQ_ROLE_HEADERS,   [LQ__COL_PRIORITY] = LQ_ROLE_PRIORITY,
     [LQ__COL_DUE] = LQ_ROLE_RETRY_AFTER,
     [LQ__COL_PAYLOAD_SIZE] = LQ_ROLE_PAYLOAD, [LQ__COL_HEADERS_SIZE] = LQ_ROLE_HEADERS,
-    [LQ__COL_EXPIRED] = LQ_ROLE_EXPIRES_AT,
+    [LQ__COL_EXPIRED] = LQ_ROLE_EXPIRES_AT, [LQ__COL_CREATED] = LQ_ROLE_CREATED_AT,
 };
 
 /* The limit on a column's size the table's copy sets, or 0. */
@@ -650,6 +654,7 @@ static const struct {
     {LQ_ROLE_PARTITION_KEY, LQ__P_PKEY},      {LQ_ROLE_PRIORITY, LQ__P_PRIORITY},
     {LQ_ROLE_RETRY_AFTER, LQ__P_RETRY_AFTER}, {LQ_ROLE_HEADERS, LQ__P_HEADERS},
     {LQ_ROLE_DEDUP_KEY, LQ__P_DEDUP},         {LQ_ROLE_EXPIRES_AT, LQ__P_EXPIRES},
+    {LQ_ROLE_CREATED_AT, LQ__P_CREATED},
 };
 #define INSERT_FIELDS (sizeof insert_fields / sizeof insert_fields[0])
 
@@ -758,13 +763,8 @@ static int build_stamp(lq__sql *b) {
     lq__sql_id(b);
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ__P_ID);
-    lq__sql_add(b, " AND (");
-    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(b, " IS NULL OR ");
-    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(b, " <= ");
-    lq__sql_param(b, LQ__P_LEASE_NOW);
-    lq__sql_add(b, ")");
+    lq__sql_add(b, " AND ");
+    lq__sql_lease_free(b);
     return lq__sql_finish(b);
 }
 

@@ -35,6 +35,7 @@ typedef enum lq__param {
     LQ__P_QUEUE,       /* a rate limit's queue, in the starts table */
     LQ__P_PERIOD,      /* a rate limit's period, ms */
     LQ__P_EXPIRES,     /* a message's expires_at */
+    LQ__P_CREATED,     /* a message's created_at: the publish's time */
     LQ__P_SCHEDULE,    /* a schedule's name, in the ticks table */
     LQ__P_TICK,        /* one of its ticks, epoch ms */
     LQ__P_FROM_ID,     /* a range of ids, both ends included */
@@ -67,7 +68,7 @@ enum { LQ__COL_ID, LQ__COL_PAYLOAD, LQ__COL_ATTEMPT, LQ__COL_GROUP, LQ__COL_PKEY
         * themselves then read only when within the limits. */
        LQ__COL_PAYLOAD_SIZE, LQ__COL_HEADERS_SIZE,
        /* 1 where the row is past its expires_at (LQ__P_NOW), else 0. */
-       LQ__COL_EXPIRED, LQ__COL_COUNT };
+       LQ__COL_EXPIRED, LQ__COL_CREATED, LQ__COL_COUNT };
 
 /* Every statement a subscription runs, built once when it opens. */
 typedef struct lq__sqlset {
@@ -125,6 +126,8 @@ LQ__HIDDEN void lq__sql_qualified(lq__sql *b, const char *schema, const char *na
 LQ__HIDDEN void lq__sql_col(lq__sql *b, int role);
 LQ__HIDDEN void lq__sql_id(lq__sql *b);
 LQ__HIDDEN void lq__sql_param(lq__sql *b, lq__param p);
+/* "(locked_until IS NULL OR locked_until <= :lease_now)": no lease holds the row. */
+LQ__HIDDEN void lq__sql_lease_free(lq__sql *b);
 /* "a = b AND ..." for due, unprocessed rows of the group; with the lease
  * condition when `lease_free`. Writes "1 = 1" when there is nothing to say. */
 LQ__HIDDEN void lq__sql_claim_where(lq__sql *b, bool lease_free);
