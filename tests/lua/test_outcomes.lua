@@ -275,12 +275,14 @@ H.case("metrics count each outcome once, from memory", { forms = H.FORMS }, func
   d = H.one(sub)
   ok(d:retry())
   d:release()
+  sub:stop() -- no claim runs while the figures are compared
   local m = ok(sub:metrics())
   eq(m.stats.acked, 1, "acked")
   eq(m.stats.retried, 1, "retried")
-  eq(m.stats.claimed, 2, "rows claimed")
+  -- The retried row may be claimed again already, in the background.
+  ok(m.stats.claimed == 2 or m.stats.claimed == 3, "rows claimed: " .. m.stats.claimed)
   eq(m.claim.count, m.stats.claims, "a timing a claim")
-  eq(m.wait.count, 2, "a wait a row")
+  eq(m.wait.count, m.stats.claimed, "a wait a row")
   eq(#m.wait.bounds, 16, "buckets")
   eq(m.wait.bounds[16], math.huge, "the last bucket")
   local in_buckets = 0
