@@ -200,6 +200,13 @@ typedef enum lq_option {
                                        without a key are not limited; any form; not above
                                        partition_concurrency or worker_concurrency; default
                                        0 = none */
+    LQ_OPT_PARTITION_RATE_LIMIT = 44, /* at most n starts of one partition key in any
+                                       window of partition_rate_period_ms, across every broker
+                                       and process that sets it, on the database's clock; a
+                                       key at its limit is passed over, the others go on;
+                                       lease form; default 0 = none */
+    LQ_OPT_PARTITION_RATE_PERIOD_MS = 45, /* the window of partition_rate_limit; default
+                                       1000 */
     /* Schedule options (lq_schedule_add) */
     LQ_OPT_CRON = 60,               /* string: a cron expression, five fields or six with
                                        seconds first, or @hourly and the other shorthands */

@@ -288,6 +288,34 @@ def test_partition_concurrency_one_runs_each_key_alone(db, form, tmp_path) -> No
     assert most > 1, "the keys never ran side by side"
 
 
+@pytest.mark.forms("lease")
+@pytest.mark.across_processes
+def test_partition_rate_limit_holds_per_key_across_processes(db, form, tmp_path) -> None:
+    """partition_rate_limit=5 per 1000 ms, 3 keys of 20 rows, 2 processes x 4
+    workers: no key starts 6 rows within a second, and a key at its limit
+    does not hold back the others (more than one key's 5 in the first
+    window)."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [dict(payload=b"k%d" % (i % 3), partition_key="k%d" % (i % 3))
+                                    for i in range(60)])
+    log = str(tmp_path / "spans.log")
+    drain(db, table, log, 2, workers=4, partition_rate_limit=5, partition_rate_period_ms=1000)
+    by_key = spans_by_key(log)
+    assert sorted(len(v) for v in by_key.values()) == [20, 20, 20]
+    slack = 30_000_000  # ns: the database's clock against the handlers' starts
+    for key, spans in by_key.items():
+        t = sorted(start for start, _ in spans)
+        for i in range(len(t) - 5):
+            assert t[i + 5] - t[i] >= 1_000_000_000 - slack, \
+                "key %s: starts %d and %d are %.3f s apart" % (key, i, i + 5, (t[i + 5] - t[i]) / 1e9)
+    first = min(start for spans in by_key.values() for start, _ in spans)
+    early = sum(1 for spans in by_key.values() for start, _ in spans
+                if start - first < 900_000_000)
+    assert early > 5, "only %d starts in the first window: the keys held each other back" % early
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(partition_concurrency=2), "partition_concurrency needs a partition_key column"),
     (dict(partition_concurrency=3, concurrency=2), "partition_concurrency 3 is above concurrency 2"),
@@ -330,6 +358,29 @@ def test_partition_worker_concurrency_runs_each_key_alone_here(db, form) -> None
             wait_until(lambda: db.count("jobs") == 0, what="the table to drain")
     assert [most["k%d" % i] for i in range(3)] == [1, 1, 1], most
     assert most["all"] > 1, "the keys never ran side by side"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(partition_rate_limit=5), "partition_rate_limit needs a partition_key column"),
+    (dict(partition_rate_period_ms=500, partition_concurrency=1),
+     "partition_rate_period_ms is the window of partition_rate_limit"),
+    (dict(partition_rate_limit=6, rate_limit=5), "partition_rate_limit 6 is above rate_limit 5"),
+])
+def test_bad_partition_rate_limits_are_refused(db, broker, options: Dict[str, int],
+                                               message: str) -> None:
+    keyed = "partition_rate_limit" not in options or len(options) > 1
+    table = make_table("lease", partition_key="account") if keyed else make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match=message):
+        broker.subscribe(table, **options)
+
+
+@pytest.mark.forms("row_lock", "advisory")
+def test_partition_rate_limit_outside_the_lease_form_is_refused(db, broker, form) -> None:
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="partition_rate_limit counts the claims of the lease"):
+        broker.subscribe(table, partition_rate_limit=5)
 
 
 @pytest.mark.parametrize("options, message", [

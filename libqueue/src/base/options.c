@@ -43,6 +43,8 @@ static const option_spec specs[] = {
     {LQ_OPT_RETAIN_MS, "retain_ms", LQ_OPTION_INT, 0, INT64_C(1) << 40, 0},
     {LQ_OPT_DEAD_LETTER_RETAIN_MS, "dead_letter_retain_ms", LQ_OPTION_INT, 0, INT64_C(1) << 40, 0},
     {LQ_OPT_PARTITION_WORKER_CONCURRENCY, "partition_worker_concurrency", LQ_OPTION_INT, 1, 1000000, 0},
+    {LQ_OPT_PARTITION_RATE_LIMIT, "partition_rate_limit", LQ_OPTION_INT, 1, 1000000, 0},
+    {LQ_OPT_PARTITION_RATE_PERIOD_MS, "partition_rate_period_ms", LQ_OPTION_INT, 1, INT32_MAX, 1000},
     {LQ_OPT_CRON, "cron", LQ_OPTION_STRING, 0, 0, 0},
     {LQ_OPT_EVERY_MS, "every_ms", LQ_OPTION_INT, 1, INT64_C(1) << 40, 0},
     {LQ_OPT_TZ, "tz", LQ_OPTION_STRING, 0, 0, 0},

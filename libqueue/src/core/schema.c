@@ -481,42 +481,58 @@ int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
 
 /* ---- the starts of rate limits ------------------------------------------ */
 
-static int build_starts_table(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+/* The starts of rate limits: (queue, started_at), or with `keyed` (those
+ * of partition_rate_limit) (queue, pkey, started_at), indexed in that order. */
+static void starts_columns(lq__sql *b, bool keyed) {
+    lq__sql_ident(b, "queue");
+    if (keyed) {
+        lq__sql_add(b, ", ");
+        lq__sql_ident(b, "pkey");
+    }
+    lq__sql_add(b, ", ");
+    lq__sql_ident(b, "started_at");
+}
+
+static const char *starts_table_of(bool keyed) { return keyed ? LQ__KEY_STARTS_TABLE : LQ__STARTS_TABLE; }
+
+static int build_starts_table(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool keyed) {
     lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "CREATE TABLE IF NOT EXISTS ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_qualified(&b, t->schema, starts_table_of(keyed));
     lq__sql_add(&b, " (\n  ");
     lq__sql_ident(&b, "queue");
     lq__sql_add(&b, " ");
     lq__sql_add(&b, d->ddl->key_text);
     lq__sql_add(&b, " NOT NULL,\n  ");
+    if (keyed) {
+        lq__sql_ident(&b, "pkey");
+        lq__sql_add(&b, " ");
+        lq__sql_add(&b, d->ddl->key_text);
+        lq__sql_add(&b, " NOT NULL,\n  ");
+    }
     lq__sql_ident(&b, "started_at");
     lq__sql_add(&b, " BIGINT NOT NULL");
     if (d->ddl->index_in_table) {
         lq__sql_add(&b, ",\n  INDEX ");
-        lq__sql_ident(&b, LQ__STARTS_TABLE "_queue");
+        lq__sql_ident(&b, keyed ? LQ__KEY_STARTS_TABLE "_queue" : LQ__STARTS_TABLE "_queue");
         lq__sql_add(&b, " (");
-        lq__sql_ident(&b, "queue");
-        lq__sql_add(&b, ", ");
-        lq__sql_ident(&b, "started_at");
+        starts_columns(&b, keyed);
         lq__sql_add(&b, ")");
     }
     lq__sql_add(&b, "\n)");
     return lq__sql_finish(&b);
 }
 
-static int build_starts_index(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+static int build_starts_index(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool keyed) {
     lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "CREATE INDEX IF NOT EXISTS ");
-    lq__sql_ident(&b, LQ__STARTS_TABLE "_queue");
+    lq__sql_ident(&b, keyed ? LQ__KEY_STARTS_TABLE "_queue" : LQ__STARTS_TABLE "_queue");
     lq__sql_add(&b, " ON ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_qualified(&b, t->schema, starts_table_of(keyed));
     lq__sql_add(&b, " (");
-    lq__sql_ident(&b, "queue");
-    lq__sql_add(&b, ", ");
-    lq__sql_ident(&b, "started_at");
+    starts_columns(&b, keyed);
     lq__sql_add(&b, ")");
     return lq__sql_finish(&b);
 }
@@ -548,15 +564,15 @@ static int create_aside(lq_broker *b, const lq_table *t, const char *name, const
     return rc;
 }
 
-int lq__starts_table_create(lq_broker *b, const lq_table *t) {
+int lq__starts_table_create(lq_broker *b, const lq_table *t, bool keyed) {
     const lq__dialect *d = b->dialect;
     lq__stmt table = {0}, index = {0};
-    int rc = build_starts_table(&table, d, t);
-    if (rc == LQ_OK && !d->ddl->index_in_table) rc = build_starts_index(&index, d, t);
-    if (rc == LQ_OK) rc = create_aside(b, t, LQ__STARTS_TABLE, &table, &index);
+    int rc = build_starts_table(&table, d, t, keyed);
+    if (rc == LQ_OK && !d->ddl->index_in_table) rc = build_starts_index(&index, d, t, keyed);
+    if (rc == LQ_OK) rc = create_aside(b, t, starts_table_of(keyed), &table, &index);
     if (rc != LQ_OK)
         lq__error_prefix("rate limits keep their starts in table %s, which could not be made",
-                         LQ__STARTS_TABLE);
+                         starts_table_of(keyed));
     free(table.sql);
     free(index.sql);
     return rc;

@@ -6,8 +6,10 @@
 
 /* Creates, if missing, the table rate limits keep their starts in
  * (LQ__STARTS_TABLE, in the queue table's schema): a queue's name and a
- * start on the database's clock, indexed by both. */
-LQ__HIDDEN int lq__starts_table_create(lq_broker *b, const lq_table *t);
+ * start on the database's clock, indexed by both; with `keyed` the table of
+ * partition_rate_limit's starts (LQ__KEY_STARTS_TABLE), by queue, partition
+ * key and start. */
+LQ__HIDDEN int lq__starts_table_create(lq_broker *b, const lq_table *t, bool keyed);
 
 /* Creates, if missing, the table schedules claim their ticks in
  * (LQ__TICKS_TABLE, in the queue table's schema): a schedule's name, a

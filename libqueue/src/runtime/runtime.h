@@ -106,6 +106,9 @@ struct lq_subscription {
     int rate_limit;         /* starts in any window of rate_period_ms, or 0 */
     int partition_concurrency; /* rows of one partition key in work, or 0 */
     int key_limit;             /* partition_worker_concurrency: rows of one key in work here */
+    int key_rate_limit;        /* partition_rate_limit: starts of one key in a window, or 0 */
+    int64_t key_rate_period_ms;
+    bool key_rate_set_alone;   /* partition_rate_period_ms without partition_rate_limit */
     lq__key_counts key_counts; /* with key_limit: in work by key */
     int64_t rate_period_ms;
     bool rate_set_alone;    /* rate_period_ms given without rate_limit: refused */

@@ -191,6 +191,22 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency counts the leases of the "
                                     "lease form; this table's form is %s",
                          label, form);
+    if (s->key_rate_limit && s->form != LQ_FORM_LEASE)
+        return lq__error(LQ_MISUSE, "table %s: partition_rate_limit counts the claims of the "
+                                    "lease form; this table's form is %s",
+                         label, form);
+    if (s->key_rate_limit && !lq__has(s->table, LQ_ROLE_PARTITION_KEY))
+        return lq__error(LQ_MISUSE, "table %s: partition_rate_limit needs a partition_key column",
+                         label);
+    if (s->key_rate_set_alone)
+        return lq__error(LQ_MISUSE, "table %s: partition_rate_period_ms is the window of "
+                                    "partition_rate_limit, which is not set",
+                         label);
+    if (s->rate_limit && s->key_rate_limit > s->rate_limit &&
+        s->key_rate_period_ms == s->rate_period_ms)
+        return lq__error(LQ_MISUSE, "table %s: partition_rate_limit %d is above rate_limit %d "
+                                    "in the same period",
+                         label, s->key_rate_limit, s->rate_limit);
     if (s->partition_concurrency && !lq__has(s->table, LQ_ROLE_PARTITION_KEY))
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency needs a partition_key column",
                          label);
@@ -303,16 +319,18 @@ static char *queue_name(const lq_subscription *s, const char *prefix) {
 /* The queue-wide limits' statements, the name of their lock and the table of
  * a rate limit's starts. */
 static int plan_limits(lq_subscription *s) {
-    if (!s->concurrency && !s->rate_limit && !s->partition_concurrency) return LQ_OK;
+    if (!s->concurrency && !s->rate_limit && !s->partition_concurrency && !s->key_rate_limit)
+        return LQ_OK;
     if (!(s->limit_key = queue_name(s, "concurrency:"))) return lq__error(LQ_NOMEM, "out of memory");
-    if (s->rate_limit && !(s->starts_key = queue_name(s, "")))
+    if ((s->rate_limit || s->key_rate_limit) && !(s->starts_key = queue_name(s, "")))
         return lq__error(LQ_NOMEM, "out of memory");
     /* The row lock form counts by slots (forms/rowlock.c); the lease form
      * counts its leased rows. */
     bool leases = s->form == LQ_FORM_LEASE;
     int rc = lq__sqlset_build_limits(&s->sql, s->broker->dialect, s->table,
                                      leases && s->concurrency > 0, s->rate_limit > 0);
-    if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table);
+    if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table, false);
+    if (rc == LQ_OK && s->key_rate_limit) rc = lq__starts_table_create(s->broker, s->table, true);
     if (rc == LQ_OK && leases && (s->concurrency || s->partition_concurrency))
         lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
     return rc;
@@ -437,6 +455,9 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->rate_limit = (int)lq__opt_int(o, LQ_OPT_RATE_LIMIT);
     s->partition_concurrency = (int)lq__opt_int(o, LQ_OPT_PARTITION_CONCURRENCY);
     s->key_limit = (int)lq__opt_int(o, LQ_OPT_PARTITION_WORKER_CONCURRENCY);
+    s->key_rate_limit = (int)lq__opt_int(o, LQ_OPT_PARTITION_RATE_LIMIT);
+    s->key_rate_period_ms = lq__opt_int(o, LQ_OPT_PARTITION_RATE_PERIOD_MS);
+    s->key_rate_set_alone = !s->key_rate_limit && lq__opt_is_set(o, LQ_OPT_PARTITION_RATE_PERIOD_MS);
     s->timeout_ms = lq__opt_int(o, LQ_OPT_TIMEOUT_MS);
     s->retention.retain_ms = lq__opt_int(o, LQ_OPT_RETAIN_MS);
     s->retention.dead_retain_ms = lq__opt_int(o, LQ_OPT_DEAD_LETTER_RETAIN_MS);
@@ -458,7 +479,10 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
         s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
-        s->table->partition_limit = lq_table_form(s->table) == LQ_FORM_LEASE ? s->partition_concurrency : 0;
+        bool leases = lq_table_form(s->table) == LQ_FORM_LEASE;
+        s->table->partition_limit = leases ? s->partition_concurrency : 0;
+        s->table->key_rate_limit = leases ? s->key_rate_limit : 0;
+        s->table->key_rate_period_ms = s->key_rate_period_ms;
     }
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
         !(s->group = lq__strdup(lq__opt_str(o, LQ_OPT_GROUP))))

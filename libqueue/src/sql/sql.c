@@ -97,6 +97,39 @@ static void partition_has_room(lq__sql *b) {
     lq__sql_add(b, limit);
 }
 
+/* " AND <the starts of the row's partition key within its period> <
+ * limit": a key at its partition_rate_limit is passed over (rows without a
+ * key are not limited). The limit and period are the subscription's own,
+ * written in; the queue's name is bound. */
+static void key_rate_has_room(lq__sql *b) {
+    const lq_table *t = b->table;
+    char limit[LQ__INT_TEXT_SIZE], period[LQ__INT_TEXT_SIZE];
+    lq__int_text(limit, t->key_rate_limit);
+    lq__int_text(period, t->key_rate_period_ms);
+    lq__sql_add(b, " AND (SELECT COUNT(*) FROM ");
+    lq__sql_qualified(b, t->schema, LQ__KEY_STARTS_TABLE);
+    lq__sql_add(b, " AS ");
+    lq__sql_ident(b, "lq_s");
+    lq__sql_add(b, " WHERE ");
+    lq__sql_qualified(b, "lq_s", "queue");
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_QUEUE);
+    lq__sql_add(b, " AND ");
+    lq__sql_qualified(b, "lq_s", "pkey");
+    lq__sql_add(b, " = ");
+    lq__sql_table(b);
+    lq__sql_add(b, ".");
+    lq__sql_col(b, LQ_ROLE_PARTITION_KEY);
+    lq__sql_add(b, " AND ");
+    lq__sql_qualified(b, "lq_s", "started_at");
+    lq__sql_add(b, " > ");
+    b->dialect->now_ms_sql(b);
+    lq__sql_add(b, " - ");
+    lq__sql_add(b, period);
+    lq__sql_add(b, ") < ");
+    lq__sql_add(b, limit);
+}
+
 void lq__sql_lease_free(lq__sql *b) {
     lq__sql_add(b, "(");
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
@@ -124,6 +157,7 @@ void lq__sql_claim_where(lq__sql *b, bool lease_free) {
         and = " AND ";
     }
     if (lease_free && t->partition_limit) partition_has_room(b);
+    if (lease_free && t->key_rate_limit) key_rate_has_room(b);
     if (!*and) lq__sql_add(b, "1 = 1");
 }
 
@@ -959,12 +993,18 @@ static int build_count_leased(lq__stmt *out, const lq__dialect *d, const lq_tabl
     return lq__sql_finish(&b);
 }
 
-/* " WHERE queue = ? AND started_at <op> <now> - period". */
-static void starts_where(lq__sql *b, const char *op) {
+/* " WHERE queue = ? [AND pkey = ?] AND started_at <op> <now> - period". */
+static void starts_where(lq__sql *b, const char *op, bool keyed) {
     lq__sql_add(b, " WHERE ");
     lq__sql_ident(b, "queue");
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ__P_QUEUE);
+    if (keyed) {
+        lq__sql_add(b, " AND ");
+        lq__sql_ident(b, "pkey");
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_PKEY);
+    }
     lq__sql_add(b, " AND ");
     lq__sql_ident(b, "started_at");
     lq__sql_add(b, op);
@@ -973,35 +1013,47 @@ static void starts_where(lq__sql *b, const char *op) {
     lq__sql_param(b, LQ__P_PERIOD);
 }
 
-static int build_starts(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
+/* The starts of the queue's rate limit, or with `keyed` of one partition
+ * key's (partition_rate_limit): count, add, prune. */
+static int build_starts(lq__stmt *count, lq__stmt *add, lq__stmt *prune, const lq__dialect *d,
+                        const lq_table *t, bool keyed) {
+    const char *table = keyed ? LQ__KEY_STARTS_TABLE : LQ__STARTS_TABLE;
     lq__sql b;
-    lq__sql_start(&b, &set->starts, d, t);
+    lq__sql_start(&b, count, d, t);
     lq__sql_add(&b, "SELECT COUNT(*), MIN(");
     lq__sql_ident(&b, "started_at");
     lq__sql_add(&b, "), ");
     d->now_ms_sql(&b);
     lq__sql_add(&b, " FROM ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
-    starts_where(&b, " > ");
+    lq__sql_qualified(&b, t->schema, table);
+    starts_where(&b, " > ", keyed);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
-    lq__sql_start(&b, &set->start_add, d, t);
+    lq__sql_start(&b, add, d, t);
     lq__sql_add(&b, "INSERT INTO ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_qualified(&b, t->schema, table);
     lq__sql_add(&b, " (");
     lq__sql_ident(&b, "queue");
+    if (keyed) {
+        lq__sql_add(&b, ", ");
+        lq__sql_ident(&b, "pkey");
+    }
     lq__sql_add(&b, ", ");
     lq__sql_ident(&b, "started_at");
     lq__sql_add(&b, ") VALUES (");
     lq__sql_param(&b, LQ__P_QUEUE);
+    if (keyed) {
+        lq__sql_add(&b, ", ");
+        lq__sql_param(&b, LQ__P_PKEY);
+    }
     lq__sql_add(&b, ", ");
     d->now_ms_sql(&b);
     lq__sql_add(&b, ")");
     if ((rc = lq__sql_finish(&b)) != LQ_OK) return rc;
-    lq__sql_start(&b, &set->start_prune, d, t);
+    lq__sql_start(&b, prune, d, t);
     lq__sql_add(&b, "DELETE FROM ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
-    starts_where(&b, " <= ");
+    lq__sql_qualified(&b, t->schema, table);
+    starts_where(&b, " <= ", keyed);
     return lq__sql_finish(&b);
 }
 
@@ -1009,7 +1061,10 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
                             bool concurrency, bool rate) {
     int rc = concurrency ? build_count_leased(&set->in_work, d, t, LQ_ROLE_GROUP, LQ__P_GROUP)
                          : LQ_OK;
-    if (rc == LQ_OK && rate) rc = build_starts(set, d, t);
+    if (rc == LQ_OK && rate)
+        rc = build_starts(&set->starts, &set->start_add, &set->start_prune, d, t, false);
+    if (rc == LQ_OK && t->key_rate_limit)
+        rc = build_starts(&set->key_starts, &set->key_start_add, &set->key_start_prune, d, t, true);
     if (rc == LQ_OK && t->partition_limit)
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     return rc;
@@ -1021,7 +1076,8 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
                        &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
-                       &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue};
+                       &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue,
+                       &set->key_starts,  &set->key_start_add, &set->key_start_prune};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

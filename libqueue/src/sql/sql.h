@@ -102,6 +102,10 @@ typedef struct lq__sqlset {
     lq__stmt start_add;   /* rate limit: one start, now */
     lq__stmt start_prune; /* rate limit: the starts past the period, deleted */
     lq__stmt key_in_work; /* partition_concurrency: one key's rows leased now */
+    lq__stmt key_starts;  /* partition_rate_limit: the starts of one key (LQ__P_PKEY) within
+                          * its period, the oldest and the database's clock now */
+    lq__stmt key_start_add;   /* and one start of the key, now */
+    lq__stmt key_start_prune; /* and the key's starts past the period, deleted */
 } lq__sqlset;
 
 /* A statement under construction. */
@@ -262,7 +266,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 24
+#define LQ__SQLSET_STATEMENTS 27
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);
@@ -272,6 +276,7 @@ LQ__HIDDEN int lq__sqlset_build_limits(lq__sqlset *set, const struct lq__dialect
                                        const lq_table *t, bool concurrency, bool rate);
 /* The table rate limits keep their starts in, beside the queue's table. */
 #define LQ__STARTS_TABLE "lq_starts"
+#define LQ__KEY_STARTS_TABLE "lq_key_starts"
 /* The table schedules claim their ticks in, beside the queue's table. */
 #define LQ__TICKS_TABLE "lq_schedule_ticks"
 LQ__HIDDEN size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]);

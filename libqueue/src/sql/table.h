@@ -23,6 +23,10 @@ struct lq_table {
     /* A subscription's copy only: its partition_concurrency, which its lease
      * claims keep to (0: none). */
     int partition_limit;
+    /* A subscription's copy only: its partition_rate_limit, starts of one
+     * key in any window of key_rate_period_ms, which its claims keep to. */
+    int key_rate_limit;
+    int64_t key_rate_period_ms;
 };
 
 /* A deep copy, so a subscription outlives the caller's description. */
