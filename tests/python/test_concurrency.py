@@ -41,6 +41,22 @@ def overlap(spans: List[Span]) -> Tuple[int, float]:
     return most, area / span if span else float(most)
 
 
+class Peak:
+    """A handler of 30 ms that records the most of its runs at once."""
+
+    def __init__(self) -> None:
+        self.running = self.most = 0
+        self._lock = threading.Lock()
+
+    def handle(self, d: libqueue.Delivery) -> None:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.03)
+        with self._lock:
+            self.running -= 1
+
+
 def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: Any) -> None:
     workers = [spawn(db, table, log, "drain", poll_interval_ms=POLL_MS, **options)
                for _ in range(processes)]
@@ -80,6 +96,14 @@ def test_concurrency_holds_across_processes(db, form, tmp_path) -> None:
     concurrency_across_processes(db, form, tmp_path)
 
 
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("advisory")
+@pytest.mark.across_processes
+def test_concurrency_holds_across_processes_by_slot_keys(db, form, tmp_path) -> None:
+    """The advisory form: each row in work holds a slot key in its session."""
+    concurrency_across_processes(db, form, tmp_path)
+
+
 @pytest.mark.dialect("postgresql")
 @pytest.mark.forms("row_lock")
 def test_concurrency_holds_across_processes_by_slot_locks(db, form, tmp_path) -> None:
@@ -93,24 +117,15 @@ def test_worker_concurrency_caps_what_one_subscription_holds(db, form) -> None:
     """workers=8, worker_concurrency=3: at most 3 handlers at once here."""
     table = make_table(form)
     db.create_table(table)
-    running = most = 0
-    lock = threading.Lock()
-
-    def handle(d: libqueue.Delivery) -> None:
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.03)
-        with lock:
-            running -= 1
+    peak = Peak()
 
     with libqueue.Broker(db.url) as broker:
         broker.publish_many(table, [b"%d" % i for i in range(40)])
         with broker.subscribe(table, workers=8, worker_concurrency=3,
                               poll_interval_ms=POLL_MS) as sub:
-            sub.run(handle)
+            sub.run(peak.handle)
             wait_until(lambda: db.count("jobs") == 0, what="the table to drain")
+    most = peak.most
     assert most == 3, "%d handlers ran at once under worker_concurrency=3" % most
 
 
@@ -162,11 +177,20 @@ def test_concurrency_in_the_row_lock_form_without_slot_locks_is_refused(db, brok
 
 
 @pytest.mark.forms("advisory")
-def test_concurrency_in_the_advisory_form_is_refused(db, broker, form) -> None:
+def test_concurrency_in_the_advisory_form_holds_by_slot_keys(db, form) -> None:
+    """workers=6, concurrency=2, one process: each delivery holds a slot key
+    beside its row's; at most 2 handlers at once, and 2 reached."""
     table = make_table(form)
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="concurrency counts the leases of the lease form or"):
-        broker.subscribe(table, concurrency=2)
+    peak = Peak()
+
+    with libqueue.Broker(db.url, pool_size=10) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(30)])
+        with broker.subscribe(table, workers=6, concurrency=2, poll_interval_ms=POLL_MS) as sub:
+            sub.run(peak.handle)
+            wait_until(lambda: db.count("jobs") == 0, what="the table to drain")
+    most = peak.most
+    assert most == 2, "%d handlers ran at once under concurrency=2" % most
 
 
 @pytest.mark.dialect("postgresql", "mysql")
@@ -445,4 +469,10 @@ def test_a_killed_process_gives_its_slot_back_when_its_lease_runs_out(db, form, 
 @pytest.mark.dialect("postgresql")
 @pytest.mark.forms("row_lock")
 def test_a_killed_process_gives_its_slot_lock_back_at_once(db, form, tmp_path) -> None:
+    killed_slot_comes_back(db, form, tmp_path)
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("advisory")
+def test_a_killed_process_gives_its_slot_key_back_at_once(db, form, tmp_path) -> None:
     killed_slot_comes_back(db, form, tmp_path)

@@ -93,6 +93,7 @@ static void delivery_free(lq_delivery *d) {
     free(d->partition_key);
     lq__headers_clear(&d->headers);
     free(d->key);
+    free(d->slot);
     free(d->due);
     pthread_mutex_destroy(&d->mu);
     if (s) {

@@ -179,10 +179,6 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
                          label, s->broker->dialect->name);
-    if (s->concurrency && s->form == LQ_FORM_ADVISORY)
-        return lq__error(LQ_MISUSE, "table %s: concurrency counts the leases of the lease form or "
-                                    "the slots of the row lock form; this table's form is %s",
-                         label, form);
     if (s->rate_limit && s->form != LQ_FORM_LEASE)
         return lq__error(LQ_MISUSE, "table %s: rate_limit counts the claims of the lease form; "
                                     "this table's form is %s",

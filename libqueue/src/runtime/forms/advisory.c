@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "runtime/runtime.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,16 +60,67 @@ static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, 
     return lq__pool_acquire_within(out, &s->broker->pool, 0);
 }
 
+/* concurrency in the advisory form: a slot is one more advisory key,
+ * "lq-slot-<hash of the queue>-<i>" for i below the limit, taken on the
+ * session (or in the process) that takes the row's key and held as long:
+ * no two deliveries anywhere hold one slot, so no more than the limit run
+ * at once, and a session that dies lets its slots go with its keys. The
+ * tries start at a random slot, so claims beside each other seldom meet.
+ * *slot_out NULL: every slot is held, the queue is at its limit. */
+static int take_slot(char **slot_out, lq_subscription *s, lq__conn *conn) {
+    const lq__dialect *d = s->broker->dialect;
+    *slot_out = NULL;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the queue's name */
+    for (const char *p = s->limit_key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
+    int first = rand_r(&seed) % s->concurrency;
+    for (int i = 0; i < s->concurrency; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "lq-slot-%016llx-%d", (unsigned long long)h,
+                 (first + i) % s->concurrency);
+        bool locked;
+        int rc = d->try_lock_key(&locked, conn, &s->broker->target, name);
+        if (rc != LQ_OK) return rc;
+        if (!locked) continue;
+        if (!(*slot_out = lq__strdup(name))) {
+            d->unlock_key(conn, &s->broker->target, name);
+            return lq__error(LQ_NOMEM, "out of memory");
+        }
+        return LQ_OK;
+    }
+    return LQ_OK;
+}
+
+/* Lets a slot go (NULL: none); false when the release was not confirmed. */
+static bool release_slot(lq_subscription *s, lq__conn *conn, char *slot) {
+    if (!slot) return true;
+    bool confirmed = s->broker->dialect->unlock_key(conn, &s->broker->target, slot);
+    free(slot);
+    return confirmed;
+}
+
 /* Locks one candidate's key and takes its row; NULL in *out when the key is
  * held elsewhere or the row was settled since it was read. */
-static int take_candidate(lq_delivery **out, lq_subscription *s, lq__conn *conn,
+static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq__conn *conn,
                           const candidate *c, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
     const lq__broker_target *target = &s->broker->target;
     bool locked;
     *out = NULL;
-    int rc = d->try_lock_key(&locked, conn, target, c->key);
-    if (rc != LQ_OK || !locked) return rc;
+    *full = false;
+    char *slot = NULL;
+    int rc = s->concurrency ? take_slot(&slot, s, conn) : LQ_OK;
+    if (rc != LQ_OK) return rc;
+    if (s->concurrency && !slot) {
+        *full = true;
+        return LQ_OK;
+    }
+    rc = d->try_lock_key(&locked, conn, target, c->key);
+    if (rc != LQ_OK || !locked) {
+        if (!release_slot(s, conn, slot) && rc == LQ_OK)
+            rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
+        return rc;
+    }
     take_ctx take = {s, NULL};
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
     int64_t changes = 0;
@@ -76,12 +128,15 @@ static int take_candidate(lq_delivery **out, lq_subscription *s, lq__conn *conn,
     if (rc == LQ_OK && s->sql.take_read.sql && changes == 1)
         rc = d->exec(NULL, conn, &s->sql.take_read, args, on_taken, &take);
     if (rc == LQ_OK && take.taken) {
+        take.taken->slot = slot;
         *out = take.taken;
         return LQ_OK;
     }
     if (take.taken) lq_delivery_free(take.taken);
     if (!d->unlock_key(conn, target, c->key) && rc == LQ_OK)
         rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
+    if (!release_slot(s, conn, slot) && rc == LQ_OK)
+        rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
     return rc;
 }
 
@@ -115,19 +170,28 @@ static int on_set_taken(void *arg, const lq__value *cols, int count) {
  * candidates, then takes their rows in one statement (one write rather
  * than one per row), and adds them to `out` in candidate order. A key whose
  * row was settled since it was read is let go. */
-static int take_together(lq__claimed *out, lq_subscription *s, lq__conn *conn, candidates *c,
-                         int limit, lq__value *args) {
+static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__conn *conn,
+                         candidates *c, int limit, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
     const lq__broker_target *target = &s->broker->target;
     int *at = malloc((size_t)limit * sizeof *at);
     lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
-    int rc = at && taken ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    char **slots = calloc((size_t)limit, sizeof *slots);
+    int rc = at && taken && slots ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     int n = 0;
     lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
         bool locked;
+        if (s->concurrency && ((rc = take_slot(&slots[n], s, conn)) != LQ_OK || !slots[n])) {
+            *full = rc == LQ_OK;
+            break;
+        }
         rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
-        if (rc != LQ_OK || !locked) continue;
+        if (rc != LQ_OK || !locked) {
+            release_slot(s, conn, slots[n]);
+            slots[n] = NULL;
+            continue;
+        }
         at[n++] = i;
         lq__held_set_add(&set, d, false, c->items[i].id, 0);
     }
@@ -145,6 +209,8 @@ static int take_together(lq__claimed *out, lq_subscription *s, lq__conn *conn, c
         if (rc == LQ_OK && taken[j]) {
             taken[j]->key = cand->key;
             cand->key = NULL;
+            taken[j]->slot = slots[j];
+            slots[j] = NULL;
             lq__claimed_add(out, taken[j]);
             continue;
         }
@@ -155,9 +221,13 @@ static int take_together(lq__claimed *out, lq_subscription *s, lq__conn *conn, c
         if (taken[j]) lq__delivery_unref(taken[j]);
         if (!d->unlock_key(conn, target, cand->key) && rc == LQ_OK)
             rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", cand->key);
+        if (!release_slot(s, conn, slots[j]) && rc == LQ_OK)
+            rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
+        slots[j] = NULL;
     }
     free(at);
     free(taken);
+    free(slots);
     return rc;
 }
 
@@ -184,12 +254,13 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
     bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
     bool together = s->sql.take_set.sql && !holds && c.count > 1;
-    if (rc == LQ_OK && together) rc = take_together(out, s, shared, &c, limit, args);
-    for (int i = 0; rc == LQ_OK && !together && i < c.count && out->count < limit; i++) {
+    bool full = false; /* every concurrency slot held */
+    if (rc == LQ_OK && together) rc = take_together(out, &full, s, shared, &c, limit, args);
+    for (int i = 0; rc == LQ_OK && !together && !full && i < c.count && out->count < limit; i++) {
         lq__conn *conn;
         if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
         lq_delivery *taken;
-        rc = take_candidate(&taken, s, conn, &c.items[i], args);
+        rc = take_candidate(&taken, &full, s, conn, &c.items[i], args);
         if (taken) {
             taken->key = c.items[i].key;
             c.items[i].key = NULL;
@@ -202,6 +273,8 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
             shared_broken = true; /* its session may still hold the key */
         }
     }
+    /* Cut short by the limit: the next settlement here wakes a claim. */
+    if (s->concurrency) atomic_store(&s->at_limit, full);
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     for (int i = 0; i < c.count; i++) free(c.items[i].key);
     free(c.items);
@@ -217,6 +290,8 @@ void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
         free(dv->key);
         dv->key = NULL;
     }
+    if (!release_slot(s, dv->conn, dv->slot)) confirmed = false;
+    dv->slot = NULL;
     if (dv->conn) {
         /* A lock whose release is not confirmed ends with its session. */
         *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed};
