@@ -13,11 +13,11 @@ from typing import Any, Dict
 import pytest
 
 import libqueue
-import libqueue.prometheus
 from helpers import make_table
 from relay import Relay
 
 prometheus_client = pytest.importorskip("prometheus_client")
+import libqueue.prometheus  # noqa: E402  (needs prometheus_client)
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 
