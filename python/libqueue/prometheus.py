@@ -22,12 +22,14 @@ registered: memory only, no statement. Every family carries the labels
 - histograms ``libqueue_claim_duration_seconds`` and
   ``libqueue_job_wait_seconds`` (due to claimed).
 
-A subscription closed since is left out of the next scrape.
+A subscription closed since is left out of the next scrape. The collector
+holds its subscriptions weakly: it keeps none alive.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Iterator, List, Optional, Tuple
 
 try:
@@ -73,25 +75,30 @@ class Collector:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._subs: List[Tuple[Subscription, Tuple[str, str]]] = []
+        self._subs: List[Tuple["weakref.ref[Subscription]", Tuple[str, str]]] = []
 
     def add(self, sub: Subscription, queue: Optional[str] = None) -> None:
         """Exports ``sub``, labelled with ``queue`` (default: its table's
         name) and its group."""
         labels = (queue if queue is not None else sub.table.name, sub.group or "")
         with self._lock:
-            self._subs.append((sub, labels))
+            self._subs.append((weakref.ref(sub), labels))
 
     def remove(self, sub: Subscription) -> None:
         with self._lock:
-            self._subs = [(s, l) for s, l in self._subs if s is not sub]
+            self._subs = [(s, l) for s, l in self._subs if s() is not sub]
 
     def _snapshots(self) -> List[Tuple[Tuple[str, str], Metrics]]:
         with self._lock:
-            self._subs = [(s, l) for s, l in self._subs if not s.closed]
-            subs = list(self._subs)
+            kept, live = [], []
+            for ref, labels in self._subs:
+                sub = ref()
+                if sub is not None and not sub.closed:
+                    kept.append((ref, labels))
+                    live.append((sub, labels))
+            self._subs = kept
         out = []
-        for sub, labels in subs:
+        for sub, labels in live:
             try:
                 out.append((labels, sub.metrics()))
             except Exception:  # closed between the check and the read

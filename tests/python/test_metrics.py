@@ -7,7 +7,9 @@ statement (counted on the wire); the exporter's text as Prometheus scrapes it.""
 from __future__ import annotations
 
 import datetime
+import gc
 import time
+import weakref
 from typing import Any, Dict
 
 import pytest
@@ -183,6 +185,21 @@ def test_the_exporter_writes_prometheus_text(db: Any, broker: libqueue.Broker) -
     # A closed subscription leaves the next scrape.
     text = prometheus_client.generate_latest(registry).decode()
     assert 'queue="jobs"' not in text
+
+
+def test_the_exporter_keeps_no_subscription_alive(broker: libqueue.Broker) -> None:
+    table = make_table("lease")
+    broker.create_table(table)
+    registry = prometheus_client.CollectorRegistry()
+    sub = broker.subscribe(table)
+    collector = libqueue.prometheus.register(sub, registry=registry)
+    held = weakref.ref(sub)
+    sub.close()
+    del sub
+    gc.collect()
+    assert held() is None  # never scraped, and still let go
+    assert 'queue="jobs"' not in prometheus_client.generate_latest(registry).decode()
+    registry.unregister(collector)
 
 
 def test_metrics_of_a_closed_subscription_are_refused(broker: libqueue.Broker) -> None:

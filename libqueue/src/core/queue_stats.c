@@ -10,11 +10,7 @@
 /* The head's due time, as epoch ms (-1: no row, or a time not understood). */
 static int on_time(void *ctx, const lq__value *cols, int count) {
     int64_t *ms = ctx;
-    char text[LQ__TIME_TEXT_SIZE + 8];
-    if (count < 1 || cols[0].type != LQ__V_TEXT || cols[0].n >= sizeof text) return LQ_OK;
-    memcpy(text, cols[0].p, cols[0].n);
-    text[cols[0].n] = '\0';
-    if (!lq__time_parse(ms, text)) *ms = -1;
+    if (count > 0 && !lq__value_time_ms(ms, &cols[0])) *ms = -1;
     return LQ_OK;
 }
 

@@ -1,5 +1,7 @@
 #include "dialects/keys.h"
 
+#include "base/hash.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +18,9 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static entry *buckets[BUCKETS];
 
 static size_t hash(const char *space, const char *key) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const char *p = space; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;
-    for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    static const unsigned char between = 0xff; /* a byte no name holds: ("ab", "c") is not ("a", "bc") */
+    uint64_t h = lq__fnv1a(lq__fnv1a_str(space), &between, 1);
+    h = lq__fnv1a(h, key, strlen(key));
     return (size_t)(h % BUCKETS);
 }
 

@@ -15,6 +15,7 @@
  * database's name and the rendered key, replaced by its SHA-256 when longer
  * than GET_LOCK's 64 characters. */
 #include "base/clock.h"
+#include "base/hash.h"
 #include "sql/dialect.h"
 #include "base/redact.h"
 #include "sql/stmt_cache.h"
@@ -1444,8 +1445,7 @@ static void queue_lock_name(char out[NAME_LIMIT + 1], const char *key) {
         memcpy(out, key, n + 1);
         return;
     }
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    uint64_t h = lq__fnv1a(LQ__FNV_OFFSET, key, n);
     snprintf(out, NAME_LIMIT + 1, "%.40s#%016llx", key, (unsigned long long)h);
 }
 

@@ -122,13 +122,8 @@ void lq__delivery_spares_free(lq_subscription *s) {
 
 /* A time column as epoch ms; 0 when NULL or not a time's text. */
 static int64_t time_of(const lq__value *v) {
-    char text[LQ__TIME_TEXT_SIZE + 8];
     int64_t ms = 0;
-    if (v->type == LQ__V_INT) return v->i;
-    if (v->type != LQ__V_TEXT || v->n >= sizeof text) return 0;
-    memcpy(text, v->p, v->n);
-    text[v->n] = '\0';
-    return lq__time_parse(&ms, text) ? ms : 0;
+    return lq__value_time_ms(&ms, v) ? ms : 0;
 }
 
 /* When a row became due to start: the later of its due time and its

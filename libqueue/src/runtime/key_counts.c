@@ -1,6 +1,8 @@
 /* Counts of deliveries in work by partition key (runtime/key_counts.h). */
 #include "runtime/key_counts.h"
 
+#include "base/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,11 +12,7 @@ struct lq__key_count {
     char key[]; /* NUL-terminated */
 };
 
-static size_t hash_of(const char *key) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return (size_t)h;
-}
+static size_t hash_of(const char *key) { return (size_t)lq__fnv1a_str(key); }
 
 int lq__key_counts_init(lq__key_counts *kc, size_t expected) {
     kc->bucket_count = expected < 16 ? 16 : expected;

@@ -9,6 +9,7 @@
  * wait. Under workers_by_key(n) each row goes to the lane its partition key
  * hashes to, and a lane runs one row at a time. */
 #include "base/clock.h"
+#include "base/hash.h"
 #include "core/schema.h"
 #include "core/pause.h"
 #include "runtime/runtime.h"
@@ -681,11 +682,7 @@ static void count_waits(lq_subscription *s, const lq__claimed *got) {
 /* The lane of a row: its partition key's, or spread by id without one. */
 static int lane_of(const lq_subscription *s, const lq_delivery *d) {
     if (!s->lanes) return 0;
-    uint64_t h = (uint64_t)d->id;
-    if (d->partition_key) {
-        h = 1469598103934665603ull; /* FNV-1a */
-        for (const char *p = d->partition_key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    }
+    uint64_t h = d->partition_key ? lq__fnv1a_str(d->partition_key) : (uint64_t)d->id;
     return (int)(h % (uint64_t)s->lanes);
 }
 

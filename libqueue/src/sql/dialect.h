@@ -28,6 +28,9 @@ typedef struct lq__value {
 typedef int (*lq__row_fn)(void *ctx, const lq__value *columns, int count);
 /* An integer column's value (sql/values.c); 0 for NULL or what is not one. */
 LQ__HIDDEN int64_t lq__value_int(const lq__value *v);
+/* A time column's value as epoch ms (an integer as it is, a time's text
+ * parsed); false when NULL or not a time. */
+LQ__HIDDEN bool lq__value_time_ms(int64_t *ms, const lq__value *v);
 /* A row function reading a one-column count into the int64_t at ctx. */
 LQ__HIDDEN int lq__on_count(void *ctx, const lq__value *columns, int count);
 

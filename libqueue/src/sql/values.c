@@ -1,6 +1,9 @@
 /* Reading the values a statement returns, as every dialect gives them: an
- * integer column comes back as an integer, or as its decimal text. */
+ * integer column comes back as an integer, or as its decimal text; a time
+ * column as its text, or as an integer of epoch ms. */
 #include "sql/dialect.h"
+
+#include "base/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,18 @@ int64_t lq__value_int(const lq__value *v) {
     memcpy(text, v->p, v->n);
     text[v->n] = '\0';
     return strtoll(text, NULL, 10);
+}
+
+bool lq__value_time_ms(int64_t *ms, const lq__value *v) {
+    if (v->type == LQ__V_INT) {
+        *ms = v->i;
+        return true;
+    }
+    char text[LQ__TIME_TEXT_SIZE + 8];
+    if (v->type != LQ__V_TEXT || v->n >= sizeof text) return false;
+    memcpy(text, v->p, v->n);
+    text[v->n] = '\0';
+    return lq__time_parse(ms, text);
 }
 
 int lq__on_count(void *ctx, const lq__value *cols, int count) {

@@ -3,6 +3,7 @@
  * still claimable, which counts its attempt. The key stays held until the
  * delivery settles. */
 #include "base/clock.h"
+#include "base/hash.h"
 #include "runtime/runtime.h"
 
 #include <stdio.h>
@@ -70,8 +71,7 @@ static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, 
 static int take_slot(char **slot_out, lq_subscription *s, lq__conn *conn) {
     const lq__dialect *d = s->broker->dialect;
     *slot_out = NULL;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the queue's name */
-    for (const char *p = s->limit_key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    uint64_t h = lq__fnv1a_str(s->limit_key);
     unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
     int first = rand_r(&seed) % s->concurrency;
     for (int i = 0; i < s->concurrency; i++) {

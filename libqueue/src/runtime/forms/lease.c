@@ -3,6 +3,7 @@
  * delivery's token; the keeper extends every lease in the book each half
  * lease, and settlements name the token they hold. */
 #include "base/clock.h"
+#include "base/hash.h"
 #include "runtime/runtime.h"
 
 #include <stdlib.h>
@@ -38,20 +39,14 @@ int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
     return next_expiry(&last_expiry, expiry, step);
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
-}
-
 /* The expiry of one row: per row where leases keep whole seconds. */
 static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
     if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
     const char *parts[] = {s->broker->target.url, s->table->schema, s->table->name};
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = LQ__FNV_OFFSET;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        if (parts[i]) h = fnv1a(h, parts[i], strlen(parts[i]) + 1);
-    h = fnv1a(h, &id, sizeof id);
+        if (parts[i]) h = lq__fnv1a(h, parts[i], strlen(parts[i]) + 1);
+    h = lq__fnv1a(h, &id, sizeof id);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
     return next_expiry(&last_row_expiry[h % EXPIRY_SLOTS], expiry, 1000);
 }
