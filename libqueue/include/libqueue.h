@@ -434,10 +434,13 @@ LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
  * declares them, else deleted. A queued row is never claimed after. In the
  * lease form a row in work is cancelled too: its run finds it at its
  * lease's next extension (lq_delivery_cancelled), and its settlement gets
- * LQ_CANCELLED and changes nothing. In the row lock and advisory forms a
- * row in work is held by its run's lock, which a cancel does not pass:
- * LQ_CONTENTION, and nothing changes. LQ_NOT_FOUND when no row of the id is
- * queued or in work. */
+ * LQ_CANCELLED and changes nothing. In the advisory form, whose run holds
+ * the row's key and not the row, a row in work is cancelled the same way:
+ * its run finds it at its settlement (an ack or a dead letter gets
+ * LQ_CANCELLED; a plain retry writes nothing there). In the row lock form a
+ * row in work is held by its run's transaction, which a cancel does not
+ * pass: LQ_CONTENTION, and nothing changes. LQ_NOT_FOUND when no row of the
+ * id is queued or in work. */
 LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 
 /* ------------------------------------------------------------------------ */
@@ -787,8 +790,9 @@ LQ_API int64_t lq_delivery_lease_expiry_ms(const lq_delivery *delivery);
 /* 1 once the delivery's run passed timeout_ms and its row went back: the
  * handler may give up, as its settlement will change nothing; else 0. */
 LQ_API int lq_delivery_expired(const lq_delivery *delivery);
-/* 1 once the delivery's row was found cancelled (lq_cancel; lease form, at
- * a lease extension): its settlement changes nothing. */
+/* 1 once the delivery's row was found cancelled (lq_cancel): at a lease
+ * extension in the lease form, at the settlement in the advisory form. Its
+ * settlement changes nothing. */
 LQ_API int lq_delivery_cancelled(const lq_delivery *delivery);
 
 /* Outcomes. Ack finishes the row (deletes it, or sets processed_at). Retry

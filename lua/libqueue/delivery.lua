@@ -86,8 +86,9 @@ end
 --- Whether the run passed the subscription's timeout_ms and its row went
 -- back: the handler may give up, its settlement changes nothing.
 function Delivery:expired() return core.lq_delivery_expired(live(self)) end
---- True once the row was cancelled while this run held it (broker:cancel;
--- lease form, seen at a lease extension): its settlement changes nothing.
+--- True once the row was cancelled while this run held it (broker:cancel):
+-- seen at a lease extension in the lease form, at the settlement in the
+-- advisory form. Its settlement changes nothing.
 function Delivery:cancelled() return core.lq_delivery_cancelled(live(self)) end
 
 function Delivery:header(name)

@@ -249,8 +249,9 @@ class Broker:
         the id is queued or in work. In the lease form a row in work is
         cancelled too: its run sees ``delivery.cancelled`` at its lease's next
         extension, and its settlement raises ``Cancelled`` and changes
-        nothing; in the row lock and advisory forms a row in work raises
-        ``Contention`` and is left as it is."""
+        nothing. In the advisory form likewise, the run told at its
+        settlement (an ack or a dead letter raises ``Cancelled``). In the row
+        lock form a row in work raises ``Contention`` and is left as it is."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         status = lib.lq_cancel(self._live(), table._ptr, int(id))

@@ -171,9 +171,9 @@ class Delivery:
     @property
     def cancelled(self) -> bool:
         """Whether the row was cancelled while this run held it
-        (``Broker.cancel``; lease form, seen at a lease extension): the
-        handler may give up, as its settlement will change nothing
-        (``Cancelled``)."""
+        (``Broker.cancel``): seen at a lease extension in the lease form, at
+        the settlement in the advisory form. The handler may give up, as its
+        settlement will change nothing (``Cancelled``)."""
         return bool(lib.lq_delivery_cancelled(self._live()))
 
     @property

@@ -1,7 +1,8 @@
 -- Work driven by time: broker:schedule enqueues each tick once, carries the
 -- tick in its headers, stops at unschedule, and refuses a bad timing naming
 -- the field; a row published with expires_in_ms is never started past it;
--- broker:cancel takes a row out of its queue, in work too in the lease form.
+-- broker:cancel takes a row out of its queue, in work too in the lease and
+-- advisory forms.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -75,7 +76,7 @@ H.case("a row past its expiry is dead-lettered unrun", { forms = H.FORMS }, func
   broker:close()
 end)
 
-H.case("a cancelled row is never run, and a cancelled run is told", { forms = { "lease" } },
+H.case("a cancelled row is never run, and a cancelled run is told", { forms = { "lease", "advisory" } },
        function(db, form)
   local tbl = H.make_table(form)
   db:create(tbl)
@@ -89,6 +90,7 @@ H.case("a cancelled row is never run, and a cancelled run is told", { forms = { 
   eq(d.id, running, "the row not cancelled")
   ok(broker:cancel(tbl, running))
   fails("LQ_CANCELLED", d:ack())
+  eq(d:cancelled(), true, "the run told")
   eq(db:count("jobs"), 0, "rows left")
   sub:close()
   broker:close()

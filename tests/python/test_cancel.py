@@ -1,9 +1,9 @@
 """Cancel (Broker.cancel): a queued row leaves its queue (into the dead
 letters, or deleted) and is never claimed after; in the lease form a row in
 work is cancelled too, its run told at the next lease extension and its
-settlement refused (Cancelled); in the row lock and advisory forms a row in
-work is left to its run (Contention). A cancelled row is never acked as
-done."""
+settlement refused (Cancelled); in the advisory form likewise, the run told
+at its settlement; in the row lock form a row in work is left to its run
+(Contention). A cancelled row is never acked as done."""
 
 from __future__ import annotations
 
@@ -84,9 +84,57 @@ def test_a_settlement_right_after_a_cancel_is_refused(db, broker, form) -> None:
     assert db.count("jobs") == 0  # deleted, never marked processed
 
 
-@pytest.mark.forms("row_lock", "advisory")
-@pytest.mark.across_processes
-def test_a_row_in_work_in_a_lock_form_is_left_to_its_run(db, broker, form) -> None:
+@pytest.mark.forms("advisory")
+@pytest.mark.parametrize("outcome", ["ack", "dead_letter"])  # a plain retry writes nothing here
+def test_an_advisory_row_in_work_is_cancelled_and_its_settlement_refused(db, broker, form,
+                                                                         outcome) -> None:
+    table = make_table(form, dead_letter="jobs_dead", processed_at="processed_at")
+    broker.create_table(table)
+    row, other = broker.publish_many(table, [b"long", b"other"])
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert d is not None and d.id == row and not d.cancelled
+        assert broker.cancel(table, row) is True  # the run holds the key, not the row
+        with pytest.raises(libqueue.Cancelled, match="cancelled while in work"):
+            getattr(d, outcome)()
+        assert d.cancelled
+        later = sub.next(5)
+        assert later is not None and later.id == other  # the cancelled row is not claimed again
+        later.ack()
+        assert sub.next(0.3) is None
+    assert [r[0] for r in db.query("SELECT id FROM jobs_dead")] == [row]
+    assert db.scalar("SELECT COUNT(*) FROM jobs WHERE processed_at IS NOT NULL") == 1  # other only
+
+
+@pytest.mark.forms("advisory")
+def test_an_advisory_row_in_work_cancelled_into_its_group_stays_a_dead_letter(db, broker,
+                                                                              form) -> None:
+    table = make_table(form, group="queue", dead_letter="dead")
+    broker.create_table(table)
+    row = broker.publish(table, b"x", group="emails")
+    with broker.subscribe(table, group="emails", poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert broker.cancel(table, row)
+        with pytest.raises(libqueue.Cancelled):
+            d.ack()  # finds the row in the dead-letter group: deletes nothing
+    assert db.scalar("SELECT %s FROM jobs WHERE id = ?" % db.quote("queue"), (row,)) == "dead"
+
+
+@pytest.mark.forms("advisory")
+def test_an_advisory_row_in_work_under_another_broker_is_cancelled(db, broker, form) -> None:
+    table = make_table(form)
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    with libqueue.Broker(db.url) as other, other.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert broker.cancel(table, row)  # another broker: another session, the key held there
+        with pytest.raises(libqueue.Cancelled):
+            d.ack()
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.forms("row_lock")
+def test_a_row_in_work_in_the_row_lock_form_is_left_to_its_run(db, broker, form) -> None:
     table = make_table(form)
     broker.create_table(table)
     row = broker.publish(table, b"x")

@@ -1,9 +1,11 @@
 /* lq_cancel: a row taken out of its queue, queued or in work. In the lease
  * form a row in work is cancelled too: its lease goes with the row, so the
  * run's next lease extension finds it gone (lq_delivery_cancelled) and its
- * settlement changes nothing. In the row lock and advisory forms a row in
- * work is held by its run's lock, which a cancel does not pass: it is
- * refused, and nothing changes. */
+ * settlement changes nothing. In the advisory form the run holds the row's
+ * key, not the row: the row is taken all the same, and the run's settlement
+ * finds it gone. In the row lock form a row in work is held by its run's
+ * transaction, which a cancel does not pass: it is refused, and nothing
+ * changes. */
 #include "core/broker.h"
 
 #include <stdlib.h>
@@ -11,7 +13,7 @@
 
 typedef struct found_row {
     bool found;
-    bool leased; /* a lease holds it now: in work */
+    bool leased; /* a lease, or a run holding its key, holds it now: in work */
     char *key;   /* the advisory key */
 } found_row;
 
@@ -28,13 +30,11 @@ static int on_found(void *ctx, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-/* The row's advisory key taken on conn: false when a run holds it. */
-static int take_key(bool *taken, lq_broker *b, lq__conn *conn, const found_row *f, int64_t id) {
+/* The row's advisory key taken on conn, so that no claim starts it while
+ * it goes; a run that holds it already is in work (f->leased). */
+static int take_key(bool *taken, lq_broker *b, lq__conn *conn, found_row *f) {
     int rc = b->dialect->try_lock_key(taken, conn, &b->target, f->key);
-    if (rc == LQ_OK && !*taken)
-        rc = lq__error(LQ_CONTENTION, "row %lld is in work: in the advisory form its key is its "
-                                      "run, which a cancel does not stop; nothing changed",
-                       (long long)id);
+    if (rc == LQ_OK && !*taken) f->leased = true;
     return rc;
 }
 
@@ -67,7 +67,7 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
         rc = lq__error(LQ_NOT_FOUND, "row %lld is neither queued nor in work (finished, "
                                      "cancelled, or never there); nothing changed",
                        (long long)id);
-    if (rc == LQ_OK && f->key) rc = take_key(&key_taken, b, conn, f, id);
+    if (rc == LQ_OK && f->key) rc = take_key(&key_taken, b, conn, f);
     if (rc == LQ_OK) rc = remove_row(b, conn, sql, args);
     if (rc == LQ_OK) {
         rc = d->commit(conn);
@@ -100,7 +100,9 @@ int lq_cancel(lq_broker *b, const lq_table *t, int64_t id) {
     }
     if (rc == LQ_OK)
         lq__log(LQ_LOG_INFO, "row %lld cancelled%s", (long long)id,
-                f.leased ? " in work: its run finds it at its lease's next extension" : "");
+                !f.leased                     ? ""
+                : lq_table_form(t) == LQ_FORM_LEASE ? " in work: its run finds it at its lease's next extension"
+                                                    : " in work: its run finds it at its settlement");
     free(f.key);
     lq__cancel_sql_free(&sql);
     if (rc != LQ_OK) {

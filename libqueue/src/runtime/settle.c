@@ -101,7 +101,7 @@ static int settle_shared(lq__freed *freed, lq_delivery *const *dvs, size_t count
 
 /* The values every settlement statement of a delivery binds. */
 static void settle_args(lq__value *args, const lq_delivery *dv, int64_t delay_ms) {
-    const char *dest = dv->sub->table->dead_letter;
+    const char *dest = dv->sub->table->dead_letter, *group = dv->sub->group;
     int64_t now = lq__now_ms();
     memset(args, 0, LQ__P_COUNT * sizeof *args);
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = dv->id};
@@ -109,12 +109,15 @@ static void settle_args(lq__value *args, const lq_delivery *dv, int64_t delay_ms
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
     args[LQ__P_RETRY_AFTER] = (lq__value){.type = LQ__V_TIME, .i = lq__time_after(now, delay_ms)};
     if (dest) args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = dest, .n = strlen(dest)};
+    if (group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = group, .n = strlen(group)};
 }
 
-/* A lease settlement that found its token gone: the row left its queue
- * (cancelled), or another claim holds it since this lease ran out. */
-static int lease_lost(const lq_delivery *dv, lq__outcome outcome) {
-    if (dv->cancelled || lq__lease_row_left(dv->sub, NULL, dv))
+/* A settlement that found its row gone. In the lease form its token went:
+ * the row left its queue (cancelled), or another claim holds it since this
+ * lease ran out. In the advisory form, whose run holds the row's key, only
+ * a cancel takes the row. */
+static int row_lost(const lq_delivery *dv, lq__outcome outcome) {
+    if (dv->cancelled || dv->sub->form == LQ_FORM_ADVISORY || lq__lease_row_left(dv->sub, NULL, dv))
         return lq__error(LQ_CANCELLED, "row %lld was cancelled while in work; the %s changed "
                                        "nothing",
                          (long long)dv->id, outcome_name(outcome));
@@ -144,15 +147,15 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
         /* One statement on a pool connection: commit it with the others. */
         int64_t changes = 0;
         rc = lq__coalesced_exec(&changes, &s->coalescer, &s->broker->pool, stmt, args);
-        if (rc == LQ_OK && changes == 0 && s->form == LQ_FORM_LEASE) rc = lease_lost(dv, outcome);
+        if (rc == LQ_OK && changes == 0) rc = row_lost(dv, outcome);
         return rc;
     }
     lq__conn *conn = dv->conn;
     if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
     bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */
     if (own_tx) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
-    /* Only a lease can be lost, so only a lease's settlement counts rows. */
-    int64_t changes = 1, *counted = s->form == LQ_FORM_LEASE ? &changes : NULL;
+    /* A row lock holds its row; a lease or a key may find it gone. */
+    int64_t changes = 1, *counted = s->form != LQ_FORM_ROW_LOCK ? &changes : NULL;
     if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
     else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
     bool lost = rc == LQ_OK && changes == 0, chained = false;
@@ -174,7 +177,7 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
         dv->conn = NULL;
         *freed = (lq__freed){.conn = conn, .broken = rc == LQ_CONNECT, .chained = chained};
     }
-    if (lost) rc = lease_lost(dv, outcome);
+    if (lost) rc = row_lost(dv, outcome);
     return rc;
 }
 
@@ -222,6 +225,7 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     lq__subscription_settling(s, &dv, 1);
     lq__freed freed = {0};
     int rc = run_outcome(&freed, dv, outcome, delay_ms);
+    if (rc == LQ_CANCELLED) dv->cancelled = true; /* lq_delivery_cancelled says so from now */
     if (!dv->past_expiry) count_outcome(s, outcome, rc, 1); /* LQ_STAT_EXPIRED_UNSTARTED's */
     dv->settled = true;
     pthread_mutex_unlock(&dv->mu);
@@ -310,8 +314,13 @@ static int ack_pending(int *rcs, lq_delivery **dvs, size_t n, bool gather, bool 
     int first = LQ_OK;
     for (size_t i = 0; i < n; i++) {
         int rc = lq__pending_error(&items[i]);
-        if (rc == LQ_OK && items[i].changes == 0 && s->form == LQ_FORM_LEASE)
-            rc = lease_lost(dvs[i], LQ__ACK);
+        if (rc == LQ_OK && items[i].changes == 0 && s->form != LQ_FORM_ROW_LOCK)
+            rc = row_lost(dvs[i], LQ__ACK);
+        if (rc == LQ_CANCELLED) {
+            pthread_mutex_lock(&dvs[i]->mu);
+            dvs[i]->cancelled = true;
+            pthread_mutex_unlock(&dvs[i]->mu);
+        }
         if (rc != LQ_OK && !quiet) lq__log_error(LQ_LOG_WARNING, "acking after the handler");
         if (first == LQ_OK) first = rc;
         rcs[i] = rc;

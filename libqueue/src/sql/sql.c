@@ -354,6 +354,20 @@ void lq__sql_row_columns(lq__sql *b, const char *attempt_expr) {
 }
 
 /* "WHERE id = ?" and, in the lease form, the token. */
+/* " AND <group> = <the run's group>": in the advisory form, where a run
+ * holds its key and not its row, a cancel may move the row to the
+ * dead-letter group while it runs; its settlement must then find nothing.
+ * (A subscription of a table with groups always names its group.) */
+static void and_in_its_group(lq__sql *b, const char *qualifier) {
+    const lq_table *t = b->table;
+    if (lq_table_form(t) != LQ_FORM_ADVISORY || !t->dead_letter || !lq__has(t, LQ_ROLE_GROUP)) return;
+    lq__sql_add(b, " AND ");
+    if (qualifier) lq__sql_qualified(b, qualifier, t->columns[LQ_ROLE_GROUP]);
+    else lq__sql_col(b, LQ_ROLE_GROUP);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_GROUP);
+}
+
 static void where_held(lq__sql *b) {
     lq__sql_add(b, " WHERE ");
     lq__sql_id(b);
@@ -365,6 +379,7 @@ static void where_held(lq__sql *b) {
         lq__sql_add(b, " = ");
         lq__sql_param(b, LQ__P_HELD);
     }
+    and_in_its_group(b, NULL);
 }
 
 /* The SET list's tail every update of a settled row shares: the lease is
@@ -456,6 +471,7 @@ static int build_ack_set(lq__sql *b, bool one_token) {
             lq__sql_add(b, " FROM ");
         }
         join_held_set(b, tokens);
+        and_in_its_group(b, "lq_t");
         if (lease) {
             lq__sql_add(b, " AND ");
             lq__sql_qualified(b, "lq_t", b->table->columns[LQ_ROLE_LOCKED_UNTIL]);
@@ -486,6 +502,7 @@ static int build_ack_set(lq__sql *b, bool one_token) {
         lq__sql_add(b, ")");
     }
     in_held_set(b, tokens);
+    and_in_its_group(b, NULL);
     if (lease && !tokens) {
         lq__sql_add(b, " AND ");
         lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
