@@ -436,11 +436,11 @@ LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
  * lease's next extension (lq_delivery_cancelled), and its settlement gets
  * LQ_CANCELLED and changes nothing. In the advisory form, whose run holds
  * the row's key and not the row, a row in work is cancelled the same way:
- * its run finds it at its settlement (an ack or a dead letter gets
- * LQ_CANCELLED; a plain retry writes nothing there). In the row lock form a
- * row in work is held by its run's transaction, which a cancel does not
- * pass: LQ_CONTENTION, and nothing changes. LQ_NOT_FOUND when no row of the
- * id is queued or in work. */
+ * its run finds it at its settlement (one that writes, as an ack or a dead
+ * letter does, gets LQ_CANCELLED; a plain retry writes nothing there). In
+ * the row lock form a row in work is held by its run's transaction, which a
+ * cancel does not pass: LQ_CONTENTION, and nothing changes. LQ_NOT_FOUND
+ * when no row of the id is queued or in work. */
 LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 
 /* ------------------------------------------------------------------------ */

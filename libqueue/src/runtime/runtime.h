@@ -71,8 +71,8 @@ struct lq_delivery {
     /* Its run passed timeout_ms: its row went back (lq__settle_expired), and
      * its settlement changes nothing. */
     bool expired;
-    lq__freed expired_freed;
-    bool cancelled; /* its row was cancelled while it ran (lq_cancel; lease form) */ /* what sending its row back let go, reported at its settlement */
+    lq__freed expired_freed; /* what sending its row back let go, reported at its settlement */
+    bool cancelled; /* its row was cancelled while it ran (lq_cancel; lease and advisory forms) */
     int64_t handed_ms; /* monotonic: when it was handed out */
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
