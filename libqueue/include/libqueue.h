@@ -431,16 +431,21 @@ LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
                          const lq_table *table, lq_message *const *messages, size_t count);
 
 /* Takes row `id` out of its queue: into the dead letters where the table
- * declares them, else deleted. A queued row is never claimed after. In the
- * lease form a row in work is cancelled too: its run finds it at its
- * lease's next extension (lq_delivery_cancelled), and its settlement gets
- * LQ_CANCELLED and changes nothing. In the advisory form, whose run holds
- * the row's key and not the row, a row in work is cancelled the same way:
- * its run finds it at its settlement (one that writes, as an ack or a dead
- * letter does, gets LQ_CANCELLED; a plain retry writes nothing there). In
- * the row lock form a row in work is held by its run's transaction, which a
- * cancel does not pass: LQ_CONTENTION, and nothing changes. LQ_NOT_FOUND
- * when no row of the id is queued or in work. */
+ * declares them, else deleted. A queued row is never claimed after. A row in
+ * work is cancelled too, in every form; its run sees lq_delivery_cancelled,
+ * and its settlement gets LQ_CANCELLED and changes nothing. Lease form: the
+ * lease goes with the row; the run hears of it at once when the cancel went
+ * through its own broker, or on PostgreSQL when its broker listens, else at
+ * its lease's next extension. Advisory form: the run holds the row's key,
+ * not the row; the row is taken all the same, and the run finds out at its
+ * settlement (one that writes, as an ack or a dead letter does; a plain
+ * retry writes nothing there). Row lock form: the run's transaction holds
+ * the row, so the cancel asks the run's process (table lq_cancel_requests,
+ * made at the first such cancel), which takes the row out in that
+ * transaction; the cancel waits up to 5 s for it, then gives LQ_TIMEOUT with
+ * nothing changed (a batch's or a transactional run is never entered: the
+ * cancel waits for its settlement). LQ_NOT_FOUND when no row of the id is
+ * queued or in work, or its run finished it first. */
 LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 
 /* ------------------------------------------------------------------------ */
@@ -790,9 +795,10 @@ LQ_API int64_t lq_delivery_lease_expiry_ms(const lq_delivery *delivery);
 /* 1 once the delivery's run passed timeout_ms and its row went back: the
  * handler may give up, as its settlement will change nothing; else 0. */
 LQ_API int lq_delivery_expired(const lq_delivery *delivery);
-/* 1 once the delivery's row was found cancelled (lq_cancel): at a lease
- * extension in the lease form, at the settlement in the advisory form. Its
- * settlement changes nothing. */
+/* 1 once the delivery's row was found cancelled (lq_cancel): when heard of
+ * or at a lease extension in the lease form, when taken out in the row lock
+ * form, at the settlement in the advisory form. Its settlement changes
+ * nothing. */
 LQ_API int lq_delivery_cancelled(const lq_delivery *delivery);
 
 /* Outcomes. Ack finishes the row (deletes it, or sets processed_at). Retry

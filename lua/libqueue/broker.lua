@@ -257,10 +257,11 @@ end
 
 --- Takes row `id` out of its queue: into the dead letters where the table
 -- declares them, else deleted. Returns true, or nil, message, code:
--- "LQ_NOT_FOUND" when no row of the id is queued or in work, "LQ_CONTENTION"
--- for a row in work in the row lock form (left as it is). In the lease and
--- advisory forms a row in work is cancelled: its settlement fails with
--- "LQ_CANCELLED", and a lease's run sees d:cancelled() at its next extension.
+-- "LQ_NOT_FOUND" when no row of the id is queued or in work, "LQ_TIMEOUT"
+-- when a row lock run's process did not take the cancel within 5 s (nothing
+-- changed). A row in work is cancelled in every form: its settlement fails
+-- with "LQ_CANCELLED", and d:cancelled() tells its run (a lease's run at
+-- once where the cancel is heard of, else at its next extension).
 function Broker:cancel(tbl, id)
   local tptr = table_ptr(tbl, 1, "cancel")
   if math_type(id) ~= "integer" then argerror(2, "cancel", "integer", id) end

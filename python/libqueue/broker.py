@@ -247,11 +247,14 @@ class Broker:
         """Take row ``id`` out of ``table``'s queue: into the dead letters where
         the table declares them, else deleted. Returns False when no row of
         the id is queued or in work. In the lease form a row in work is
-        cancelled too: its run sees ``delivery.cancelled`` at its lease's next
-        extension, and its settlement raises ``Cancelled`` and changes
-        nothing. In the advisory form likewise, the run told at its
-        settlement (an ack or a dead letter raises ``Cancelled``). In the row
-        lock form a row in work raises ``Contention`` and is left as it is."""
+        cancelled too: its run sees ``delivery.cancelled`` (at once where the
+        cancel is heard of, else at its lease's next extension), and its
+        settlement raises ``Cancelled`` and changes nothing. In the advisory
+        form likewise, the run told at its settlement (an ack or a dead letter
+        raises ``Cancelled``). In the row lock form the run's process takes
+        the row out in the run's transaction, at the cancel's request; the
+        cancel waits up to 5 s for it, then raises ``Timeout`` having changed
+        nothing (a batch or transactional run is not entered)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         status = lib.lq_cancel(self._live(), table._ptr, int(id))

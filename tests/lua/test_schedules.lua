@@ -1,8 +1,7 @@
 -- Work driven by time: broker:schedule enqueues each tick once, carries the
 -- tick in its headers, stops at unschedule, and refuses a bad timing naming
 -- the field; a row published with expires_in_ms is never started past it;
--- broker:cancel takes a row out of its queue, in work too in the lease and
--- advisory forms.
+-- broker:cancel takes a row out of its queue, in work too, in every form.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -76,7 +75,8 @@ H.case("a row past its expiry is dead-lettered unrun", { forms = H.FORMS }, func
   broker:close()
 end)
 
-H.case("a cancelled row is never run, and a cancelled run is told", { forms = { "lease", "advisory" } },
+H.case("a cancelled row is never run, and a cancelled run is told",
+       { forms = { "lease", "advisory", "row_lock" } },
        function(db, form)
   local tbl = H.make_table(form)
   db:create(tbl)

@@ -1,11 +1,16 @@
 """Cancel (Broker.cancel): a queued row leaves its queue (into the dead
 letters, or deleted) and is never claimed after; in the lease form a row in
-work is cancelled too, its run told at the next lease extension and its
-settlement refused (Cancelled); in the advisory form likewise, the run told
-at its settlement; in the row lock form a row in work is left to its run
-(Contention). A cancelled row is never acked as done."""
+work is cancelled too, its run told at once where the cancel is heard of (this
+broker, or a notification on PostgreSQL), else at the next lease extension,
+and its settlement refused (Cancelled); in the advisory form likewise, the run
+told at its settlement; in the row lock form the run's process takes the row
+out in the run's own transaction, at the cancel's request. A cancelled row is
+never acked as done."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
@@ -133,14 +138,127 @@ def test_an_advisory_row_in_work_under_another_broker_is_cancelled(db, broker, f
     assert db.count("jobs") == 0
 
 
+@pytest.mark.forms("lease")
+def test_a_run_hears_of_its_cancel_before_any_extension(db, broker, form) -> None:
+    table = make_table(form)
+    broker.create_table(table)
+    row = broker.publish(table, b"long")
+    # A lease of a minute is first extended after thirty seconds: the run
+    # learns of the cancel from the broker that made it.
+    with broker.subscribe(table, lease_ms=60000, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert broker.cancel(table, row)
+        wait_until(lambda: d.cancelled, timeout=5, what="the run to hear of its cancel")
+        with pytest.raises(libqueue.Cancelled):
+            d.ack()
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("lease")
+def test_a_run_under_another_broker_hears_of_its_cancel_by_notification(db, broker,
+                                                                       form) -> None:
+    table = make_table(form)
+    broker.create_table(table)
+    row = broker.publish(table, b"long")
+    with libqueue.Broker(db.url, listen_notify=1) as worker_side, \
+            worker_side.subscribe(table, lease_ms=60000, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        time.sleep(0.3)  # the listener's LISTEN is in place
+        assert broker.cancel(table, row)
+        wait_until(lambda: d.cancelled, timeout=5, what="the run to hear of its cancel")
+
+
+def _cancel_in_thread(broker, table, row):
+    """Starts broker.cancel(table, row) on a thread; returns a function that
+    waits for it and returns its result (or raises its exception)."""
+    result = {}
+
+    def run():
+        try:
+            result["value"] = broker.cancel(table, row)
+        except Exception as exc:  # handed to the test's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def outcome():
+        thread.join(30)
+        assert not thread.is_alive(), "the cancel did not return"
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+    return outcome
+
+
 @pytest.mark.forms("row_lock")
-def test_a_row_in_work_in_the_row_lock_form_is_left_to_its_run(db, broker, form) -> None:
+def test_a_row_lock_run_is_cancelled_in_its_transaction(db, broker, form) -> None:
+    table = make_table(form, dead_letter="jobs_dead")
+    broker.create_table(table)
+    row = broker.publish(table, b"long")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert d is not None and not d.cancelled
+        assert broker.cancel(table, row) is True  # taken out by the run's own process
+        assert d.cancelled
+        with pytest.raises(libqueue.Cancelled, match="cancelled while in work"):
+            d.ack()
+        # The run's connection came back: the subscription goes on.
+        later = broker.publish(table, b"later")
+        got = sub.next(5)
+        assert got is not None and got.id == later
+        got.ack()
+    assert db.count("jobs") == 0
+    assert [r[0] for r in db.query("SELECT id FROM jobs_dead")] == [row]
+
+
+@pytest.mark.forms("row_lock")
+def test_a_row_lock_run_under_another_broker_is_cancelled(db, broker, form) -> None:
     table = make_table(form)
     broker.create_table(table)
     row = broker.publish(table, b"x")
-    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+    with libqueue.Broker(db.url) as other, \
+            other.subscribe(table, poll_interval_ms=POLL_MS, workers=2) as sub:
         d = sub.next(5)
-        with pytest.raises(libqueue.Contention, match="is in work"):
-            broker.cancel(table, row)
-        d.ack()
+        assert broker.cancel(table, row) is True  # another broker: found by its keeper's look
+        assert d.cancelled
+        with pytest.raises(libqueue.Cancelled):
+            d.retry()
     assert db.count("jobs") == 0
+
+
+@pytest.mark.forms("row_lock")
+def test_a_row_lock_cancel_waits_while_a_batch_holds_the_row(db, broker, form) -> None:
+    """A batch's rows share one transaction, which a cancel does not enter:
+    it waits for the batch; a row the batch acks is finished (False), a row
+    it sends back (for later, so that no claim takes it again first) is
+    cancelled as queued (True)."""
+    table = make_table(form, dead_letter="jobs_dead", retry_after="retry_after")
+    broker.create_table(table)
+    acked, retried = broker.publish_many(table, [b"acked", b"retried"])
+    with broker.subscribe(table, batch=2, poll_interval_ms=POLL_MS) as sub:
+        batch = sub.next_batch(5, 2)
+        assert sorted(d.id for d in batch) == [acked, retried]
+        first = _cancel_in_thread(broker, table, acked)
+        second = _cancel_in_thread(broker, table, retried)
+        time.sleep(0.8)
+        for d in batch:
+            d.ack() if d.id == acked else d.retry_after(60000)
+        assert first() is False
+        assert second() is True
+        assert sub.next(0.5) is None
+    assert [r[0] for r in db.query("SELECT id FROM jobs_dead")] == [retried]
+
+
+@pytest.mark.forms("row_lock")
+def test_a_row_lock_cancel_that_is_never_taken_changes_nothing(db, broker, form) -> None:
+    table = make_table(form, dead_letter="jobs_dead")
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    with broker.subscribe(table, batch=1, poll_interval_ms=POLL_MS) as sub:
+        (d,) = sub.next_batch(5, 1)
+        with pytest.raises(libqueue.Timeout, match="nothing changed"):
+            broker.cancel(table, row)
+        d.ack()  # the request was withdrawn: the run's outcome stands
+    assert db.count("jobs") == 0 and db.count("jobs_dead") == 0
+    assert db.count("lq_cancel_requests") == 0

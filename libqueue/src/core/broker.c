@@ -303,6 +303,14 @@ void lq__broker_control_changed(lq_broker *b, const char *label, const char *gro
     pthread_mutex_unlock(&b->mu);
 }
 
+void lq__broker_cancel_heard(lq_broker *b, const char *label, int64_t id) {
+    char own[256];
+    pthread_mutex_lock(&b->mu);
+    for (lq__member *m = b->members; m; m = m->next)
+        if (strcmp(lq__table_label(m->table, own, sizeof own), label) == 0) m->cancel_heard(m, id);
+    pthread_mutex_unlock(&b->mu);
+}
+
 void lq__broker_wake(lq_broker *b, const lq_table *t, const char *group) {
     pthread_mutex_lock(&b->mu);
     for (lq__member *m = b->members; m; m = m->next)

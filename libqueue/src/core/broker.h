@@ -26,6 +26,10 @@ typedef struct lq__member {
     /* Its queue was paused or resumed: it looks at the control table before
      * its next claim. */
     void (*control_changed)(struct lq__member *m);
+    /* Row `id` of its table was cancelled while in work somewhere: a run of
+     * it here learns so now (lease form), or the cancel's request is looked
+     * at now (row lock form). */
+    void (*cancel_heard)(struct lq__member *m, int64_t id);
     struct lq__member *next;
 } lq__member;
 
@@ -68,6 +72,9 @@ LQ__HIDDEN void lq__broker_wake_channel(lq_broker *b, const char *channel, const
 /* The members of the table labelled `label` whose queue a pause of `group`
  * (NULL: the whole table) touches are told of it. */
 LQ__HIDDEN void lq__broker_control_changed(lq_broker *b, const char *label, const char *group);
+/* The members of the table labelled `label` are told that its row `id` was
+ * cancelled while in work. */
+LQ__HIDDEN void lq__broker_cancel_heard(lq_broker *b, const char *label, int64_t id);
 /* Room came free in the pool: every member but `except` is told. Holds no
  * member's lock on entry. */
 LQ__HIDDEN void lq__broker_wake_room(lq_broker *b, const lq__member *except);

@@ -4,9 +4,11 @@
  * its subscriptions and wakes them. That connection reconnects after a
  * failure and then wakes every subscription once, since notifications sent
  * while it was down are lost; the poll interval stays the floor. It also
- * listens on the control channel, where pauses and resumes are told. */
+ * listens on the control channel, where pauses and resumes are told, and on
+ * the cancel channel, where cancels of rows in work are. */
 #include "base/clock.h"
 #include "core/message.h"
+#include "core/cancel.h"
 #include "core/pause.h"
 
 #include <stdlib.h>
@@ -47,6 +49,7 @@ int lq__notify_publish(lq_broker *b, lq__conn *conn, const lq_table *t, lq_messa
 
 static void on_note(void *ctx, const char *channel, const char *payload) {
     if (strcmp(channel, LQ__CONTROL_CHANNEL) == 0) lq__pause_heard(ctx, payload ? payload : "");
+    else if (strcmp(channel, LQ__CANCEL_CHANNEL) == 0) lq__cancel_heard(ctx, payload ? payload : "");
     else lq__broker_wake_channel(ctx, channel, payload && *payload ? payload : NULL);
 }
 
@@ -123,6 +126,7 @@ int lq__listener_start(lq_broker *b) {
     }
     b->listener = l;
     int rc = add_channel(l, LQ__CONTROL_CHANNEL);
+    if (rc == LQ_OK) rc = add_channel(l, LQ__CANCEL_CHANNEL);
     if (rc != LQ_OK) lq__listener_stop(b);
     return rc;
 }

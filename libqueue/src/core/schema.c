@@ -687,3 +687,11 @@ void lq__processed_index_create(lq_broker *b, lq__conn *conn, const lq_table *t)
         lq__log_error(LQ_LOG_WARNING, "retention");
     }
 }
+
+int lq__cancel_requests_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create) {
+    int rc = create_aside(b, t, LQ__CANCEL_REQUESTS_TABLE, create, NULL);
+    if (rc != LQ_OK)
+        lq__error_prefix("cancels of rows in work are asked for in table %s, which could not be made",
+                         LQ__CANCEL_REQUESTS_TABLE);
+    return rc;
+}

@@ -14,6 +14,7 @@
 #include "runtime/lease_book.h"
 #include "runtime/metrics.h"
 #include "runtime/retention.h"
+#include "runtime/run_cancels.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -71,8 +72,11 @@ struct lq_delivery {
     /* Its run passed timeout_ms: its row went back (lq__settle_expired), and
      * its settlement changes nothing. */
     bool expired;
-    lq__freed expired_freed; /* what sending its row back let go, reported at its settlement */
-    bool cancelled; /* its row was cancelled while it ran (lq_cancel; lease and advisory forms) */
+    /* Its row was taken out in its run's transaction by a cancel (row lock
+     * form, run_cancels.h): its settlement changes nothing. */
+    bool taken_out;
+    lq__freed freed_early; /* what an expiry or a cancel let go, reported at its settlement */
+    bool cancelled; /* its row was cancelled while it ran (lq_cancel) */
     int64_t handed_ms; /* monotonic: when it was handed out */
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
@@ -160,8 +164,9 @@ struct lq_subscription {
      * lq_subscription_health tells it. */
     int64_t failing_since;
     lq__error_copy last_failure;
-    lq__lease_book book;    /* the deliveries the keeper watches: their leases (lease form)
-                               and their runs' timeout_ms */
+    lq__lease_book book;    /* the deliveries the keeper watches: their leases (lease form),
+                               their runs' timeout_ms and cancels (run_cancels.h) */
+    lq__run_cancels cancels;
 
     pthread_t *claimers, keeper;
     int claimer_count;
@@ -254,6 +259,9 @@ typedef struct lq__claimed {
 LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
+/* The book's deliveries, each with a reference taken (the caller lets go of
+ * each, then frees the array); s->mu not held. */
+LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);
 /* Sends back the rows of deliveries whose runs passed timeout_ms; returns
  * when the next one will (monotonic ms), or 0 when none is in work. */
 LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);

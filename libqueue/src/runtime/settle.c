@@ -213,11 +213,16 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
         return lq__error(LQ_MISUSE, "row %lld: the table has no dead-letter destination",
                          (long long)dv->id);
     }
-    if (dv->expired) { /* its row went back already: only counted out */
+    if (dv->expired || dv->taken_out) { /* its row went already: only counted out */
         dv->settled = true;
+        bool expired = dv->expired;
         pthread_mutex_unlock(&dv->mu);
         lq__subscription_settling(s, &dv, 1);
-        lq__subscription_settled(s, &dv, 1, &dv->expired_freed);
+        lq__subscription_settled(s, &dv, 1, &dv->freed_early);
+        if (!expired)
+            return lq__error(LQ_CANCELLED, "row %lld was cancelled while in work; the %s changed "
+                                           "nothing",
+                             (long long)dv->id, outcome_name(outcome));
         return lq__error(LQ_LEASE_LOST, "row %lld: its run passed timeout_ms (%lld ms) and the row "
                                         "went back; the %s changed nothing",
                          (long long)dv->id, (long long)s->timeout_ms, outcome_name(outcome));
@@ -238,7 +243,7 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
 int lq__settle_expired(lq_delivery *dv) {
     lq_subscription *s = dv->sub;
     pthread_mutex_lock(&dv->mu);
-    if (dv->settled || dv->in_set || dv->expired) {
+    if (dv->settled || dv->in_set || dv->expired || dv->taken_out) {
         pthread_mutex_unlock(&dv->mu);
         return LQ_OK;
     }
@@ -251,7 +256,7 @@ int lq__settle_expired(lq_delivery *dv) {
     int rc = run_outcome(&freed, dv, last ? LQ__DEAD_LETTER : LQ__RETRY, 0);
     count_outcome(s, last ? LQ__DEAD_LETTER : LQ__RETRY, rc, 1);
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv, &freed);
-    dv->expired_freed = freed;
+    dv->freed_early = freed;
     /* Failed or not, its row is let go: a lease no longer extended comes
      * back when it runs out, if not at once; a transaction that failed to
      * commit rolled back. */
@@ -268,7 +273,8 @@ int lq__settle_expired(lq_delivery *dv) {
  * connection (coalesced or not), or in its batch's shared transaction. */
 static bool joins_set(const lq_delivery *dv) {
     const lq_subscription *s = dv->sub;
-    if (dv->settled || dv->in_set || dv->expired || dv->tx || !s->sql.ack_set.sql) return false;
+    if (dv->settled || dv->in_set || dv->expired || dv->taken_out || dv->tx || !s->sql.ack_set.sql)
+        return false;
     if (dv->shared) return true;
     return s->form != LQ_FORM_ROW_LOCK && !dv->conn;
 }

@@ -74,6 +74,7 @@ static void subscription_free(lq_subscription *s) {
     pthread_mutex_unlock(&b->room_mu);
     lq__sqlset_free(&s->sql);
     free(s->pause_check.sql);
+    lq__run_cancels_free(&s->cancels);
     lq_table_free(s->table);
     free(s->group);
     free(s->limit_key);
@@ -116,6 +117,15 @@ static void member_control_changed(lq__member *m) {
     s->pause_due = true;
     s->woken = true;
     pthread_cond_signal(&s->claim_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void member_cancel_heard(lq__member *m, int64_t id) {
+    lq_subscription *s = of_member(m);
+    pthread_mutex_lock(&s->mu);
+    if (s->has_keeper && (s->form == LQ_FORM_LEASE || s->cancels.watches) &&
+        lq__run_cancels_heard(&s->cancels, id))
+        pthread_cond_signal(&s->keeper_cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -491,6 +501,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     }
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = plan_limits(s);
+    if (rc == LQ_OK) rc = lq__run_cancels_init(&s->cancels, s);
     if (rc == LQ_OK) lq__row_layout(s->table, s->row_at);
     if (rc == LQ_OK) rc = lq__broker_intern_set(b, &s->sql);
     if (rc == LQ_OK) rc = lq__sql_build_paused(&s->pause_check, b->dialect, s->table);
@@ -503,7 +514,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     s->member = (lq__member){.table = s->table, .group = s->group, .on_threads = s->on_threads,
                              .thread_connections = s->thread_connections,
                              .wake = member_wake, .room_freed = member_room_freed,
-                             .control_changed = member_control_changed};
+                             .control_changed = member_control_changed,
+                             .cancel_heard = member_cancel_heard};
     if (rc == LQ_OK) rc = lq__broker_attach(b, &s->member);
     if (rc != LQ_OK) {
         if (s->table) {
@@ -916,27 +928,48 @@ static void *claimer_main(void *arg) {
     return NULL;
 }
 
-/* The lease keeper: extends the book's leases every half lease and, under
- * timeout_ms, sends back the rows of runs that passed it, looking at least
- * every quarter of it (and when the next one falls due). */
+int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    *n = s->book.count;
+    *out = *n ? malloc(*n * sizeof **out) : NULL;
+    if (*n && !*out) {
+        *n = 0;
+        pthread_mutex_unlock(&s->mu);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    /* The entry is the delivery's first member. */
+    *n = lq__book_snapshot(&s->book, (lq__book_entry **)*out, *n);
+    for (size_t i = 0; i < *n; i++) atomic_fetch_add(&(*out)[i]->refs, 1);
+    pthread_mutex_unlock(&s->mu);
+    return LQ_OK;
+}
+
+/* The keeper: extends the book's leases every half lease (lease form);
+ * under timeout_ms, sends back the rows of runs that passed it, looking at
+ * least every quarter of it (and when the next one falls due); and tells
+ * runs of their cancels (run_cancels.h), at once when one is heard of. */
 static void *keeper_main(void *arg) {
     lq_subscription *s = arg;
+    bool leases = s->form == LQ_FORM_LEASE;
     int64_t extend_at = lq__mono_ms() + s->lease_ms / 2, overdue_at = 0;
+    int64_t cancels_at = s->cancels.watches ? lq__mono_ms() : 0;
     pthread_mutex_lock(&s->mu);
     while (!s->closing) {
-        int64_t next = extend_at;
+        int64_t now = lq__mono_ms(), next = leases ? extend_at : now + 60000;
         if (s->timeout_ms) {
-            int64_t look = lq__mono_ms() + (s->timeout_ms / 4 > 0 ? s->timeout_ms / 4 : 1);
+            int64_t look = now + (s->timeout_ms / 4 > 0 ? s->timeout_ms / 4 : 1);
             if (overdue_at && overdue_at < look) look = overdue_at;
             if (look < next) next = look;
         }
-        struct timespec deadline = lq__deadline_in(next - lq__mono_ms());
-        while (!s->closing)
+        if (cancels_at && cancels_at < next) next = cancels_at;
+        struct timespec deadline = lq__deadline_in(next - now);
+        while (!s->closing && !s->cancels.due)
             if (pthread_cond_timedwait(&s->keeper_cv, &s->mu, &deadline) == ETIMEDOUT) break;
         if (s->closing) break;
         pthread_mutex_unlock(&s->mu);
         if (s->timeout_ms) overdue_at = lq__lease_expire_overdue(s);
-        if (s->form == LQ_FORM_LEASE && lq__mono_ms() >= extend_at) {
+        cancels_at = lq__run_cancels_look(s);
+        if (leases && lq__mono_ms() >= extend_at) {
             lq__lease_extend(s);
             extend_at = lq__mono_ms() + s->lease_ms / 2;
         }
@@ -972,7 +1005,7 @@ static int start_locked(lq_subscription *s, lq__mode mode) {
     for (; s->claimer_count < count; s->claimer_count++)
         if (pthread_create(&s->claimers[s->claimer_count], NULL, claimer_main, s) != 0)
             return lq__error(LQ_ERROR, "cannot start claim thread %d", s->claimer_count + 1);
-    if (s->form == LQ_FORM_LEASE || s->timeout_ms) {
+    if (s->form == LQ_FORM_LEASE || s->timeout_ms || s->cancels.watches) {
         if (pthread_create(&s->keeper, NULL, keeper_main, s) != 0)
             return lq__error(LQ_ERROR, "cannot start the keeper thread");
         s->has_keeper = true;

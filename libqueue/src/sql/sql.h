@@ -194,6 +194,25 @@ LQ__HIDDEN int lq__sql_build_cancel(lq__cancel_sql *out, const struct lq__dialec
                                     const lq_table *t);
 LQ__HIDDEN void lq__cancel_sql_free(lq__cancel_sql *c);
 
+/* The statements of cancel requests (sql/cancel_requests.c): how a cancel
+ * reaches a row lock run, whose transaction holds the row. LQ__P_QUEUE the
+ * queue's table name, LQ__P_ID the row, LQ__P_NOW when (epoch ms). State 0:
+ * requested; 1: taken by the process whose run holds the row. */
+typedef struct lq__cancel_requests_sql {
+    lq__stmt create;    /* the requests table, if it is missing */
+    lq__stmt request;   /* a request, at state 0 (a duplicate key while one is there) */
+    lq__stmt pending;   /* the queue's row ids requested (state 0) */
+    lq__stmt take;      /* 0 -> 1: one change when this process may apply it */
+    lq__stmt give_back; /* 1 -> 0: an apply that failed */
+    lq__stmt state;     /* the request's state, if there is one */
+    lq__stmt withdraw;  /* deleted while still at 0: one change when withdrawn */
+    lq__stmt forget;    /* deleted, whatever its state */
+} lq__cancel_requests_sql;
+#define LQ__CANCEL_REQUESTS_TABLE "lq_cancel_requests"
+LQ__HIDDEN int lq__sql_build_cancel_requests(lq__cancel_requests_sql *out,
+                                             const struct lq__dialect *d, const lq_table *t);
+LQ__HIDDEN void lq__cancel_requests_sql_free(lq__cancel_requests_sql *r);
+
 /* The statements of lq_queue_stats (sql/queue_stats.c), each a bounded
  * count (LQ__P_LIMIT) of the queue's rows in one state; NULL sql where the
  * table cannot tell the state. */

@@ -428,29 +428,13 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     return rc;
 }
 
-/* The book's deliveries, each with a reference taken; s->mu not held. */
-static int book_snapshot(lq__book_entry ***out, size_t *n, lq_subscription *s) {
-    pthread_mutex_lock(&s->mu);
-    *n = s->book.count;
-    *out = *n ? malloc(*n * sizeof **out) : NULL;
-    if (*n && !*out) {
-        *n = 0;
-        pthread_mutex_unlock(&s->mu);
-        return lq__error(LQ_NOMEM, "out of memory");
-    }
-    *n = lq__book_snapshot(&s->book, *out, *n);
-    for (size_t i = 0; i < *n; i++) atomic_fetch_add(&((lq_delivery *)(*out)[i])->refs, 1);
-    pthread_mutex_unlock(&s->mu);
-    return LQ_OK;
-}
-
 int64_t lq__lease_expire_overdue(lq_subscription *s) {
     size_t n;
-    lq__book_entry **entries;
-    if (book_snapshot(&entries, &n, s) != LQ_OK) return 0;
+    lq_delivery **entries;
+    if (lq__book_refs(&entries, &n, s) != LQ_OK) return 0;
     int64_t now = lq__mono_ms(), next = 0;
     for (size_t i = 0; i < n; i++) {
-        lq_delivery *d = (lq_delivery *)entries[i];
+        lq_delivery *d = entries[i];
         pthread_mutex_lock(&s->mu);
         bool running = d->handed;
         int64_t due = d->handed_ms + s->timeout_ms;
@@ -469,13 +453,13 @@ int64_t lq__lease_expire_overdue(lq_subscription *s) {
 
 int lq__lease_extend(lq_subscription *s) {
     size_t n;
-    lq__book_entry **entries;
-    int rc = book_snapshot(&entries, &n, s);
+    lq_delivery **entries;
+    int rc = lq__book_refs(&entries, &n, s);
     if (rc != LQ_OK) return rc;
     lq__conn *conn = NULL;
     if (n) rc = lq__pool_acquire(&conn, &s->broker->pool);
     for (size_t i = 0; i < n; i++) {
-        lq_delivery *d = (lq_delivery *)entries[i];
+        lq_delivery *d = entries[i];
         if (rc == LQ_OK && (rc = extend_one(s, conn, d)) != LQ_OK)
             lq__log_error(LQ_LOG_ERROR, "extending a lease");
         lq__delivery_unref(d);
