@@ -1026,7 +1026,8 @@ static void to_mysql_time(MYSQL_TIME *out, int64_t epoch_ms) {
     out->time_type = MYSQL_TIMESTAMP_DATETIME;
 }
 
-/* A token as JSON_TABLE reads a DATETIME: UTC, as the session runs. */
+/* A time as a DATETIME reads it from text: UTC, as the session runs (a
+ * token of JSON_TABLE, a rendered statement's parameter). */
 static void my_held_time_text(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms) {
     MYSQL_TIME t;
     to_mysql_time(&t, epoch_ms);
@@ -1562,6 +1563,8 @@ const lq__dialect lq__mysql_dialect = {
     .check_version = my_check_version,
     .quote = '\x60',
     .placeholder = my_placeholder,
+    .rendered_placeholder = my_placeholder,
+    .rendered_time_text = my_held_time_text,
     .build_claims = my_build_claims,
     .held_set_source = my_held_set_source,
     .held_time_text = my_held_time_text,
