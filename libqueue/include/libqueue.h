@@ -481,7 +481,11 @@ typedef enum lq_sql_type {
 } lq_sql_type;
 
 typedef enum lq_publish_sql_flag {
-    LQ_PUBLISH_SQL_NO_NOTIFY = 1 /* PostgreSQL: no pg_notify in the statement */
+    LQ_PUBLISH_SQL_NO_NOTIFY = 1,   /* PostgreSQL: no pg_notify in the statement */
+    LQ_PUBLISH_SQL_NO_RETURNING = 2 /* SQLite: no RETURNING, for drivers that cannot take a
+                                       write that returns rows (LuaSQL runs it twice); the
+                                       id is then the driver's last insert id. PostgreSQL,
+                                       which has none, keeps its RETURNING */
 } lq_publish_sql_flag;
 
 /* Renders the insert of `message` into `table` for `dialect` ("postgresql",

@@ -122,6 +122,11 @@ static void postgresql(void) {
     CHECK(strstr(lq_rendered_sql_text(r), "pg_notify") == NULL);
     CHECK(lq_rendered_sql_param_count(r) == 9 && lq_rendered_sql_returns_id(r) == 1);
     lq_rendered_sql_free(r);
+    /* PostgreSQL's drivers have no last insert id: RETURNING stays. */
+    CHECK(lq_publish_sql(&r, "postgresql", t, m, LQ_PUBLISH_SQL_NO_RETURNING) == LQ_OK);
+    CHECK_CONTAINS(lq_rendered_sql_text(r), "RETURNING \"id\"");
+    CHECK(lq_rendered_sql_returns_id(r) == 1);
+    lq_rendered_sql_free(r);
 
     /* A name longer than a channel holds: no wake-up, nothing refused. */
     lq_table_set_schema(t, "a_schema_name_long_enough_to_pass_what_a_channel_holds_at_all");
@@ -212,6 +217,10 @@ static void sqlite_run(const char *dir) {
               "VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING \"id\"");
     CHECK(lq_rendered_sql_returns_id(r) == 1);
     check_offsets(r, 0);
+    lq_rendered_sql *plain = NULL;
+    CHECK(lq_publish_sql(&plain, "sqlite", t, m, LQ_PUBLISH_SQL_NO_RETURNING) == LQ_OK);
+    CHECK(strstr(lq_rendered_sql_text(plain), "RETURNING") == NULL && lq_rendered_sql_returns_id(plain) == 0);
+    lq_rendered_sql_free(plain);
 
     sqlite3 *db;
     char *ddl = NULL;

@@ -88,6 +88,8 @@ static int render(lq_rendered_sql *r, const lq__dialect *native, const lq_table 
                   const lq_message *m, int flags) {
     lq__dialect d = *native;
     d.placeholder = native->rendered_placeholder;
+    /* Without RETURNING where the driver can read the id itself. */
+    if ((flags & LQ_PUBLISH_SQL_NO_RETURNING) && d.last_insert_id) d.insert_returning = false;
     char channel[256];
     lq__table_label(t, channel, sizeof channel);
     bool notify = d.notify_call && !(flags & LQ_PUBLISH_SQL_NO_NOTIFY) && strlen(channel) <= CHANNEL_MAX;
@@ -116,7 +118,8 @@ int lq_publish_sql(lq_rendered_sql **out, const char *dialect, const lq_table *t
     LQ__CHECK_ARG(out, "out is NULL");
     *out = NULL;
     LQ__CHECK_ARG(dialect && t && m, "the dialect, table or message is NULL");
-    LQ__CHECK_ARG(!(flags & ~LQ_PUBLISH_SQL_NO_NOTIFY), "unknown flags: 0 or LQ_PUBLISH_SQL_NO_NOTIFY");
+    LQ__CHECK_ARG(!(flags & ~(LQ_PUBLISH_SQL_NO_NOTIFY | LQ_PUBLISH_SQL_NO_RETURNING)),
+                  "unknown flags: LQ_PUBLISH_SQL_NO_NOTIFY, LQ_PUBLISH_SQL_NO_RETURNING");
     const lq__dialect *d = lq__dialect_named(dialect);
     if (!d)
         return lq__error(LQ_DIALECT, "unknown dialect \"%s\": sqlite, postgresql or mysql", dialect);

@@ -1553,6 +1553,7 @@ const lq__dialect lq__mysql_dialect = {
     .listen_notify = false,
     .claim_writes_lease = false,
     .insert_returning = false,
+    .last_insert_id = true,
     .max_params = 65535, /* the protocol's 16-bit parameter count */
     .insert_rows_returning = my_insert_rows_returning,
     .parse_url = my_parse_url,

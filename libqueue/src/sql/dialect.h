@@ -89,6 +89,9 @@ typedef struct lq__dialect {
     /* INSERT .. RETURNING gives the new id. Otherwise exec reports the
      * generated id of an insert as a one-column row. */
     bool insert_returning;
+    /* Its drivers tell an insert's generated id without RETURNING (the
+     * connection's last insert id). */
+    bool last_insert_id;
     /* How an insert of nothing but defaults goes on after the table's name
      * (NULL: " DEFAULT VALUES"). */
     const char *insert_defaults;
