@@ -13,6 +13,7 @@
  *       core.lq_option_find(name)                -> option, type
  *       core.lq_delivery_header_at(delivery, i)  -> name, value
  *       core.lq_table_create_sql(table, dialect) -> sql (freed with lq_free here)
+ *       core.lq_publish_sql(dialect, table, message, flags) -> rendered (freed by libqueue.lua)
  *       core.lq_publish(broker, table, {m1, m2}) -> {id1, id2}
  *       core.lq_delivery_exec(delivery, sql, {p1, p2, n = 2}) -> changes
  *       core.lq_queue_stats(broker, table, group, cap) -> {due, delayed, ...}
@@ -124,11 +125,12 @@ static int lq_lua_isint(lua_State *L, int index) {
     }
 }
 %typemap(out) int lq_version_number, int lq_errcode, int lq_errcode_native,
-              int lq_table_form, int lq_delivery_attempt
+              int lq_table_form, int lq_delivery_attempt, int lq_rendered_sql_param_type
 %{  lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
 /* A yes or no. */
 %typemap(out) int lq_delivery_expired %{  lua_pushboolean(L, $1 != 0); SWIG_arg++; %}
 %typemap(out) int lq_delivery_cancelled %{  lua_pushboolean(L, $1 != 0); SWIG_arg++; %}
+%typemap(out) int lq_rendered_sql_returns_id %{  lua_pushboolean(L, $1 != 0); SWIG_arg++; %}
 
 #define LQ_DROP_TRUE \
     if (SWIG_arg == 1 && lua_type(L, -1) == LUA_TBOOLEAN) { lua_pop(L, 1); SWIG_arg = 0; }
@@ -155,6 +157,7 @@ LQ_OUT_HANDLE(lq_message)
 LQ_OUT_HANDLE(lq_subscription)
 LQ_OUT_HANDLE(lq_delivery)
 LQ_OUT_HANDLE(lq_metrics)
+LQ_OUT_HANDLE(lq_rendered_sql)
 
 /* lq_option_find: option, type. */
 %typemap(in, numinputs=0) int *option_out (int lq_int = 0), int *type_out (int lq_int = 0)
@@ -219,6 +222,14 @@ LQ_OUT_HANDLE(lq_metrics)
 %typemap(out) const void *lq_delivery_payload {
     size_t lq_len = lq_delivery_payload_size(arg1);
     lua_pushlstring(L, lq_len ? (const char *)$1 : "", lq_len);
+    SWIG_arg++;
+}
+
+/* lq_rendered_sql_param_data: a Lua string of lq_rendered_sql_param_size
+ * bytes, or nil for a parameter that is neither text nor bytes. */
+%typemap(out) const void *lq_rendered_sql_param_data {
+    if ($1) lua_pushlstring(L, (const char *)$1, lq_rendered_sql_param_size(arg1, arg2));
+    else lua_pushnil(L);
     SWIG_arg++;
 }
 

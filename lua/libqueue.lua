@@ -74,6 +74,7 @@ M.set_logger = log.set_logger
 M.table = table_part.new
 M.redact_url = broker.redact_url
 M.open = broker.open
+M.publish_sql = broker.publish_sql
 
 M.Table, M.Broker, M.Subscription, M.Delivery =
   table_part.Table, broker.Broker, subscription.Subscription, delivery.Delivery

@@ -430,6 +430,95 @@ LQ_API int lq_publish(int64_t *ids_out, lq_broker *broker, const lq_table *table
 LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
                          const lq_table *table, lq_message *const *messages, size_t count);
 
+/* Publishing with any driver: the INSERT of one message rendered as SQL text
+ * and its parameters, for the caller to run on a connection of its own, in
+ * its own transaction, through whatever driver it uses. Values are never
+ * spliced into the text; identifiers are quoted.
+ *
+ * Placeholders: $1, $2, .. on "postgresql"; ? on "mysql" and "sqlite", one
+ * per parameter, in order. A binding converts them to its driver's style
+ * (lq_rendered_sql_param_offset tells where each one is).
+ *
+ * Times are taken on the host's clock when the SQL is rendered, as lq_publish
+ * takes them (subscriptions compare due times with the host's clock too): a
+ * delay counts from the render, so render just before running it. A time is a
+ * text parameter: "YYYY-MM-DDTHH:MM:SS.fff+00:00" on PostgreSQL (timestamptz;
+ * a timestamp column keeps the UTC time) and SQLite, "YYYY-MM-DD
+ * HH:MM:SS.ffffff" (UTC) on MySQL, which a DATETIME column keeps as it is (a
+ * TIMESTAMP column needs a session in UTC, as libqueue's own sessions are).
+ *
+ * On PostgreSQL the statement also sends the table's wake-up, pg_notify with
+ * the table's qualified name as channel and the group as payload, which the
+ * server delivers at the commit: a subscription whose broker listens
+ * (LQ_OPT_LISTEN_NOTIFY) claims the row at once. LQ_PUBLISH_SQL_NO_NOTIFY
+ * leaves it out, as does a qualified name longer than a channel holds (63
+ * bytes). The statement then reads
+ *   WITH "lq_ins" AS (INSERT .. RETURNING "id") SELECT "lq_ins"."id",
+ *   pg_notify($n, COALESCE($m, '')) FROM "lq_ins"
+ * Where lq_rendered_sql_returns_id says so, the statement returns one row
+ * whose first column is the new row's id (RETURNING: PostgreSQL, SQLite);
+ * otherwise (MySQL) it returns no row, and the id is the driver's last insert
+ * id (LAST_INSERT_ID(), cursor.lastrowid) where the table generates it, else
+ * the message's own.
+ *
+ * A dedup key is checked by the table's unique index alone: a key a row
+ * holds fails the statement with the driver's unique violation (SQLSTATE
+ * 23505 on PostgreSQL, which also aborts the caller's transaction; error 1062
+ * on MySQL; SQLITE_CONSTRAINT_UNIQUE), and writes nothing.
+ * LQ_ON_DUPLICATE_EXISTING needs a look-up before the insert, which
+ * lq_publish and lq_publish_on make: here it fails with LQ_MISUSE. No
+ * subscription is woken from here: each finds the row by its next claim
+ * after the caller's commit, or at once by the wake-up above. */
+
+typedef struct lq_rendered_sql lq_rendered_sql;
+
+typedef enum lq_sql_type {
+    LQ_SQL_NULL = 0,
+    LQ_SQL_INT64 = 1,
+    LQ_SQL_DOUBLE = 2,
+    LQ_SQL_TEXT = 3,  /* UTF-8 */
+    LQ_SQL_BYTES = 4  /* BYTEA, BLOB: the payload */
+} lq_sql_type;
+
+typedef enum lq_publish_sql_flag {
+    LQ_PUBLISH_SQL_NO_NOTIFY = 1,   /* PostgreSQL: no pg_notify in the statement */
+    LQ_PUBLISH_SQL_NO_RETURNING = 2 /* SQLite: no RETURNING, for drivers that cannot take a
+                                       write that returns rows (LuaSQL runs it twice); the
+                                       id is then the driver's last insert id. PostgreSQL,
+                                       which has none, keeps its RETURNING */
+} lq_publish_sql_flag;
+
+/* Renders the insert of `message` into `table` for `dialect` ("postgresql",
+ * "mysql", "sqlite"; lq_broker_dialect gives a broker's). The message is
+ * checked as lq_publish checks it: LQ_SCHEMA for a field the table has no
+ * column for; LQ_DIALECT for an unknown dialect or one this build left out;
+ * LQ_MISUSE for unknown flags or LQ_ON_DUPLICATE_EXISTING. `flags`: 0 or
+ * lq_publish_sql_flag bits. Ownership: the caller frees *out with
+ * lq_rendered_sql_free; it holds copies of every value, so the message may
+ * be changed or freed at once. Thread-safe. */
+LQ_API int lq_publish_sql(lq_rendered_sql **out, const char *dialect, const lq_table *table,
+                          const lq_message *message, int flags);
+LQ_API void lq_rendered_sql_free(lq_rendered_sql *rendered);
+/* The accessors read what lq_publish_sql rendered; values stay valid until
+ * lq_rendered_sql_free. NULL, or an index past the end, reads as an empty
+ * value ("", 0, LQ_SQL_NULL, NULL). */
+LQ_API const char *lq_rendered_sql_text(const lq_rendered_sql *rendered);
+LQ_API size_t lq_rendered_sql_param_count(const lq_rendered_sql *rendered);
+/* The parameter's lq_sql_type. */
+LQ_API int lq_rendered_sql_param_type(const lq_rendered_sql *rendered, size_t index);
+LQ_API int64_t lq_rendered_sql_param_int64(const lq_rendered_sql *rendered, size_t index);
+LQ_API double lq_rendered_sql_param_double(const lq_rendered_sql *rendered, size_t index);
+/* A text or bytes parameter: its bytes (followed by a NUL not counted in
+ * the size), and its size; NULL and 0 for the other types. */
+LQ_API const void *lq_rendered_sql_param_data(const lq_rendered_sql *rendered, size_t index);
+LQ_API size_t lq_rendered_sql_param_size(const lq_rendered_sql *rendered, size_t index);
+/* The byte offset in the text where the parameter's placeholder starts:
+ * "?", or "$" and the parameter's number from 1 (SIZE_MAX past the end). */
+LQ_API size_t lq_rendered_sql_param_offset(const lq_rendered_sql *rendered, size_t index);
+/* 1 when the statement returns the new row's id as the first column of its
+ * one row, else 0. */
+LQ_API int lq_rendered_sql_returns_id(const lq_rendered_sql *rendered);
+
 /* Takes row `id` out of its queue: into the dead letters where the table
  * declares them, else deleted. A queued row is never claimed after. A row in
  * work is cancelled too, in every form; its run sees lq_delivery_cancelled,

@@ -235,6 +235,80 @@ function Broker:publish(tbl, payload, opts)
   return ids[1]
 end
 
+---------------------------------------------------------------------------
+-- Publishing with a driver of the caller's own (lq_publish_sql)
+
+local SQL_TYPES = { [core.LQ_SQL_NULL] = "null", [core.LQ_SQL_INT64] = "int64",
+                    [core.LQ_SQL_DOUBLE] = "double", [core.LQ_SQL_TEXT] = "text",
+                    [core.LQ_SQL_BYTES] = "bytes" }
+
+--- The insert of one message rendered for `dialect` ("postgresql", "mysql",
+-- "sqlite"), to run on a connection of the caller's own (pgmoon,
+-- lua-resty-mysql, LuaSQL, ...) in its own transaction. Returns
+--     sql, values, info
+-- sql: the text, with $1, $2, .. on PostgreSQL and ? on MySQL and SQLite;
+-- values: one per placeholder, in order, with values.n (nil is SQL NULL);
+-- info: { types = {"bytes", "text", "int64", "null", ..}, offsets = {byte
+-- position of each placeholder, from 1}, returns_id = true when the
+-- statement returns the new id as its one row (else read the driver's last
+-- insert id, MySQL) }. Values are never spliced into sql: a driver without
+-- parameters escapes each by its type (bytes as a blob literal). Times are
+-- text on this host's clock now (UTC): run it soon. opts: publish's fields,
+-- notify = false to leave out PostgreSQL's pg_notify wake-up, returning =
+-- false for no RETURNING on SQLite (LuaSQL runs a statement that returns
+-- rows twice; read conn:getlastautoid() instead). A dedup key
+-- a row holds fails the insert with the driver's unique violation. Or nil,
+-- message, code.
+local function publish_sql(dialect, tbl, payload, opts, fname, first)
+  check_type(dialect, "string", first, fname)
+  local tptr = table_ptr(tbl, first + 1, fname)
+  local fields, flags = {}, 0
+  if opts ~= nil then
+    check_type(opts, "table", first + 3, fname)
+    for k, v in pairs(opts) do fields[k] = v end
+    if fields.payload ~= nil then return misuse("the payload is " .. fname .. "'s own argument") end
+    if fields.notify == false then flags = flags | core.LQ_PUBLISH_SQL_NO_NOTIFY end
+    if fields.returning == false then flags = flags | core.LQ_PUBLISH_SQL_NO_RETURNING end
+    fields.notify, fields.returning = nil, nil
+  end
+  if payload ~= nil and type(payload) ~= "string" then argerror(first + 2, fname, "string", payload) end
+  fields.payload = payload or ""
+  local message, m, c, s, n = build_message(tbl, fields)
+  if not message then return nil, m, c, s, n end
+  local r
+  r, m, c, s, n = core.lq_publish_sql(dialect, tptr, message.ptr, flags)
+  message:free()
+  drain_log()
+  if not r then return nil, m, c, s, n end
+  local count = core.lq_rendered_sql_param_count(r)
+  local values, types, offsets = { n = count }, {}, {}
+  for i = 0, count - 1 do
+    local kind = core.lq_rendered_sql_param_type(r, i)
+    types[i + 1] = SQL_TYPES[kind]
+    offsets[i + 1] = core.lq_rendered_sql_param_offset(r, i) + 1
+    if kind == core.LQ_SQL_INT64 then
+      values[i + 1] = core.lq_rendered_sql_param_int64(r, i)
+    elseif kind == core.LQ_SQL_DOUBLE then
+      values[i + 1] = core.lq_rendered_sql_param_double(r, i)
+    elseif kind ~= core.LQ_SQL_NULL then
+      values[i + 1] = core.lq_rendered_sql_param_data(r, i)
+    end
+  end
+  local sql, returns_id = core.lq_rendered_sql_text(r), core.lq_rendered_sql_returns_id(r)
+  core.lq_rendered_sql_free(r)
+  return sql, values, { types = types, offsets = offsets, returns_id = returns_id }
+end
+
+--- libqueue.publish_sql(dialect, tbl, payload, opts): see above.
+function B.publish_sql(dialect, tbl, payload, opts)
+  return publish_sql(dialect, tbl, payload, opts, "publish_sql", 1)
+end
+
+--- broker:publish_sql(tbl, payload, opts): for the broker's own database.
+function Broker:publish_sql(tbl, payload, opts)
+  return publish_sql(self.dialect, tbl, payload, opts, "publish_sql", 0)
+end
+
 --- Writes many messages in one transaction (all or none); returns their ids
 -- in order. Each message is a payload string or a table of publish's fields
 -- with `payload` ({ payload = "..", group = "g" }).

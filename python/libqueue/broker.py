@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-from typing import Any, Iterable, List, Mapping, Optional, Union
+from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 
+from libqueue import rendered
 from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, make_error
 from libqueue.doctor import Finding, findings_from_json
@@ -113,6 +114,16 @@ def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
     return m
 
 
+def _open_psycopg2_transaction(connection: Any) -> None:
+    """psycopg2 sends its BEGIN with the first statement it runs: a
+    transaction it has not begun yet is begun here, so the rows written on
+    its PGconn * commit or roll back with it (not by themselves). Not in
+    autocommit mode, where each statement commits on its own."""
+    if not connection.autocommit and connection.get_transaction_status() == 0:  # PQTRANS_IDLE
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+
+
 class Broker:
     """A connection pool to one database (``lq_broker``).
 
@@ -214,21 +225,102 @@ class Broker:
                 batch.append({"payload": message})
         return self._publish(table, batch) if batch else []
 
-    def publish_on(self, connection: Any, table: Table,
-                   messages: Iterable[Message]) -> List[int]:
-        """Write messages on a connection of your own, inside whatever
-        transaction it has open, so they commit (or roll back) with your data.
+    def publish_on(self, connection: Any, table: Table, payload: Any = b"", *,
+                   group: Optional[str] = None, partition_key: Optional[str] = None,
+                   priority: Optional[int] = None, delay_ms: Optional[int] = None,
+                   headers: Optional[Mapping[str, str]] = None, id: Optional[int] = None,
+                   dedup_key: Optional[str] = None, on_duplicate: Optional[str] = None,
+                   expires_in_ms: Optional[int] = None) -> Any:
+        """Write a message on a connection of your own, inside whatever
+        transaction it has open, so it commits (or rolls back) with your data;
+        returns its id. Keywords as ``publish``.
 
-        ``connection`` is a psycopg2 connection (PostgreSQL), or the address of
-        the database's native handle as an int (``PGconn *``, ``MYSQL *``,
-        ``sqlite3 *``). Nothing is committed here and no subscription of this
-        process is woken: your commit decides, and subscriptions find the rows
-        by their next claim (at once with LISTEN/NOTIFY on PostgreSQL)."""
-        address = getattr(connection, "pgconn_ptr", connection)
-        if not isinstance(address, int) or address == 0:
-            raise TypeError("publish_on needs a psycopg2 connection or a native handle address")
-        batch = [m if isinstance(m, Mapping) else {"payload": m} for m in messages]
-        return self._publish(table, batch, native=ffi.cast("void *", address)) if batch else []
+        ``connection`` is a psycopg2, psycopg (3), PyMySQL, mysqlclient
+        (``MySQLdb``) or ``sqlite3`` connection, a SQLAlchemy ``Connection``
+        or ``Session``, or the address of the database's native handle as an
+        int (``PGconn *``, ``MYSQL *``, ``sqlite3 *``). Given a list of
+        messages (payloads, or dicts of the keywords) instead of a payload, it
+        writes each and returns their ids.
+
+        Nothing is committed here and no subscription of this process is
+        woken: your commit decides. On PostgreSQL the statement notifies the
+        table's channel, which the server delivers at your commit, so a
+        subscription whose broker listens (``listen_notify=1``) claims the
+        row at once; elsewhere subscriptions find it by their next claim.
+
+        A dedup key a row holds fails with your driver's integrity error (the
+        unique index refuses the insert; on PostgreSQL that aborts your
+        transaction), except on the native paths, which raise ``Duplicate``
+        and take ``on_duplicate="existing"``."""
+        fields = dict(group=group, partition_key=partition_key, priority=priority,
+                      delay_ms=delay_ms, headers=headers, id=id, dedup_key=dedup_key,
+                      on_duplicate=on_duplicate, expires_in_ms=expires_in_ms)
+        many = payload is not None and not isinstance(payload, (bytes, bytearray, memoryview, str))
+        if many:
+            if any(v is not None for v in fields.values()):
+                raise TypeError("publish_on: a list of messages carries its fields itself; "
+                                "no keyword arguments with it")
+            batch = [m if isinstance(m, Mapping) else {"payload": m} for m in payload]
+        else:
+            fields["payload"] = payload
+            batch = [fields]
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        # psycopg2 (and a native handle) go through lq_publish_on, on the
+        # PGconn * the connection exposes: the rows are written by libpq with
+        # the payload in binary, several messages in multi-row inserts, and a
+        # dedup key looked up first (so "existing" works), with no text to
+        # convert. Every other driver runs the rendered insert through its
+        # own cursor.
+        address = getattr(connection, "pgconn_ptr", None) if self.dialect == "postgresql" else None
+        if isinstance(connection, int) and not isinstance(connection, bool):
+            address = connection
+        if address is not None:
+            if address == 0:
+                raise TypeError("publish_on: the native handle's address is 0")
+            if not isinstance(connection, int):
+                _open_psycopg2_transaction(connection)
+            ids = self._publish(table, batch, native=ffi.cast("void *", address)) if batch else []
+        else:
+            database, paramstyle, runner = rendered.connection_kind(connection)
+            if database != self.dialect:
+                raise make_error(lib.LQ_MISUSE, "publish_on: the connection reaches %s, the broker "
+                                 "%s" % (database, self.dialect))
+            ids = []
+            for message in batch:
+                built = _build_message(table, message)
+                statement = rendered.render(self.dialect, table, built)
+                ids.append(rendered.execute(runner, paramstyle, statement, message.get("id")))
+        return ids if many else ids[0]
+
+    def publish_sql(self, table: Table, payload: Optional[Payload] = b"", *,
+                    paramstyle: Optional[str] = None, notify: bool = True,
+                    group: Optional[str] = None, partition_key: Optional[str] = None,
+                    priority: Optional[int] = None, delay_ms: Optional[int] = None,
+                    headers: Optional[Mapping[str, str]] = None, id: Optional[int] = None,
+                    dedup_key: Optional[str] = None, expires_in_ms: Optional[int] = None
+                    ) -> Tuple[str, Any]:
+        """The insert ``publish`` would run for one message, as ``(sql,
+        params)`` to run on a connection of your own, with a driver
+        ``publish_on`` does not know. Values are parameters, never spliced.
+
+        ``paramstyle`` None keeps the placeholders as rendered for this
+        broker's database (``$1``.. on PostgreSQL, ``?`` on MySQL and SQLite)
+        with a tuple; a DB-API paramstyle (``qmark``, ``numeric``, ``named``,
+        ``format``, ``pyformat``) converts them, with a dict for the named
+        ones (``p1``, ``p2``, ..) and each literal ``%`` doubled for the
+        percent ones. The payload is bytes (BYTEA, BLOB), times are text on
+        this host's clock now (UTC), so run it soon. The statement returns the
+        new id as its one row on PostgreSQL and SQLite; on MySQL read the
+        driver's last insert id. On PostgreSQL it notifies the table's channel
+        unless ``notify=False``."""
+        if not isinstance(table, Table):
+            raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        message = _build_message(table, dict(
+            payload=payload, group=group, partition_key=partition_key, priority=priority,
+            delay_ms=delay_ms, headers=headers, id=id, dedup_key=dedup_key,
+            expires_in_ms=expires_in_ms))
+        return rendered.convert(rendered.render(self.dialect, table, message, notify), paramstyle)
 
     def _publish(self, table: Table, batch: List[Mapping[str, Any]], native: Any = None) -> List[int]:
         if not isinstance(table, Table):

@@ -51,6 +51,27 @@ static void options_and_tables(void) {
     MISUSE(lq_table_create_sql(NULL, NULL, "sqlite"));
     MISUSE(lq_table_create_sql(&sql, NULL, "sqlite"));
     lq_table_free(NULL);
+    lq_rendered_sql *rendered = (lq_rendered_sql *)&sql; /* must come back NULL */
+    lq_message *m;
+    lq_table_new(&t, "jobs");
+    lq_message_new(&m);
+    MISUSE(lq_publish_sql(NULL, "sqlite", t, m, 0));
+    MISUSE(lq_publish_sql(&rendered, NULL, t, m, 0));
+    CHECK(rendered == NULL);
+    MISUSE(lq_publish_sql(&rendered, "sqlite", NULL, m, 0));
+    MISUSE(lq_publish_sql(&rendered, "sqlite", t, NULL, 0));
+    lq_message_free(m);
+    lq_table_free(t);
+    CHECK(lq_rendered_sql_text(NULL)[0] == '\0');
+    CHECK(lq_rendered_sql_param_count(NULL) == 0);
+    CHECK(lq_rendered_sql_param_type(NULL, 0) == LQ_SQL_NULL);
+    CHECK(lq_rendered_sql_param_int64(NULL, 0) == 0);
+    CHECK(lq_rendered_sql_param_double(NULL, 0) == 0.0);
+    CHECK(lq_rendered_sql_param_data(NULL, 0) == NULL);
+    CHECK(lq_rendered_sql_param_size(NULL, 0) == 0);
+    CHECK(lq_rendered_sql_param_offset(NULL, 0) == SIZE_MAX);
+    CHECK(lq_rendered_sql_returns_id(NULL) == 0);
+    lq_rendered_sql_free(NULL);
     MISUSE(lq_redact_url(NULL, "sqlite:x"));
     MISUSE(lq_redact_url(&sql, NULL));
     lq_free(NULL);

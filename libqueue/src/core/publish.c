@@ -36,9 +36,7 @@ int lq__check_message(const lq_table *t, const lq_message *m, size_t index) {
  * MariaDB's max_allowed_packet). */
 enum { CHUNK_ROWS = 1000, CHUNK_BYTES = 4 << 20 };
 
-/* The values of one message's row, in args[LQ__P_COUNT]; the headers' JSON
- * goes to `json`, which the caller frees after the statement ran. */
-static int row_args(lq__value *args, lq__strbuf *json, const lq_message *m, int64_t now) {
+int lq__publish_row_args(lq__value *args, lq__strbuf *json, const lq_message *m, int64_t now) {
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = m->id};
     args[LQ__P_PAYLOAD] = (lq__value){.type = LQ__V_BLOB, .p = m->payload, .n = m->payload_size};
     if (m->group) args[LQ__P_MSG_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = m->group, .n = strlen(m->group)};
@@ -79,7 +77,7 @@ static int insert_one(int64_t *id, lq_broker *b, lq__conn *conn, const lq__stmt 
     lq__value args[LQ__P_COUNT] = {0};
     lq__strbuf json = {0};
     id_list list = {.ids = id, .cap = 1};
-    int rc = row_args(args, &json, m, now);
+    int rc = lq__publish_row_args(args, &json, m, now);
     if (channel) args[LQ__P_CHANNEL] = (lq__value){.type = LQ__V_TEXT, .p = channel, .n = strlen(channel)};
     if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read_id, &list);
     lq__sb_free(&json);
@@ -99,7 +97,7 @@ static int insert_rows(int64_t *ids_out, lq_broker *b, lq__conn *conn, const lq_
     id_list list = {.ids = ids_out, .cap = ids_out ? n : 0};
     int rc = args && json ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     for (size_t i = 0; rc == LQ_OK && i < n; i++)
-        rc = row_args(&args[i * LQ__P_COUNT], &json[i], messages[i], now);
+        rc = lq__publish_row_args(&args[i * LQ__P_COUNT], &json[i], messages[i], now);
     bool read = t->id_generated && ids_out;
     if (rc == LQ_OK) rc = b->dialect->exec(NULL, conn, insert, args, read ? read_id : NULL, &list);
     if (rc == LQ_OK && read && list.count != n)

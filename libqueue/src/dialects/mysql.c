@@ -1026,7 +1026,8 @@ static void to_mysql_time(MYSQL_TIME *out, int64_t epoch_ms) {
     out->time_type = MYSQL_TIMESTAMP_DATETIME;
 }
 
-/* A token as JSON_TABLE reads a DATETIME: UTC, as the session runs. */
+/* A time as a DATETIME reads it from text: UTC, as the session runs (a
+ * token of JSON_TABLE, a rendered statement's parameter). */
 static void my_held_time_text(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms) {
     MYSQL_TIME t;
     to_mysql_time(&t, epoch_ms);
@@ -1552,6 +1553,7 @@ const lq__dialect lq__mysql_dialect = {
     .listen_notify = false,
     .claim_writes_lease = false,
     .insert_returning = false,
+    .last_insert_id = true,
     .max_params = 65535, /* the protocol's 16-bit parameter count */
     .insert_rows_returning = my_insert_rows_returning,
     .parse_url = my_parse_url,
@@ -1562,6 +1564,8 @@ const lq__dialect lq__mysql_dialect = {
     .check_version = my_check_version,
     .quote = '\x60',
     .placeholder = my_placeholder,
+    .rendered_placeholder = my_placeholder,
+    .rendered_time_text = my_held_time_text,
     .build_claims = my_build_claims,
     .held_set_source = my_held_set_source,
     .held_time_text = my_held_time_text,

@@ -799,6 +799,8 @@ const lq__dialect lq__postgres_dialect = {
     .check_version = pg_check_version,
     .quote = '"',
     .placeholder = pg_placeholder,
+    .rendered_placeholder = pg_placeholder,
+    .rendered_time_text = lq__time_text,
     .row_casts = {[LQ__COL_ID] = "::bigint", [LQ__COL_ATTEMPT] = "::bigint",
                   [LQ__COL_GROUP] = "::text", [LQ__COL_PKEY] = "::text",
                   [LQ__COL_HEADERS] = "::text", [LQ__COL_PRIORITY] = "::bigint",

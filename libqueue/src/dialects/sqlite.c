@@ -229,6 +229,13 @@ static int sqlite_check_version(lq__conn *c, const lq_table *table) {
 
 static void sqlite_placeholder(lq__strbuf *sb, int position) { lq__sb_addf(sb, "?%d", position); }
 
+/* Rendered SQL takes plain "?", which every SQLite driver binds in order
+ * (some take no numbered ones). */
+static void sqlite_rendered_placeholder(lq__strbuf *sb, int position) {
+    (void)position;
+    lq__sb_addc(sb, '?');
+}
+
 /* The lease claim: one UPDATE .. RETURNING that leases a row for every
  * worker asked for. SQLite's single writer keeps two claims apart; the rows
  * come back in no order, so they carry their claim-order keys. */
@@ -542,6 +549,7 @@ const lq__dialect lq__sqlite_dialect = {
     .advisory_holds_connection = false,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .last_insert_id = true,
     .on_conflict_do_nothing = true,
     .max_params = 32766, /* SQLITE_MAX_VARIABLE_NUMBER's default since 3.32 */
     .parse_url = sqlite_parse_url,
@@ -552,6 +560,8 @@ const lq__dialect lq__sqlite_dialect = {
     .check_version = sqlite_check_version,
     .quote = '"',
     .placeholder = sqlite_placeholder,
+    .rendered_placeholder = sqlite_rendered_placeholder,
+    .rendered_time_text = lq__time_text,
     .build_claims = sqlite_build_claims,
     .held_set_source = sqlite_held_set_source,
     .held_time_text = lq__time_text,

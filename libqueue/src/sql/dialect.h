@@ -89,6 +89,9 @@ typedef struct lq__dialect {
     /* INSERT .. RETURNING gives the new id. Otherwise exec reports the
      * generated id of an insert as a one-column row. */
     bool insert_returning;
+    /* Its drivers tell an insert's generated id without RETURNING (the
+     * connection's last insert id). */
+    bool last_insert_id;
     /* How an insert of nothing but defaults goes on after the table's name
      * (NULL: " DEFAULT VALUES"). */
     const char *insert_defaults;
@@ -120,6 +123,11 @@ typedef struct lq__dialect {
     /* Statement shapes: quoting, placeholders, and the claims. */
     char quote;
     void (*placeholder)(lq__strbuf *sb, int position);
+    /* Statements rendered for the caller's own driver (lq_publish_sql): the
+     * placeholder that database's drivers commonly take, and a time as text
+     * the database reads into its time columns as the UTC time it is. */
+    void (*rendered_placeholder)(lq__strbuf *sb, int position);
+    void (*rendered_time_text)(char out[LQ__TIME_TEXT_SIZE], int64_t epoch_ms);
     /* A cast after each LQ_COL_* column of a returned row (NULL: none), so
      * rows come back in the types the core reads. */
     const char *row_casts[LQ__COL_COUNT];
