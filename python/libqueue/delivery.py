@@ -259,13 +259,15 @@ class Delivery:
             raise make_error(lib.LQ_MISUSE, "%s_async is for pulled deliveries: a push handler "
                                             "runs on the core's threads, where %s() is right"
                              % (what, what))
-        row = self.id  # also refuses a dead delivery
+        pointer = self._live()
+        row = self.id
         if self._settled or self._settling:
             raise make_error(lib.LQ_MISUSE, "%s of row %d: the delivery is settled already"
                              % (what, row))
         settler = self._subscription._async_settler()
         future = loop.create_future()
         self._settled = self._settling = True
+        lib.lq_delivery_handled(pointer)  # its worker counts free: claims go on meanwhile
         if fn is None:
             settler.ack((self, future, loop))
         else:
