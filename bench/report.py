@@ -34,6 +34,9 @@ import subprocess
 import sys
 from collections import defaultdict
 
+#: The bindings whose W1 runs in turn with C runs of their own, by how the
+#: targets name them.
+BINDINGS = {"python": "Python", "python-asyncio": "Python asyncio", "lua": "Lua"}
 KEYS = ["db", "form", "binding", "workload", "jobs_per_s", "p50_ms", "p99_ms", "raw_jobs_per_s", "ratio"]
 EXTRAS = ["n", "runs", "raw_runs", "c_runs", "max_ms", "vs_c", "poll_ms", "workers", "batch", "coalesce", "claims", "empty_claims", "max_lease_ahead_s",
           "instr_per_job", "raw_instr_per_job", "instr_ratio", "allocs_per_job", "libqueue_allocs_per_job",
@@ -107,7 +110,7 @@ def figure(records, rec):
             if paired is not None:
                 out["ratio"] = paired
                 out["raw_runs"] = raw.get("runs")
-        if rec.get("binding") in ("python", "lua"):
+        if rec.get("binding") in BINDINGS:
             # Run in turn with the C driver's own runs; else over its median.
             out["vs_c"] = paired_median(rec.get("runs"), rec.get("c_runs"))
             c = c_rate(records, rec)
@@ -326,9 +329,9 @@ def targets(figs):
             r >= 0.95, "%+.0f%%" % ((r - 1) * 100))
     ratio_target("SQLite W2 single", dict(db="sqlite", binding="c", workload="W2-single"), 0.9)
     for f in figs:
-        if f.get("binding") in ("python", "lua") and f.get("workload") == "W1":
+        if f.get("binding") in BINDINGS and f.get("workload") == "W1":
             v = f.get("vs_c")
-            add("%s no-op handler vs C, %s %s" % (f["binding"].capitalize(), f["db"], f["form"]), ">= 0.70x C",
+            add("%s no-op handler vs C, %s %s" % (BINDINGS[f["binding"]], f["db"], f["form"]), ">= 0.70x C",
                 "%s/s = %.2fx C" % (fmt(f.get("jobs_per_s")), v) if v is not None else (f.get("note") or "-"),
                 None if v is None else v >= 0.7, "" if v is None else "%+.0f%%" % ((v / 0.7 - 1) * 100))
     for f in figs:
@@ -368,7 +371,7 @@ def markdown(figs, meta):
               "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     order = sorted((f for f in figs if f["workload"].startswith(("W1", "W2")) and f["workload"] not in ("W1-cpu", "W1-batch-cpu", "W1-rss", "W1-sys")),
                    key=lambda f: (DB_ORDER.get(f["db"], 9), f["workload"].startswith("W2"), f.get("form") or "",
-                                  f["workload"], ["c", "python", "lua"].index(f["binding"]) if f["binding"] in ("c", "python", "lua") else 9))
+                                  f["workload"], ["c", "python", "python-asyncio", "lua"].index(f["binding"]) if f["binding"] in ("c", "python", "python-asyncio", "lua") else 9))
     for f in order:
         lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             f["db"], f.get("form") or "-", f["binding"], f["workload"], fmt(f["jobs_per_s"]),

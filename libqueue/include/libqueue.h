@@ -780,6 +780,34 @@ LQ_API int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t
  * lq_delivery_free. */
 LQ_API int lq_subscription_next(lq_delivery **out, lq_subscription *subscription,
                                 int64_t timeout_ms);
+/* Pull mode for event loops: a descriptor to wait on, and a pull that never
+ * waits. The first call of either starts the background claims, as
+ * lq_subscription_next does. Both are thread-safe, as next is.
+ *
+ * lq_subscription_fd: *fd_out receives a descriptor (an eventfd on Linux, a
+ * pipe's read end elsewhere) that is readable while a delivery is ready to
+ * be taken, and for good once the subscription is stopped. Wait for it to
+ * be readable (poll, epoll, an event loop's reader), then call
+ * lq_subscription_try_next; never read it. It is level-triggered: it stays
+ * readable while deliveries wait, and try_next empties it when it takes the
+ * last one ready. Another taker (a second thread, lq_subscription_next) may
+ * take the delivery first: readable and try_next finds none (LQ_TIMEOUT) is
+ * a spurious wake-up, and the caller waits again. A stop or close makes it
+ * readable, and try_next then returns LQ_CLOSED. Every call gives the same
+ * descriptor. Ownership: the subscription's. lq_subscription_close closes
+ * it, so a waiter stops waiting on it before the close (stop first: its
+ * waiters wake and see LQ_CLOSED); the caller never closes it. A
+ * subscription in push mode refuses it (LQ_MISUSE); one stopped before the
+ * first call, LQ_CLOSED. */
+LQ_API int lq_subscription_fd(int *fd_out, lq_subscription *subscription);
+/* Pull mode, never waiting: takes the next delivery ready now into *out
+ * (LQ_OK), or returns LQ_TIMEOUT with *out NULL when none is ready, and
+ * LQ_CLOSED once stopped. Unlike lq_subscription_next it never reports a
+ * failing claim in place of LQ_TIMEOUT: lq_subscription_health tells an
+ * outage. In transactional mode it opens the delivery's transaction, which
+ * takes a connection from the pool, as next does. Ownership: the caller
+ * frees *out with lq_delivery_free. */
+LQ_API int lq_subscription_try_next(lq_delivery **out, lq_subscription *subscription);
 /* Stops claiming, returns rows claimed but not handed out at once, and waits
  * for running push handlers to finish. Deliveries the caller holds stay
  * valid and may still be settled. Idempotent. Not from one of the

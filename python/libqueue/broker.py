@@ -564,6 +564,7 @@ class Broker:
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         sub = Subscription(self, table, build_options(options))
         sub.group = options.get("group")
+        sub._timeout_ms = int(options.get("timeout_ms") or 0)
         return sub
 
     def __repr__(self) -> str:

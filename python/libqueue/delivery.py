@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, Optional, Union
 
 from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, make_error
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Delivery"]
 
@@ -29,11 +32,15 @@ class Delivery:
 
     *Pushed* deliveries (given to a ``run`` handler) are borrowed: they die when
     the handler returns, and any later use raises ``Misuse``.
+
+    In asyncio code, ``await ack_async()``, ``retry_async()``,
+    ``retry_after_async(ms)`` and ``dead_letter_async()`` settle a pulled
+    delivery on a thread of the subscription's own and never block the loop.
     """
 
     __slots__ = ("_ptr", "_owned", "_dead", "_subscription", "_settled",
                  "_id", "_payload", "_attempt", "_group", "_partition_key", "_headers",
-                 "__weakref__")
+                 "_settling", "_kill_later", "__weakref__")
 
     def __init__(self, pointer: Any, subscription: Any, owned: bool, payload: Any = _UNSET) -> None:
         """`payload`: the payload's bytes where the caller has them already
@@ -45,6 +52,9 @@ class Delivery:
         self._dead: Optional[str] = None
         self._subscription = subscription  # keeps the subscription alive while held
         self._settled = False
+        # A settlement off the loop is in flight: a release waits for it.
+        self._settling = False
+        self._kill_later: Optional[str] = None
         self._payload = payload
         self._id = self._attempt = self._group = self._partition_key = self._headers = _UNSET
 
@@ -61,6 +71,9 @@ class Delivery:
 
     def _kill(self, why: str) -> None:
         """Mark dead: later use raises instead of touching freed memory."""
+        if self._settling:
+            self._kill_later = why
+            return
         if self._dead is None:
             self._dead = why
             if self._owned:
@@ -233,6 +246,65 @@ class Delivery:
     def dead_letter(self) -> None:
         """Move the row to the table's dead-letter destination."""
         self._settle("dead_letter", lib.lq_delivery_dead_letter)
+
+    # -- outcomes off the event loop (asyncio) ----------------------------------
+
+    def _off_loop(self, what: str, fn: Any = None, *args: Any) -> "asyncio.Future[None]":
+        """Hands the settlement to the subscription's settling threads; the
+        future (of the running loop) gets its outcome."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()  # RuntimeError outside a loop, as asyncio says
+        if not self._owned:
+            raise make_error(lib.LQ_MISUSE, "%s_async is for pulled deliveries: a push handler "
+                                            "runs on the core's threads, where %s() is right"
+                             % (what, what))
+        pointer = self._live()
+        row = self.id
+        if self._settled or self._settling:
+            raise make_error(lib.LQ_MISUSE, "%s of row %d: the delivery is settled already"
+                             % (what, row))
+        settler = self._subscription._async_settler()
+        future = loop.create_future()
+        self._settled = self._settling = True
+        lib.lq_delivery_handled(pointer)  # its worker counts free: claims go on meanwhile
+        if fn is None:
+            settler.ack((self, future, loop))
+        else:
+            settler.other((self, future, loop), what, fn, *args)
+        return future
+
+    def _settled_off_loop(self) -> None:
+        """On the loop, once the settlement ran: a release asked for meanwhile
+        happens now."""
+        self._settling = False
+        if self._kill_later is not None:
+            self._kill(self._kill_later)
+
+    def _settle_behind(self, failed: bool) -> "asyncio.Future[None]":
+        """An async handler's outcome: a retry when it raised, else an ack."""
+        if failed:
+            return self._off_loop("retry", lib.lq_delivery_retry)
+        return self._off_loop("ack")
+
+    def ack_async(self) -> Awaitable[None]:
+        """``ack()`` off the event loop: returns an awaitable (a future of the
+        running loop), and the ack starts at once. Acks handed over together
+        commit as one statement where the form allows. A second settlement,
+        or one of a pushed delivery, raises ``Misuse``."""
+        return self._off_loop("ack")
+
+    def retry_async(self) -> Awaitable[None]:
+        """``retry()`` off the event loop (as ``ack_async``)."""
+        return self._off_loop("retry", lib.lq_delivery_retry)
+
+    def retry_after_async(self, delay_ms: int) -> Awaitable[None]:
+        """``retry_after(delay_ms)`` off the event loop (as ``ack_async``)."""
+        return self._off_loop("retry_after", lib.lq_delivery_retry_after, int(delay_ms))
+
+    def dead_letter_async(self) -> Awaitable[None]:
+        """``dead_letter()`` off the event loop (as ``ack_async``)."""
+        return self._off_loop("dead_letter", lib.lq_delivery_dead_letter)
 
     def __repr__(self) -> str:
         if self._dead is not None:

@@ -7,7 +7,8 @@ import contextlib
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Set, TypeVar, Union
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Optional,
+                    Set, TypeVar, Union)
 
 from libqueue._ffi import ffi, lib
 from libqueue.delivery import Delivery
@@ -17,6 +18,7 @@ from libqueue.logs import logger
 from libqueue.metrics import Metrics, take as take_metrics
 
 if TYPE_CHECKING:
+    from libqueue.aio import Puller, Settler
     from libqueue.broker import Broker
     from libqueue.table import Table
 
@@ -114,7 +116,9 @@ class Subscription:
       ``handler(delivery)``; returning normally acks the delivery unless the
       handler settled it, raising logs the exception (logger ``"libqueue"``)
       and retries it;
-    * pull: ``next(timeout)``, ``for d in sub``, ``sub.deliveries(timeout)``.
+    * pull: ``next(timeout)``, ``for d in sub``, ``sub.deliveries(timeout)``;
+    * asyncio (pull mode too): ``await sub.anext(timeout)``, ``async for d in
+      sub``, ``await sub.run_async(handler, concurrency=n)``.
 
     ``stop()`` stops claiming and returns claimed rows not yet handed out;
     ``close()`` (or leaving a ``with`` block) stops and frees it.
@@ -136,6 +140,13 @@ class Subscription:
         # Calls in C on the pointer right now; close() waits for them.
         self._busy = 0
         self._idle = threading.Condition()
+        #: timeout_ms as opened (set by Broker.subscribe): how often
+        #: run_async looks for runs past it
+        self._timeout_ms = 0
+        # asyncio: the readiness descriptor, each loop's waits, the settling threads.
+        self._fd: Optional[int] = None
+        self._pullers: "weakref.WeakKeyDictionary[Any, Puller]" = weakref.WeakKeyDictionary()
+        self._settler: Optional["Settler"] = None
         with _registry_lock:
             _open.add(self)
 
@@ -346,6 +357,131 @@ class Subscription:
         """Pulled deliveries until the subscription is stopped."""
         return self.deliveries(None)
 
+    # -- asyncio (pull mode) ----------------------------------------------
+
+    def _try_next(self) -> Optional[Delivery]:
+        """A delivery ready now, or None; never waits."""
+        out = ffi.new("lq_delivery **")
+        with self._using() as pointer:
+            status = lib.lq_subscription_try_next(out, pointer)
+            if status == lib.LQ_OK:
+                return Delivery(out[0], self, owned=True)
+            if status == lib.LQ_TIMEOUT:
+                return None
+            raise last_error(status, "try_next")
+
+    def _puller(self, loop: Any) -> "Puller":
+        from libqueue.aio import Puller
+
+        with self._lock:
+            puller = self._pullers.get(loop)
+            if puller is None:
+                if self._fd is None:
+                    fd = ffi.new("int *")
+                    with self._using() as pointer:
+                        check(lib.lq_subscription_fd(fd, pointer), "fd")
+                    self._fd = int(fd[0])
+                puller = self._pullers[loop] = Puller(self, loop, self._fd)
+            return puller
+
+    def _async_settler(self) -> "Settler":
+        from libqueue.aio import Settler
+
+        with self._lock:
+            if self._settler is None:
+                try:  # one writer: a turn gathers every ack, more only contend
+                    threads = 1 if self._broker.dialect == "sqlite" else 4
+                except Error:
+                    threads = 4
+                self._settler = Settler(threads)
+            return self._settler
+
+    async def anext(self, timeout: Optional[float] = None) -> Optional[Delivery]:
+        """The next claimed delivery, as ``next(timeout)`` gives it, awaited
+        on the event loop: the wait is the loop's reader on the core's
+        readiness descriptor (no thread, no polling). Returns None when none
+        came in time; raises ``Closed`` once the subscription is stopped or
+        closed, also in a task awaiting it then. Settle it with
+        ``ack_async()`` and the like, which do not block the loop."""
+        import asyncio
+
+        deadline = self._deadline(timeout)
+        loop = asyncio.get_running_loop()
+        delivery = self._try_next()
+        if delivery is not None:
+            try:
+                await asyncio.sleep(0)  # each pull lets the loop's other tasks run
+            except asyncio.CancelledError:
+                delivery.release()
+                raise
+            return delivery
+        if deadline is not None and timeout == 0:
+            self._raise_outage(timeout)
+            return None
+        puller = self._puller(loop)
+        future = puller.wait()
+        timer = None
+        if deadline is not None:
+            timer = loop.call_later(max(0.0, deadline - time.monotonic()), _time_out, puller,
+                                    future)
+        try:
+            delivery = await future
+        except asyncio.CancelledError:
+            puller.forget(future)
+            if future.done() and not future.cancelled() and future.exception() is None:
+                result = future.result()
+                if result is not None:  # came as the wait was cancelled: back to the queue
+                    result.release()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if delivery is None:
+            self._raise_outage(timeout)
+        return delivery
+
+    async def _async_deliveries(self) -> AsyncIterator[Delivery]:
+        while True:
+            try:
+                delivery = await self.anext()
+            except Error as e:
+                if e.status == lib.LQ_CLOSED:
+                    return
+                raise
+            if delivery is not None:
+                yield delivery
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        """``async for d in sub``: pulled deliveries until the subscription
+        is stopped or closed."""
+        return self._async_deliveries()
+
+    async def run_async(self, handler: Callable[[Delivery], Awaitable[Any]],
+                        concurrency: int = 1) -> None:
+        """Run ``async def handler(delivery)`` for each delivery, as tasks of
+        the running loop, at most ``concurrency`` at once, until the
+        subscription is stopped or closed; returns once the handlers running
+        then have finished and their settlements are done.
+
+        A handler that returns acks its delivery unless it settled it; one
+        that raises has the exception logged (logger ``"libqueue"``) and the
+        delivery retried (dead-lettered at max_attempts), as a ``run``
+        handler. The settlement goes off the loop, behind the handler, which
+        frees its slot at once. A handler whose run passes ``timeout_ms``
+        (``expired``) or whose row is cancelled (``cancelled``) is cancelled
+        (``asyncio.CancelledError`` in it): the flags are looked at every
+        quarter of timeout_ms (between 10 and 250 ms). Cancelling run_async
+        cancels the handlers running, and their rows go back unsettled.
+        Pull mode: the subscription must not be ``run`` too; give it
+        ``workers`` >= concurrency, which bounds the rows claimed."""
+        from libqueue.aio import run_handlers
+
+        if not callable(handler):
+            raise TypeError("handler must be an async function")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError("concurrency must be an int >= 1, got %r" % (concurrency,))
+        await run_handlers(self, handler, concurrency)
+
     # -- ending -----------------------------------------------------------
 
     def _in_own_handler(self) -> bool:
@@ -389,6 +525,13 @@ class Subscription:
         try:
             self._stop()  # also wakes pulls waiting in other threads
         finally:
+            with self._lock:
+                pullers = list(self._pullers.values())
+                self._pullers.clear()
+            if pullers:  # before the descriptor closes with the subscription
+                from libqueue.aio import end_waits
+
+                end_waits(pullers)
             with self._idle:
                 while self._busy:
                     self._idle.wait()
@@ -411,6 +554,13 @@ class Subscription:
     def __repr__(self) -> str:
         state = "closed" if self._ptr is None else ("running" if self.running else "open")
         return "<Subscription %r %s>" % (self.table.name, state)
+
+
+def _time_out(puller: "Puller", future: Any) -> None:
+    """An anext's deadline: it gets None."""
+    if not future.done():
+        future.set_result(None)
+    puller.forget(future)
 
 
 def _waits_on(status: int) -> bool:

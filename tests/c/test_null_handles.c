@@ -218,6 +218,14 @@ static void brokers_and_subscriptions(const char *dir) {
     got = 9;
     MISUSE(lq_subscription_next_batch(batch, 4, &got, NULL, 0));
     CHECK(got == 0);
+    int fd = 7;
+    MISUSE(lq_subscription_fd(NULL, s));
+    MISUSE(lq_subscription_fd(&fd, NULL));
+    CHECK(fd == -1);
+    MISUSE(lq_subscription_try_next(NULL, s));
+    d = (lq_delivery *)&got;
+    MISUSE(lq_subscription_try_next(&d, NULL));
+    CHECK(d == NULL);
     MISUSE(lq_subscription_stop(NULL));
     int64_t failing;
     MISUSE(lq_subscription_health(NULL, &failing));

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "docs"))
 import blocks  # noqa: E402
 
-DOCUMENTS = [REPO / "README.md", REPO / "docs" / "schedules.md",
+DOCUMENTS = [REPO / "README.md", REPO / "docs" / "schedules.md", REPO / "docs" / "asyncio.md",
              REPO / "python" / "libqueue" / "__init__.py"]
 
 

@@ -12,6 +12,7 @@
 #include "base/headers.h"
 #include "runtime/key_counts.h"
 #include "runtime/lease_book.h"
+#include "runtime/ready_fd.h"
 #include "runtime/metrics.h"
 #include "runtime/retention.h"
 #include "runtime/run_cancels.h"
@@ -147,6 +148,9 @@ struct lq_subscription {
     lq__mode mode;
     bool started, stopping, stopped, closing, woken;
     lq_delivery *queue_head, *queue_tail;
+    /* Pull mode for event loops (lq_subscription_fd): raised while a
+     * delivery is ready to be taken, and once stopping; closed at close. */
+    lq__ready_fd ready;
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
     int settling; /* of those, settling now: their workers' next rows may be claimed */

@@ -72,6 +72,7 @@ static void subscription_free(lq_subscription *s) {
     b->room.taken -= s->room_counted;
     if (s->room_starved) b->room.starved--;
     pthread_mutex_unlock(&b->room_mu);
+    lq__ready_fd_close(&s->ready); /* closed at close already, unless open failed after it */
     lq__sqlset_free(&s->sql);
     free(s->pause_check.sql);
     lq__run_cancels_free(&s->cancels);
@@ -747,6 +748,8 @@ static void wake_takers(lq_subscription *s, int rows, bool own) {
     for (int i = 0; i < wakes; i++) pthread_cond_signal(takers);
 }
 
+static void show_ready(lq_subscription *s);
+
 /* Gives back the rows claimed and not yet handed out, as a stop does (but
  * where a transactional delivery in work may hold SQLite's write lock
  * their release would wait for: those rows are handed out). s->mu held, let
@@ -757,6 +760,7 @@ static void give_back_waiting(lq_subscription *s) {
     lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
+    show_ready(s);
     pthread_mutex_unlock(&s->mu);
     lq__claimed_free(&left);
     pthread_mutex_lock(&s->mu);
@@ -904,6 +908,7 @@ static void claim_turn(lq_subscription *s, bool own) {
         s->queue_tail = got.tail;
         s->waiting += got.count;
         wake_takers(s, got.count, own);
+        show_ready(s);
     }
     int64_t rest = rest_after(s, rc, rolled_back, short_claim, took_rows);
     if (rest && !s->woken) s->rest_until = lq__mono_ms() + rest;
@@ -1032,6 +1037,12 @@ static lq_delivery **next_ready(lq_subscription *s, int lane) {
     return NULL;
 }
 
+/* Keeps the ready descriptor raised exactly while a pull would take a
+ * delivery now or find the subscription stopped; s->mu held. */
+static void show_ready(lq_subscription *s) {
+    if (s->ready.open) lq__ready_fd_set(&s->ready, s->stopping || next_ready(s, -1) != NULL);
+}
+
 /* Hands a waiting delivery out; s->mu held. */
 static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     lq_delivery *d = *slot, *prev = NULL;
@@ -1049,6 +1060,7 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     if (s->key_limit && d->partition_key)
         d->key_counted = lq__key_counts_add(&s->key_counts, d->partition_key, 1);
     lq__flow_handed(&s->flow, s->in_work - 1);
+    show_ready(s);
     wake_a_claimer(s); /* a row left the queue: a claim may go */
     atomic_fetch_add(&s->stats[LQ_STAT_DELIVERED], 1);
     return d;
@@ -1111,8 +1123,10 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     /* A key came free, or room under the queue-wide limit. */
     if (s->form == LQ_FORM_ADVISORY || atomic_load(&s->at_limit)) s->woken = true;
     wake_a_claimer(s);
-    if (s->lanes || s->key_limit) /* its lane or key may take the next */
+    if (s->lanes || s->key_limit) { /* its lane or key may take the next */
         pthread_cond_broadcast(&s->ready_cv);
+        show_ready(s);
+    }
     pthread_mutex_unlock(&s->mu);
     if (room_freed) lq__broker_wake_room(s->broker, &s->member);
     atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], (int64_t)n);
@@ -1351,6 +1365,17 @@ int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count
     return rc;
 }
 
+/* The delivery a pull took (rc LQ_OK), as the caller's handle: in
+ * transactional mode with its transaction open. */
+static int hand_out(lq_delivery **out, lq_subscription *s, int rc) {
+    if (rc == LQ_OK && s->transactional && (rc = lq__delivery_begin(*out)) != LQ_OK) {
+        lq_delivery_free(*out); /* back to the queue */
+        *out = NULL;
+    }
+    *out = lq__handle_of(*out);
+    return rc;
+}
+
 int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_ms) {
     lq__error_clear();
     LQ__CHECK_ARG(out, "out is NULL");
@@ -1370,11 +1395,40 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
     if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
     if (rc == LQ_OK) *out = take_locked(s, slot);
     pthread_mutex_unlock(&s->mu);
-    if (rc == LQ_OK && s->transactional && (rc = lq__delivery_begin(*out)) != LQ_OK) {
-        lq_delivery_free(*out); /* back to the queue */
-        *out = NULL;
+    return hand_out(out, s, rc);
+}
+
+int lq_subscription_try_next(lq_delivery **out, lq_subscription *s) {
+    lq__error_clear();
+    LQ__CHECK_ARG(out, "out is NULL");
+    *out = NULL;
+    LQ__CHECK_ARG(s, "the subscription is NULL");
+    pthread_mutex_lock(&s->mu);
+    int rc = start_locked(s, LQ__MODE_PULL);
+    lq_delivery **slot = NULL;
+    if (rc == LQ_OK && s->stopping) {
+        rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+    } else if (rc == LQ_OK && !(slot = next_ready(s, -1))) {
+        lq__flow_waited(&s->flow); /* a taker found none: claims look ahead */
+        rc = lq__error(LQ_TIMEOUT, "no delivery ready now");
     }
-    *out = lq__handle_of(*out);
+    if (rc == LQ_OK) *out = take_locked(s, slot);
+    pthread_mutex_unlock(&s->mu);
+    return hand_out(out, s, rc);
+}
+
+int lq_subscription_fd(int *fd_out, lq_subscription *s) {
+    lq__error_clear();
+    LQ__CHECK_ARG(fd_out, "fd_out is NULL");
+    *fd_out = -1;
+    LQ__CHECK_ARG(s, "the subscription is NULL");
+    pthread_mutex_lock(&s->mu);
+    /* Once open, it is given out even when stopped: it is raised then. */
+    int rc = s->ready.open ? LQ_OK : start_locked(s, LQ__MODE_PULL);
+    if (rc == LQ_OK && !s->ready.open && (rc = lq__ready_fd_open(&s->ready)) == LQ_OK)
+        show_ready(s);
+    if (rc == LQ_OK) *fd_out = s->ready.read_fd;
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
@@ -1401,6 +1455,7 @@ static void stop_threads(lq_subscription *s) {
     bool started = s->started;
     pthread_cond_broadcast(&s->claim_cv);
     pthread_cond_broadcast(&s->ready_cv);
+    show_ready(s); /* raised for good: its waiters find LQ_CLOSED */
     pthread_mutex_unlock(&s->mu);
 
     for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
@@ -1453,6 +1508,7 @@ void lq_subscription_close(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     s->closing = true;
     pthread_cond_broadcast(&s->keeper_cv);
+    lq__ready_fd_close(&s->ready); /* deliveries that outlive it settle without it */
     pthread_mutex_unlock(&s->mu);
     if (s->has_keeper) pthread_join(s->keeper, NULL);
     lq__broker_detach(s->broker, &s->member);
