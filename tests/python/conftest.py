@@ -66,7 +66,15 @@ def pytest_generate_tests(metafunc: Any) -> None:
     only = metafunc.definition.get_closest_marker("dialect")
     if only:
         backends = [b for b in backends if BACKENDS[b][0] in only.args]
-    if "form" in metafunc.fixturenames:
+    if "caller" in metafunc.fixturenames:
+        # A driver of the caller's own (the module's DRIVERS: driver ->
+        # dialect), on each backend of its dialect.
+        drivers = metafunc.module.DRIVERS
+        pairs = [(b, d) for b in backends for d in sorted(drivers)
+                 if drivers[d] == BACKENDS[b][0]]
+        metafunc.parametrize(("db", "caller"), pairs, indirect=True,
+                             ids=["%s-%s" % p for p in pairs])
+    elif "form" in metafunc.fixturenames:
         pairs = [(b, f) for b in backends for f in FORMS_BY_DIALECT[BACKENDS[b][0]]]
         forms = metafunc.definition.get_closest_marker("forms")
         if forms:
