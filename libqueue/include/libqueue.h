@@ -269,9 +269,15 @@ typedef enum lq_role {
                                    included) once it is past; the claim that finds it so
                                    sends it to the dead letters unread, or deletes it
                                    without a destination */
-    LQ_ROLE_CREATED_AT = 12     /* timestamp: when it was published (the host's clock),
+    LQ_ROLE_CREATED_AT = 12,    /* timestamp: when it was published (the host's clock),
                                    never changed; a table without retry_after measures
                                    its queue wait from it (lq_subscription_metrics) */
+    LQ_ROLE_DEAD_REASON = 13    /* text, nullable: why the row went to the dead letters,
+                                   written as it goes: "dead_letter" (its handler said
+                                   so), "max_attempts", "timeout" (its last run passed
+                                   timeout_ms), "expired" (past expires_at, unstarted),
+                                   "oversize" (past max_payload_bytes or
+                                   max_headers_bytes), "cancelled" (lq_cancel) */
 } lq_role;
 
 typedef enum lq_form {
@@ -530,10 +536,12 @@ LQ_API int lq_rendered_sql_returns_id(const lq_rendered_sql *rendered);
  * settlement (one that writes, as an ack or a dead letter does; a plain
  * retry writes nothing there). Row lock form: the run's transaction holds
  * the row, so the cancel asks the run's process (table lq_cancel_requests,
- * made at the first such cancel), which takes the row out in that
- * transaction; the cancel waits up to 5 s for it, then gives LQ_TIMEOUT with
- * nothing changed (a batch's or a transactional run is never entered: the
- * cancel waits for its settlement). LQ_NOT_FOUND when no row of the id is
+ * made as a row lock subscription opens), which takes the row out in that
+ * transaction. The cancel waits up to 5 s for a process to take its request,
+ * then withdraws it: LQ_TIMEOUT, nothing changed (a batch's or a
+ * transactional run is never entered: its settlement within those 5 s
+ * decides). A request taken is carried out within 5 s more, or LQ_TIMEOUT
+ * says it may still take effect. LQ_NOT_FOUND when no row of the id is
  * queued or in work, or its run finished it first. */
 LQ_API int lq_cancel(lq_broker *broker, const lq_table *table, int64_t id);
 

@@ -41,7 +41,7 @@ end
 -- Fields: name (required), schema, id (default "id"), id_generated (default
 -- true), one field per role naming its column (payload, attempt,
 -- locked_until, group, partition_key, priority, retry_after, processed_at,
--- headers, dedup_key, expires_at), fifo (boolean), advisory_lock (a key template, "acct-{account}"),
+-- headers, dedup_key, expires_at, created_at, dead_reason), fifo (boolean), advisory_lock (a key template, "acct-{account}"),
 -- isolation ("read_committed", "serializable", ... or the integer),
 -- dead_letter (a group, or a table "name" / "schema.name").
 -- Returns the table, or nil, message, code.

@@ -42,8 +42,8 @@ class Table:
         id_generated: whether the database generates ids; when not, every
             published message must carry ``id=``.
         payload, attempt, locked_until, group, partition_key, priority,
-            retry_after, processed_at, headers, dedup_key, expires_at, created_at: column
-            names of the roles.
+            retry_after, processed_at, headers, dedup_key, expires_at, created_at,
+            dead_reason: column names of the roles.
         fifo: one row of a group in work at a time, in claim order.
         advisory_lock: key template of the advisory lock form.
         isolation: isolation level of claim and handler transactions
@@ -62,6 +62,7 @@ class Table:
                  retry_after: Optional[str] = None, processed_at: Optional[str] = None,
                  headers: Optional[str] = None, dedup_key: Optional[str] = None,
                  expires_at: Optional[str] = None, created_at: Optional[str] = None,
+                 dead_reason: Optional[str] = None,
                  advisory_lock: Optional[str] = None,
                  isolation: Union[int, str, Isolation, None] = None,
                  dead_letter: Optional[str] = None) -> None:
@@ -79,7 +80,7 @@ class Table:
         given = dict(payload=payload, attempt=attempt, locked_until=locked_until, group=group,
                      partition_key=partition_key, priority=priority, retry_after=retry_after,
                      processed_at=processed_at, headers=headers, dedup_key=dedup_key,
-                     expires_at=expires_at, created_at=created_at)
+                     expires_at=expires_at, created_at=created_at, dead_reason=dead_reason)
         #: role name -> column, for the roles that are set.
         self.columns: Dict[str, str] = {k: v for k, v in given.items() if v is not None}
 

@@ -262,3 +262,41 @@ def test_a_row_lock_cancel_that_is_never_taken_changes_nothing(db, broker, form)
         d.ack()  # the request was withdrawn: the run's outcome stands
     assert db.count("jobs") == 0 and db.count("jobs_dead") == 0
     assert db.count("lq_cancel_requests") == 0
+
+
+@pytest.mark.forms("row_lock")
+def test_a_request_left_behind_is_passed_over(db, broker, form) -> None:
+    """A request older than a cancel's whole wait (its canceller went away)
+    takes out no later run of the row."""
+    table = make_table(form)
+    broker.create_table(table)
+    first, left = broker.publish_many(table, [b"first", b"left"])
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert d.id == first and broker.cancel(table, first)  # makes the requests table
+        with pytest.raises(libqueue.Cancelled):
+            d.ack()
+        db.execute("INSERT INTO lq_cancel_requests (queue, row_id, state, requested_at) "
+                   "VALUES ('jobs', ?, 0, ?)", (left, int(time.time() * 1000) - 120000))
+        d = sub.next(5)
+        assert d.id == left
+        time.sleep(1.5)  # three looks of its keeper
+        assert not d.cancelled
+        d.ack()
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.forms("row_lock")
+def test_two_cancels_of_one_row_in_work_share_its_request(db, broker, form) -> None:
+    table = make_table(form, dead_letter="jobs_dead")
+    broker.create_table(table)
+    row = broker.publish(table, b"x")
+    with libqueue.Broker(db.url) as other, \
+            other.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        outcomes = [_cancel_in_thread(broker, table, row) for _ in range(2)]
+        results = [outcome() for outcome in outcomes]
+        assert True in results and set(results) <= {True, False}
+        assert d.cancelled
+    assert [r[0] for r in db.query("SELECT id FROM jobs_dead")] == [row]
+    assert db.count("lq_cancel_requests") == 0

@@ -67,6 +67,7 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     if (t->dead_letter)
         args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = t->dead_letter, .n = strlen(t->dead_letter)};
+    args[LQ__P_REASON] = (lq__value){.type = LQ__V_TEXT, .p = "cancelled", .n = strlen("cancelled")};
     bool key_taken = false;
     int rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     if (rc != LQ_OK) return rc;
@@ -95,67 +96,115 @@ static void nap(int64_t ms) {
     nanosleep(&ts, NULL);
 }
 
-/* A row lock run holds the row: asks its process to cancel it there, and
- * looks until the row is gone (cancelled by it, or finished by the run),
- * free again (the run let it go: cancelled here), or the wait is over (the
- * request withdrawn, nothing changed). f->leased tells a cancel in work. */
+/* One look of a waiting cancel, on a connection of its own (so the pool's
+ * spare goes back between looks, for the run's keeper among others): the
+ * row cancelled if free, and the request's state. */
+static int look_once(found_row *f, int *state, lq__cancel_request *r, const lq__cancel_sql *sql,
+                     int64_t id) {
+    lq__pool *pool = &r->b->pool;
+    int rc = lq__pool_acquire(&r->conn, pool);
+    if (rc != LQ_OK) return rc;
+    rc = cancel_on(f, r->b, r->conn, r->t, sql, id);
+    *state = -1;
+    if (rc == LQ_CONTENTION || rc == LQ_NOT_FOUND) {
+        lq__error_copy why;
+        lq__error_save(&why);
+        int read = lq__cancel_request_state(state, r);
+        if (read == LQ_OK && *state < 0 && rc == LQ_CONTENTION)
+            read = lq__cancel_request_ask(r); /* a cancel beside this one ended, with its request */
+        if (read == LQ_OK) lq__error_restore(&why);
+        else rc = read;
+    }
+    lq__pool_release(pool, r->conn, rc == LQ_CONNECT);
+    r->conn = NULL;
+    return rc;
+}
+
+static int withdraw(bool *withdrawn, lq__cancel_request *r) {
+    lq__pool *pool = &r->b->pool;
+    int rc = lq__pool_acquire(&r->conn, pool);
+    if (rc == LQ_OK) {
+        rc = lq__cancel_request_withdraw(withdrawn, r);
+        lq__pool_release(pool, r->conn, rc == LQ_CONNECT);
+    }
+    r->conn = NULL;
+    return rc;
+}
+
+/* A row lock run holds the row (or another transaction locks it): asks the
+ * run's process to cancel it there, and looks until the row is gone
+ * (cancelled there, or finished by the run), free again (the run let it go:
+ * cancelled here), or the wait is over (the request withdrawn, nothing
+ * changed). f->leased tells a cancel in work. `conn` is given back to the
+ * pool first. */
 static int cancel_in_its_run(found_row *f, lq_broker *b, lq__conn *conn, const lq_table *t,
                              const lq__cancel_sql *sql, int64_t id) {
     lq__error_clear();
     lq__cancel_request r;
     int rc = lq__cancel_request_open(&r, b, conn, t, id);
+    lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
     int64_t start = lq__mono_ms();
-    bool taken = false;
+    bool taken = false; /* seen at 1: a process took it */
     while (rc == LQ_OK) {
         nap(LOOK_EVERY_MS);
         found_row now = {0};
-        rc = cancel_on(&now, b, conn, t, sql, id);
+        int state;
+        rc = look_once(&now, &state, &r, sql, id);
         free(now.key);
         if (rc == LQ_OK) break; /* the run let it go: cancelled as queued */
         if (rc != LQ_CONTENTION && rc != LQ_NOT_FOUND) break;
-        int state = -1;
-        lq__error_copy why;
-        lq__error_save(&why);
-        int read = lq__cancel_request_state(&state, &r);
-        if (read != LQ_OK) {
-            rc = read;
-            break;
-        }
-        taken = state == 1;
-        lq__error_restore(&why);
-        if (rc == LQ_NOT_FOUND && taken) { /* removed in its run */
+        if (state == 1) taken = true;
+        if (rc == LQ_NOT_FOUND && state == 1) { /* removed in its run */
             f->leased = true;
             rc = LQ_OK;
             break;
         }
         if (rc == LQ_NOT_FOUND && state < 0) break; /* a cancel beside this one took it */
         int64_t waited = lq__mono_ms() - start;
-        if (taken ? waited < RUN_WAIT_MS + TAKING_WAIT_MS : waited < RUN_WAIT_MS) {
-            if (rc == LQ_NOT_FOUND && state == 0) { /* finished by its run, unless taken now */
-                bool withdrawn = false;
-                rc = lq__cancel_request_withdraw(&withdrawn, &r);
-                if (rc == LQ_OK && withdrawn)
-                    rc = lq__error(LQ_NOT_FOUND, "row %lld was finished by its run before its "
-                                                 "cancel reached it; nothing changed",
-                                   (long long)id);
-                if (withdrawn || rc != LQ_OK) break;
-            }
-            rc = LQ_OK;
-            continue;
-        }
         bool withdrawn = false;
-        rc = lq__cancel_request_withdraw(&withdrawn, &r);
-        if (rc == LQ_OK && (withdrawn || waited >= RUN_WAIT_MS + TAKING_WAIT_MS))
-            rc = lq__error(LQ_TIMEOUT,
-                           withdrawn ? "row %lld is in work, and its run's process did not take "
-                                       "the cancel within %d ms (a batch or transactional run, "
-                                       "or a process that does not look); nothing changed"
-                                     : "row %lld: its run's process took the cancel but did not "
-                                       "finish it within %d ms more; it may still take effect",
-                           (long long)id, withdrawn ? RUN_WAIT_MS : TAKING_WAIT_MS);
-        if (rc != LQ_OK) break;
+        if (rc == LQ_NOT_FOUND || waited >= RUN_WAIT_MS) {
+            /* Finished by its run, or waited long enough: withdrawn, unless
+             * a process took it just now. */
+            int w = withdraw(&withdrawn, &r);
+            if (w != LQ_OK) {
+                rc = w;
+                break;
+            }
+        }
+        if (withdrawn && rc == LQ_NOT_FOUND) {
+            rc = lq__error(LQ_NOT_FOUND, "row %lld was finished by its run before its cancel "
+                                         "reached it; nothing changed",
+                           (long long)id);
+            break;
+        }
+        if (withdrawn) {
+            rc = lq__error(LQ_TIMEOUT, "row %lld is locked by a transaction (its run, or a claim "
+                                       "holding rows it will not run), and no process took its "
+                                       "cancel within %d ms (a batch or transactional run, or a "
+                                       "process that does not look); nothing changed",
+                           (long long)id, RUN_WAIT_MS);
+            break;
+        }
+        if (waited >= RUN_WAIT_MS + TAKING_WAIT_MS) {
+            rc = lq__error(LQ_TIMEOUT, taken ? "row %lld: its run's process took the cancel but "
+                                               "did not finish it within %d ms; it may still "
+                                               "take effect"
+                                             : "row %lld: its cancel was neither taken nor "
+                                               "withdrawn within %d ms; it may still take effect",
+                           (long long)id, RUN_WAIT_MS + TAKING_WAIT_MS);
+            break;
+        }
+        rc = LQ_OK;
     }
-    lq__cancel_request_close(&r);
+    lq__error_copy outcome;
+    lq__error_save(&outcome);
+    if (lq__pool_acquire(&r.conn, &b->pool) == LQ_OK) {
+        lq__cancel_request_close(&r);
+        lq__pool_release(&b->pool, r.conn, false);
+    } else {
+        lq__cancel_requests_sql_free(&r.sql); /* left behind: pruned by a later cancel */
+    }
+    lq__error_restore(&outcome);
     return rc;
 }
 
@@ -173,11 +222,13 @@ int lq_cancel(lq_broker *b, const lq_table *t, int64_t id) {
         /* Run once each: a cancel is rare, so no connection keeps them prepared. */
         sql.find.id = sql.copy.id = sql.clear.id = sql.remove.id = 0;
         rc = cancel_on(&f, b, conn, t, &sql, id);
-        if (rc == LQ_CONTENTION && lq_table_form(t) == LQ_FORM_ROW_LOCK)
-            rc = cancel_in_its_run(&f, b, conn, t, &sql, id);
-        else if (rc == LQ_OK && f.leased && lq_table_form(t) == LQ_FORM_LEASE)
-            lq__cancel_tell(b, conn, t, id);
-        lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+        if (rc == LQ_CONTENTION && lq_table_form(t) == LQ_FORM_ROW_LOCK) {
+            rc = cancel_in_its_run(&f, b, conn, t, &sql, id); /* gives conn back */
+        } else {
+            if (rc == LQ_OK && f.leased && lq_table_form(t) == LQ_FORM_LEASE)
+                lq__cancel_tell(b, conn, t, id);
+            lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+        }
     }
     if (rc == LQ_OK)
         lq__log(LQ_LOG_INFO, "row %lld cancelled%s", (long long)id,

@@ -41,6 +41,16 @@ void lq__cancel_heard(lq_broker *b, const char *note) {
     lq__broker_cancel_heard(b, label, (int64_t)id);
 }
 
+int lq__cancel_request_ask(lq__cancel_request *r) {
+    r->args[LQ__P_NOW] = (lq__value){.type = LQ__V_INT, .i = lq__now_ms()};
+    int rc = run(r, NULL, &r->sql.request, NULL, NULL);
+    if (rc == LQ_DUPLICATE) { /* a cancel beside this one asked already: one request serves both */
+        lq__error_clear();
+        rc = LQ_OK;
+    }
+    return rc;
+}
+
 int lq__cancel_request_open(lq__cancel_request *r, lq_broker *b, lq__conn *conn, const lq_table *t,
                             int64_t id) {
     memset(r, 0, sizeof *r);
@@ -49,20 +59,16 @@ int lq__cancel_request_open(lq__cancel_request *r, lq_broker *b, lq__conn *conn,
     r->conn = conn;
     r->args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = t->name, .n = strlen(t->name)};
     r->args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = id};
-    r->args[LQ__P_NOW] = (lq__value){.type = LQ__V_INT, .i = lq__now_ms()};
     int rc = lq__sql_build_cancel_requests(&r->sql, b->dialect, t);
     if (rc != LQ_OK) return rc;
-    /* A request left at 0 by a canceller that went away is this one now. */
-    rc = run(r, NULL, &r->sql.withdraw, NULL, NULL);
+    /* Requests left by cancellers that went away, whose waits are over. */
+    r->args[LQ__P_NOW] = (lq__value){.type = LQ__V_INT, .i = lq__now_ms() - LQ__CANCEL_REQUEST_LIFE_MS};
+    rc = run(r, NULL, &r->sql.prune, NULL, NULL);
     if (rc == LQ_SCHEMA) { /* the first request of this schema: make its table */
         lq__error_clear();
         rc = lq__cancel_requests_table_create(b, t, &r->sql.create);
     }
-    if (rc == LQ_OK) rc = run(r, NULL, &r->sql.request, NULL, NULL);
-    if (rc == LQ_DUPLICATE) { /* taken by a run's process already: it stands */
-        lq__error_clear();
-        rc = LQ_OK;
-    }
+    if (rc == LQ_OK) rc = lq__cancel_request_ask(r);
     if (rc == LQ_OK) lq__cancel_tell(b, conn, t, id);
     return rc;
 }

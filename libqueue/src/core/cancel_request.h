@@ -10,17 +10,20 @@
 typedef struct lq__cancel_request {
     lq_broker *b;
     const lq_table *t;
-    lq__conn *conn; /* the canceller's, borrowed: every statement commits on its own */
+    lq__conn *conn; /* the canceller's, borrowed (set anew for each call): every statement
+                     * commits on its own */
     lq__cancel_requests_sql sql;
     lq__value args[LQ__P_COUNT];
 } lq__cancel_request;
 
 /* Asks for row `id` to be cancelled in its run (making the requests table
- * at the first request), then tells the runs: this broker's subscriptions,
- * and on PostgreSQL every listening broker. A request already taken by a
- * run's process stands as it is. */
+ * at the first request, and deleting the queue's requests left behind),
+ * then tells the runs: this broker's subscriptions, and on PostgreSQL every
+ * listening broker. A request of another cancel of the row serves both. */
 LQ__HIDDEN int lq__cancel_request_open(lq__cancel_request *r, lq_broker *b, lq__conn *conn,
                                        const lq_table *t, int64_t id);
+/* Asks again, after the request went (a cancel beside this one ended). */
+LQ__HIDDEN int lq__cancel_request_ask(lq__cancel_request *r);
 /* The request's state: 0 asked, 1 taken (the run's process removes the
  * row, or did), -1 gone. */
 LQ__HIDDEN int lq__cancel_request_state(int *state, lq__cancel_request *r);

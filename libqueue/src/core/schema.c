@@ -82,6 +82,7 @@ static int build_create_table(lq__stmt *out, const lq__dialect *d, const lq_tabl
     add_column(&b, &added, c[LQ_ROLE_DEDUP_KEY], ty->text, "");
     add_column(&b, &added, c[LQ_ROLE_EXPIRES_AT], ty->time, "");
     add_column(&b, &added, c[LQ_ROLE_CREATED_AT], ty->time, "");
+    add_column(&b, &added, c[LQ_ROLE_DEAD_REASON], ty->text, "");
     for (size_t i = 0; i < t->key.count; i++)
         if (t->key.parts[i].is_column) add_column(&b, &added, t->key.parts[i].text, ty->text, "");
     if (ty->index_in_table) {
@@ -368,6 +369,7 @@ static const struct role_need {
     {LQ_ROLE_DEDUP_KEY, "dedup_key", LQ__KIND_TEXT, "text"},
     {LQ_ROLE_EXPIRES_AT, "expires_at", LQ__KIND_TIME, "a time"},
     {LQ_ROLE_CREATED_AT, "created_at", LQ__KIND_TIME, "a time"},
+    {LQ_ROLE_DEAD_REASON, "dead_reason", LQ__KIND_TEXT, "text"},
 };
 
 static const found_column *find_column(const found_table *f, const char *name) {

@@ -2,6 +2,7 @@
 #include "runtime/runtime.h"
 
 #include "base/clock.h"
+#include "core/schema.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,12 @@
 #define LOOK_EVERY_MS 500
 /* The most requests one look takes up. */
 #define PENDING_MAX 64
+/* Without a requests table (the subscription could not make it), it looks
+ * again this seldom, or when told: each look is an error in the server's
+ * log; a cancel's first request makes the table, and waits longer. */
+#define MISSING_LOOK_EVERY_MS 2000
+/* How long a look waits for a pool connection before it passes. */
+#define ACQUIRE_WAIT_MS 100
 
 int lq__run_cancels_init(lq__run_cancels *c, lq_subscription *s) {
     memset(c, 0, sizeof *c);
@@ -22,6 +29,13 @@ int lq__run_cancels_init(lq__run_cancels *c, lq_subscription *s) {
     int rc = lq__sql_build_cancel_requests(&c->requests, d, s->table);
     if (rc == LQ_OK) rc = lq__sql_build_cancel(&c->take_out, d, s->table);
     c->watches = rc == LQ_OK;
+    /* Made now where missing, so that a look never asks for a table that is
+     * not there; a role that may not create it is told, and goes on. */
+    if (rc == LQ_OK && lq__cancel_requests_table_create(s->broker, s->table, &c->requests.create) != LQ_OK) {
+        lq__log_error(LQ_LOG_WARNING, "cancels of rows in work cannot reach this subscription's "
+                                      "runs until the table's owner makes it");
+        lq__error_clear();
+    }
     return rc;
 }
 
@@ -102,6 +116,7 @@ static void take_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     if (dest) args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = dest, .n = strlen(dest)};
+    args[LQ__P_REASON] = (lq__value){.type = LQ__V_TEXT, .p = "cancelled", .n = strlen("cancelled")};
     lq__run_cancels *c = &s->cancels;
     pthread_mutex_lock(&d->mu);
     if (d->settled || d->in_set || d->expired || d->taken_out || !d->conn || d->shared || d->tx) {
@@ -110,6 +125,7 @@ static void take_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     }
     int64_t changes = 0;
     c->requests.take.id = c->requests.give_back.id = 0;
+    c->take_out.copy.id = c->take_out.clear.id = c->take_out.remove.id = 0; /* rare: unprepared */
     int rc = dl->exec(&changes, conn, &c->requests.take, args, NULL, NULL);
     if (rc != LQ_OK || changes != 1) { /* withdrawn, or another took it */
         pthread_mutex_unlock(&d->mu);
@@ -118,11 +134,12 @@ static void take_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     }
     rc = take_out(s, d, args);
     /* Failed or not, the run's transaction is over: a row not taken out went
-     * back with its rollback, where the canceller takes it as queued. */
+     * back with its rollback (where the canceller takes it as queued, or a
+     * claim again), and this run no longer holds it. */
     d->freed_early = (lq__freed){.conn = d->conn, .broken = rc == LQ_CONNECT};
     d->conn = NULL;
     d->taken_out = true;
-    d->cancelled = true;
+    d->cancelled = rc == LQ_OK;
     pthread_mutex_unlock(&d->mu);
     if (rc == LQ_OK) {
         lq__log(LQ_LOG_INFO, "row %lld was cancelled while in work: taken out in its run's transaction",
@@ -140,15 +157,18 @@ static void take_requests(lq_subscription *s) {
     lq__run_cancels *c = &s->cancels;
     lq__pool *pool = &s->broker->pool;
     lq__conn *conn = NULL;
-    if (lq__pool_acquire(&conn, pool) != LQ_OK) {
-        lq__log_error(LQ_LOG_WARNING, "looking at cancel requests");
+    /* The pool's spare may be a canceller's now: the look waits for no one. */
+    if (lq__pool_acquire_within(&conn, pool, ACQUIRE_WAIT_MS) != LQ_OK) {
+        lq__error_clear();
         return;
     }
     lq__value args[LQ__P_COUNT] = {0};
     args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->table->name, .n = strlen(s->table->name)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_INT, .i = lq__now_ms() - LQ__CANCEL_REQUEST_LIFE_MS};
     pending_ids pending = {.count = 0};
     c->requests.pending.id = 0;
     int rc = s->broker->dialect->exec(NULL, conn, &c->requests.pending, args, on_pending, &pending);
+    c->table_missing = rc == LQ_SCHEMA;
     if (rc == LQ_SCHEMA) { /* no requests table: no cancel was ever asked for here */
         lq__error_clear();
         rc = LQ_OK;
@@ -174,7 +194,7 @@ int64_t lq__run_cancels_look(lq_subscription *s) {
     int64_t heard[LQ__HEARD_MAX];
     pthread_mutex_lock(&s->mu);
     int n = c->heard_count;
-    bool lost = c->heard_lost, due = c->due, busy = s->in_work > 0;
+    bool lost = c->heard_lost, due = c->due, busy = s->in_work + s->waiting > 0;
     memcpy(heard, c->heard, (size_t)n * sizeof *heard);
     c->heard_count = 0;
     c->heard_lost = c->due = false;
@@ -182,7 +202,8 @@ int64_t lq__run_cancels_look(lq_subscription *s) {
     if (s->form == LQ_FORM_LEASE && (n || lost)) mark_heard(s, heard, n, lost);
     if (!c->watches) return 0;
     int64_t now = lq__mono_ms();
-    if (busy && (due || now - c->looked_at >= LOOK_EVERY_MS)) {
+    int64_t every = c->table_missing ? MISSING_LOOK_EVERY_MS : LOOK_EVERY_MS;
+    if (busy && (due || now - c->looked_at >= every)) {
         c->looked_at = now;
         take_requests(s);
     }

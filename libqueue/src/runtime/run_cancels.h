@@ -27,6 +27,7 @@ typedef struct lq__run_cancels {
     bool heard_lost;
     bool due;           /* look at the requests now */
     int64_t looked_at;  /* the keeper's last look at the requests (monotonic ms) */
+    bool table_missing; /* the last look found no requests table */
 } lq__run_cancels;
 
 struct lq_subscription;

@@ -127,7 +127,17 @@ static int row_lost(const lq_delivery *dv, lq__outcome outcome) {
                      (long long)dv->id, outcome_name(outcome));
 }
 
-static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
+/* Why a row goes to the dead letters, for the dead_reason role: `why` where
+ * the caller knows (max_attempts, timeout), else what the delivery says. */
+static const char *dead_reason(const lq_delivery *dv, const char *why) {
+    if (why) return why;
+    if (dv->past_expiry) return "expired";
+    if (dv->oversize_payload || dv->oversize_headers) return "oversize";
+    return "dead_letter";
+}
+
+static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, int64_t delay_ms,
+                       const char *why) {
     lq_subscription *s = dv->sub;
     const lq__dialect *d = s->broker->dialect;
     const lq__stmt *stmt = outcome_statement(s, outcome);
@@ -141,6 +151,10 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
 
     lq__value args[LQ__P_COUNT];
     settle_args(args, dv, delay_ms);
+    if (outcome == LQ__DEAD_LETTER) {
+        const char *reason = dead_reason(dv, why);
+        args[LQ__P_REASON] = (lq__value){.type = LQ__V_TEXT, .p = reason, .n = strlen(reason)};
+    }
 
     if (dv->shared) return settle_shared(freed, &dv, 1, stmt, args);
     if (s->coalesce && !in_tx && !dv->conn && stmt) {
@@ -201,7 +215,11 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
                          dv->settled ? "settled" : "being acked");
     }
     bool fails = outcome == LQ__RETRY || outcome == LQ__RETRY_AFTER;
-    if (fails && s->max_attempts > 0 && dv->attempt >= s->max_attempts) outcome = LQ__DEAD_LETTER;
+    const char *why = NULL;
+    if (fails && s->max_attempts > 0 && dv->attempt >= s->max_attempts) {
+        outcome = LQ__DEAD_LETTER;
+        why = "max_attempts";
+    }
     if (outcome == LQ__RETRY_AFTER && !s->sql.retry_after.sql) {
         lq__log(LQ_LOG_WARNING,
                 "row %lld: retry after %lld ms needs a retry_after column; retrying now",
@@ -215,13 +233,17 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     }
     if (dv->expired || dv->taken_out) { /* its row went already: only counted out */
         dv->settled = true;
-        bool expired = dv->expired;
+        bool expired = dv->expired, cancelled = dv->cancelled;
         pthread_mutex_unlock(&dv->mu);
         lq__subscription_settling(s, &dv, 1);
         lq__subscription_settled(s, &dv, 1, &dv->freed_early);
-        if (!expired)
+        if (!expired && cancelled)
             return lq__error(LQ_CANCELLED, "row %lld was cancelled while in work; the %s changed "
                                            "nothing",
+                             (long long)dv->id, outcome_name(outcome));
+        if (!expired)
+            return lq__error(LQ_LEASE_LOST, "row %lld went back to its queue when a cancel could "
+                                            "not take it out of its run; the %s changed nothing",
                              (long long)dv->id, outcome_name(outcome));
         return lq__error(LQ_LEASE_LOST, "row %lld: its run passed timeout_ms (%lld ms) and the row "
                                         "went back; the %s changed nothing",
@@ -229,7 +251,7 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     }
     lq__subscription_settling(s, &dv, 1);
     lq__freed freed = {0};
-    int rc = run_outcome(&freed, dv, outcome, delay_ms);
+    int rc = run_outcome(&freed, dv, outcome, delay_ms, why);
     if (rc == LQ_CANCELLED) dv->cancelled = true; /* lq_delivery_cancelled says so from now */
     if (!dv->past_expiry) count_outcome(s, outcome, rc, 1); /* LQ_STAT_EXPIRED_UNSTARTED's */
     dv->settled = true;
@@ -253,7 +275,7 @@ int lq__settle_expired(lq_delivery *dv) {
      * advisory delivery lets its key go. The connection freed goes back
      * when the late handler settles, as it counts in work until then. */
     lq__freed freed = {0};
-    int rc = run_outcome(&freed, dv, last ? LQ__DEAD_LETTER : LQ__RETRY, 0);
+    int rc = run_outcome(&freed, dv, last ? LQ__DEAD_LETTER : LQ__RETRY, 0, "timeout");
     count_outcome(s, last ? LQ__DEAD_LETTER : LQ__RETRY, rc, 1);
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv, &freed);
     dv->freed_early = freed;

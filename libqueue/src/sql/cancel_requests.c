@@ -78,6 +78,8 @@ static int build_request(lq__stmt *out, const lq__dialect *d, const lq_table *t)
     return lq__sql_finish(&b);
 }
 
+/* The live requests: at 0, made since LQ__P_NOW (older ones were left by a
+ * canceller that went away, whose wait is over). */
 static int build_pending(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, out, d, t);
@@ -87,7 +89,23 @@ static int build_pending(lq__stmt *out, const lq__dialect *d, const lq_table *t)
     requests_table(&b);
     where_queue(&b);
     lq__sql_ident(&b, "state");
-    lq__sql_add(&b, " = 0");
+    lq__sql_add(&b, " = 0 AND ");
+    lq__sql_ident(&b, "requested_at");
+    lq__sql_add(&b, " >= ");
+    lq__sql_param(&b, LQ__P_NOW);
+    return lq__sql_finish(&b);
+}
+
+/* The queue's requests made before LQ__P_NOW, deleted: left behind. */
+static int build_prune(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "DELETE FROM ");
+    requests_table(&b);
+    where_queue(&b);
+    lq__sql_ident(&b, "requested_at");
+    lq__sql_add(&b, " < ");
+    lq__sql_param(&b, LQ__P_NOW);
     return lq__sql_finish(&b);
 }
 
@@ -129,8 +147,8 @@ static int build_delete(lq__stmt *out, const lq__dialect *d, const lq_table *t, 
 }
 
 void lq__cancel_requests_sql_free(lq__cancel_requests_sql *r) {
-    lq__stmt *all[] = {&r->create, &r->request, &r->pending, &r->take,
-                       &r->give_back, &r->state, &r->withdraw, &r->forget};
+    lq__stmt *all[] = {&r->create, &r->request,  &r->pending,  &r->take, &r->give_back,
+                       &r->state,  &r->withdraw, &r->forget, &r->prune};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->sql);
     memset(r, 0, sizeof *r);
 }
@@ -146,6 +164,7 @@ int lq__sql_build_cancel_requests(lq__cancel_requests_sql *out, const lq__dialec
     if (rc == LQ_OK) rc = build_state(&out->state, d, t);
     if (rc == LQ_OK) rc = build_delete(&out->withdraw, d, t, 0);
     if (rc == LQ_OK) rc = build_delete(&out->forget, d, t, -1);
+    if (rc == LQ_OK) rc = build_prune(&out->prune, d, t);
     if (rc != LQ_OK) lq__cancel_requests_sql_free(out);
     return rc;
 }

@@ -95,8 +95,8 @@ static void set_item(lq__sql *b, const char **sep, int role, const char *value, 
     *sep = ", ";
 }
 
-/* Replay: due now, counted from the first attempt again, without a lease;
- * in a group, moved into the queue's group. Dead letters in a table are
+/* Replay: due now, counted from the first attempt again, without a lease
+ * nor a dead-letter reason; in a group, moved into the queue's group. Dead letters in a table are
  * reset there, before they are copied back. */
 static int build_requeue(lq__dead_letters_sql *out, const lq__dialect *d, const lq_table *t,
                          const dead_place *p) {
@@ -109,6 +109,7 @@ static int build_requeue(lq__dead_letters_sql *out, const lq__dialect *d, const 
     if (lq__has(t, LQ_ROLE_ATTEMPT)) set_item(&b, &sep, LQ_ROLE_ATTEMPT, "1", 0);
     if (lq__has(t, LQ_ROLE_RETRY_AFTER)) set_item(&b, &sep, LQ_ROLE_RETRY_AFTER, NULL, LQ__P_NOW);
     if (lq_table_form(t) == LQ_FORM_LEASE) set_item(&b, &sep, LQ_ROLE_LOCKED_UNTIL, "NULL", 0);
+    if (lq__has(t, LQ_ROLE_DEAD_REASON)) set_item(&b, &sep, LQ_ROLE_DEAD_REASON, "NULL", 0);
     if (!strcmp(sep, " SET ")) { /* nothing to reset: the copy back is the whole replay */
         lq__sb_free(&b.sb);
         return LQ_OK;

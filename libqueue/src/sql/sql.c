@@ -401,11 +401,19 @@ static void settle_tail(lq__sql *b, bool counts) {
 }
 
 void lq__sql_dead_stamp(lq__sql *b, const char *sep) {
-    if (!lq__has(b->table, LQ_ROLE_RETRY_AFTER)) return;
-    lq__sql_add(b, sep);
-    lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
-    lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ__P_NOW);
+    if (lq__has(b->table, LQ_ROLE_RETRY_AFTER)) {
+        lq__sql_add(b, sep);
+        lq__sql_col(b, LQ_ROLE_RETRY_AFTER);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_NOW);
+        sep = ", ";
+    }
+    if (lq__has(b->table, LQ_ROLE_DEAD_REASON)) {
+        lq__sql_add(b, sep);
+        lq__sql_col(b, LQ_ROLE_DEAD_REASON);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_REASON);
+    }
 }
 
 void lq__sql_free_dedup_key(lq__sql *b, const char *qualifier) {
@@ -650,7 +658,8 @@ int lq__split_destination(char **schema, char **name, const char *dest) {
 int lq__sql_build_dead_clear(lq__stmt *out, const lq__dialect *d, const lq_table *t,
                              const char *schema, const char *name) {
     bool lease = lq_table_form(t) == LQ_FORM_LEASE;
-    if (!lease && !lq__has(t, LQ_ROLE_RETRY_AFTER)) return LQ_OK; /* nothing to write */
+    if (!lease && !lq__has(t, LQ_ROLE_RETRY_AFTER) && !lq__has(t, LQ_ROLE_DEAD_REASON))
+        return LQ_OK; /* nothing to write */
     lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "UPDATE ");

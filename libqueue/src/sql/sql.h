@@ -40,6 +40,7 @@ typedef enum lq__param {
     LQ__P_TICK,        /* one of its ticks, epoch ms */
     LQ__P_FROM_ID,     /* a range of ids, both ends included */
     LQ__P_TO_ID,
+    LQ__P_REASON,      /* why a row goes to the dead letters (the dead_reason role) */
     LQ__P_COUNT
 } lq__param;
 
@@ -201,14 +202,18 @@ LQ__HIDDEN void lq__cancel_sql_free(lq__cancel_sql *c);
 typedef struct lq__cancel_requests_sql {
     lq__stmt create;    /* the requests table, if it is missing */
     lq__stmt request;   /* a request, at state 0 (a duplicate key while one is there) */
-    lq__stmt pending;   /* the queue's row ids requested (state 0) */
+    lq__stmt pending;   /* the queue's row ids requested (state 0) since LQ__P_NOW */
     lq__stmt take;      /* 0 -> 1: one change when this process may apply it */
     lq__stmt give_back; /* 1 -> 0: an apply that failed */
     lq__stmt state;     /* the request's state, if there is one */
     lq__stmt withdraw;  /* deleted while still at 0: one change when withdrawn */
     lq__stmt forget;    /* deleted, whatever its state */
+    lq__stmt prune;     /* the queue's requests made before LQ__P_NOW, deleted */
 } lq__cancel_requests_sql;
 #define LQ__CANCEL_REQUESTS_TABLE "lq_cancel_requests"
+/* How long a request lives: a cancel's whole wait, and a margin for clocks
+ * apart (requests are timed on the canceller's host, read on others). */
+#define LQ__CANCEL_REQUEST_LIFE_MS 30000
 LQ__HIDDEN int lq__sql_build_cancel_requests(lq__cancel_requests_sql *out,
                                              const struct lq__dialect *d, const lq_table *t);
 LQ__HIDDEN void lq__cancel_requests_sql_free(lq__cancel_requests_sql *r);

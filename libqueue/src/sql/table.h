@@ -4,7 +4,7 @@
 
 #include "sql/template.h"
 
-#define LQ__ROLE_COUNT (LQ_ROLE_CREATED_AT + 1)
+#define LQ__ROLE_COUNT (LQ_ROLE_DEAD_REASON + 1)
 
 struct lq_table {
     char *name;
