@@ -114,10 +114,30 @@ def _table_of(args: argparse.Namespace) -> Table:
     return default_table(args.table, args.form)
 
 
-def _url_of(args: argparse.Namespace) -> str:
-    url = args.url or os.environ.get("LIBQUEUE_URL")
+def _read_url_file(path: str) -> str:
+    """The first line of a file holding the URL (kept out of the process list
+    and the environment, where other users of the host may read them)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            url = f.readline().strip()
+    except OSError as exc:
+        raise UsageError("cannot read the URL file %s: %s" % (path, exc.strerror))
     if not url:
-        raise UsageError("no database URL: pass --url or set LIBQUEUE_URL "
+        raise UsageError("the URL file %s is empty" % path)
+    return url
+
+
+def _url_of(args: argparse.Namespace) -> str:
+    if getattr(args, "url", None) and getattr(args, "url_file", None):
+        raise UsageError("--url and --url-file both give the database: give one")
+    if getattr(args, "url_file", None):
+        return _read_url_file(args.url_file)
+    url = getattr(args, "url", None) or os.environ.get("LIBQUEUE_URL")
+    if not url and os.environ.get("LIBQUEUE_URL_FILE"):
+        return _read_url_file(os.environ["LIBQUEUE_URL_FILE"])
+    if not url:
+        raise UsageError("no database URL: pass --url-file PATH or --url, or set "
+                         "LIBQUEUE_URL_FILE or LIBQUEUE_URL "
                          "(sqlite:///path/q.db, postgresql://..., mysql://...)")
     return url
 
@@ -489,7 +509,10 @@ def _add_common(p: argparse.ArgumentParser, default: Any) -> None:
     """The options every command takes, before or after its name. After it,
     they default to SUPPRESS, so as not to undo what came before."""
     unset = dict(default=argparse.SUPPRESS) if default is argparse.SUPPRESS else {}
-    p.add_argument("--url", help="the database (default: $LIBQUEUE_URL)", **unset)
+    p.add_argument("--url", help="the database (default: $LIBQUEUE_URL); a password in it is "
+                   "seen in the process list: prefer --url-file", **unset)
+    p.add_argument("--url-file", metavar="PATH", help="a file whose first line is the database "
+                   "URL (default: $LIBQUEUE_URL_FILE)", **unset)
     p.add_argument("--table", metavar="NAME", help="the default table of this name", **unset)
     p.add_argument("--table-file", metavar="PATH", help="a table description in JSON or TOML",
                    **unset)
@@ -508,6 +531,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Operate a libqueue queue table.",
         epilog="--table NAME alone means the default lease table of that name: columns id, "
                "payload, attempt, retry_after, locked_until; dead letters in NAME_dead.\n\n"
+               "The database URL comes from --url-file, --url, $LIBQUEUE_URL or "
+               "$LIBQUEUE_URL_FILE, in that order; a file (mode 0600) keeps a password out "
+               "of the process list and the environment. Printed URLs show it as ***.\n\n"
                "exit status:\n" + codes)
     _add_common(p, None)
     common = argparse.ArgumentParser(add_help=False)

@@ -391,3 +391,28 @@ def test_worker_metrics_refuses_a_bad_address(folder: Path, db: Any) -> None:
         port = taken.getsockname()[1]
         refused(cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
                     "--metrics", "127.0.0.1:%d" % port), 2, "cannot listen")
+
+
+def test_the_url_from_a_file(folder: Path, db: Any, tmp_path: Path) -> None:
+    """--url-file (or $LIBQUEUE_URL_FILE) keeps the URL out of the process
+    list and the environment."""
+    url_file = tmp_path / "db.url"
+    url_file.write_text(db.url + "\n")
+    url_file.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if k != "LIBQUEUE_URL"}
+
+    def run(*args: str, extra: Optional[dict] = None) -> Ran:
+        proc = subprocess.run([sys.executable, "-m", "libqueue", "--table", "jobs"] + list(args),
+                              cwd=folder, env=dict(env, **(extra or {})), text=True,
+                              capture_output=True, timeout=TIMEOUT_S)
+        return Ran(proc)
+
+    assert run("--url-file", str(url_file), "init").status == 0
+    assert run("enqueue", "a", extra={"LIBQUEUE_URL_FILE": str(url_file)}).status == 0
+    ran = run("--url-file", str(url_file), "stats", "--json")
+    assert ran.status == 0 and json.loads(ran.out)["due"] == 1, ran
+    refused(run("--url-file", str(tmp_path / "missing"), "stats"), 2, "cannot read the URL file")
+    (tmp_path / "empty").write_text("")
+    refused(run("--url-file", str(tmp_path / "empty"), "stats"), 2, "is empty")
+    refused(run("--url-file", str(url_file), "--url", db.url, "stats"), 2, "give one")
+    assert "--url-file" in run("--help").out
