@@ -1,7 +1,8 @@
 -- Work driven by time: broker:schedule enqueues each tick once, carries the
 -- tick in its headers, stops at unschedule, and refuses a bad timing naming
 -- the field; a row published with expires_in_ms is never started past it;
--- broker:cancel takes a row out of its queue, in work too, in every form.
+-- broker:cancel takes a row out of its queue, in work too, in every form; a
+-- dead letter says why in a dead_reason column.
 local H = require("harness")
 local eq, ok, fails = H.eq, H.ok, H.fails
 
@@ -92,6 +93,23 @@ H.case("a cancelled row is never run, and a cancelled run is told",
   fails("LQ_CANCELLED", d:ack())
   eq(d:cancelled(), true, "the run told")
   eq(db:count("jobs"), 0, "rows left")
+  sub:close()
+  broker:close()
+end)
+
+H.case("a dead letter says why", { forms = H.FORMS }, function(db, form)
+  local tbl = H.make_table(form, { dead_letter = "jobs_dead", dead_reason = "dead_reason" })
+  db:create(tbl)
+  local broker = H.open(db)
+  local queued = ok(broker:publish(tbl, "queued"))
+  ok(broker:cancel(tbl, queued))
+  local told = ok(broker:publish(tbl, "told"))
+  local sub = H.subscribe(broker, tbl)
+  local d = H.one(sub)
+  eq(d.id, told, "the row left")
+  ok(d:dead_letter())
+  eq(db:scalar("SELECT dead_reason FROM jobs_dead WHERE id = " .. queued), "cancelled", "a cancel")
+  eq(db:scalar("SELECT dead_reason FROM jobs_dead WHERE id = " .. told), "dead_letter", "its handler")
   sub:close()
   broker:close()
 end)
