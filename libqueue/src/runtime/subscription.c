@@ -802,6 +802,26 @@ static bool paused_now(lq_subscription *s) {
     return paused;
 }
 
+/* Gives back what a claim that does not go on took (may_claim's room, the
+ * flow's count, the chained transaction kept for it): the queue is paused,
+ * or the subscription stops. s->mu held, let go while it ends the chained
+ * transaction and wakes the other subscriptions. */
+static void forgo_claim(lq_subscription *s, int limit, int extra) {
+    bool kept = chained.of == s;
+    s->flow.running--;
+    s->flow.asked -= limit;
+    s->claim_extra -= extra;
+    s->held += kept; /* counted in held again until drop_chained forgets it */
+    s->woken = false;
+    s->rest_until = lq__mono_ms() + s->poll_ms;
+    bool room_freed = account_room(s);
+    if (!kept && !room_freed) return;
+    pthread_mutex_unlock(&s->mu);
+    if (kept) drop_chained(s);
+    if (room_freed) lq__broker_wake_room(s->broker, &s->member);
+    pthread_mutex_lock(&s->mu);
+}
+
 /* One turn of a claimer, s->mu held (let go while it waits or claims): it
  * rests after a short or failed claim until the wait is over or a wake-up
  * comes (one claim per wait, whichever thread makes it), waits while no
@@ -812,7 +832,9 @@ static bool paused_now(lq_subscription *s) {
 static void claim_turn(lq_subscription *s, bool own) {
     if (s->woken) s->rest_until = 0;
     bool rests = s->rest_until > lq__mono_ms();
-    if (!rests && paused_now(s)) {
+    /* A pause or resume heard of is read at once, so that the rows waiting
+     * go back now; the reads of every poll come with a claim, below. */
+    if (s->pause_due && !rests && paused_now(s)) {
         s->woken = false;
         s->rest_until = lq__mono_ms() + s->poll_ms;
         return;
@@ -849,6 +871,12 @@ static void claim_turn(lq_subscription *s, bool own) {
     int extra = rows_hold(s) ? limit - 1 : 0;
     s->flow.running++;
     s->flow.asked += limit;
+    /* The pause is read within the room the claim took, so the read never
+     * takes the connection the pool keeps for the handlers. */
+    if (paused_now(s) || s->stopping) {
+        forgo_claim(s, limit, extra);
+        return;
+    }
     s->woken = false;
     wake_a_claimer(s); /* the next, while room is left */
     pthread_mutex_unlock(&s->mu);
@@ -902,6 +930,12 @@ static void claim_turn(lq_subscription *s, bool own) {
         }
     }
     got = kept;
+    if (got.count && s->paused) { /* paused while the claim ran: its rows go back as the waiting did */
+        pthread_mutex_unlock(&s->mu);
+        lq__claimed_free(&got);
+        pthread_mutex_lock(&s->mu);
+        got = (lq__claimed){0};
+    }
     if (got.count) {
         if (s->queue_tail) s->queue_tail->queue_next = got.head;
         else s->queue_head = got.head;
