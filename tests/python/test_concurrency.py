@@ -19,6 +19,14 @@ from worker_process import read_spans
 Span = Tuple[int, int, int]  # start, end (monotonic ns), pid
 
 
+# What a handler's start may lag the start its claim counted, on the
+# database's clock: the rest of the claim and the hand-off to a worker (the
+# row lock and advisory forms count as they reserve, before the claim takes
+# its row: docs/flow-control.md), tens of milliseconds on a loaded 2-core
+# host. A limit that overshoots starts its extra rows at once, far closer.
+START_SLACK_NS = 100_000_000
+
+
 def spans_of(log: str) -> List[Span]:
     return [(s.start, s.end, s.pid) for s in read_spans(log)]
 
@@ -239,7 +247,6 @@ def start_times(log: str) -> List[int]:
     return sorted(s.start for s in read_spans(log))
 
 
-@pytest.mark.forms("lease")
 @pytest.mark.across_processes
 def test_rate_limit_holds_across_processes(db, form, tmp_path) -> None:
     """rate_limit=20 per 1000 ms, 2 processes x 4 workers, 100 rows: no 21
@@ -253,7 +260,7 @@ def test_rate_limit_holds_across_processes(db, form, tmp_path) -> None:
     drain(db, table, log, 2, workers=4, rate_limit=20, rate_period_ms=1000)
     t = start_times(log)
     assert len(t) == 100
-    slack = 30_000_000  # ns: the database's clock against the handlers' starts
+    slack = START_SLACK_NS
     for i in range(len(t) - 20):
         assert t[i + 20] - t[i] >= 1_000_000_000 - slack, \
             "starts %d and %d are %.3f s apart" % (i, i + 20, (t[i + 20] - t[i]) / 1e9)
@@ -272,12 +279,24 @@ def test_bad_rate_limits_are_refused(db, broker, options: Dict[str, int], messag
         broker.subscribe(table, **options)
 
 
-@pytest.mark.forms("row_lock", "advisory")
-def test_rate_limit_outside_the_lease_form_is_refused(db, broker, form) -> None:
+def test_an_empty_queue_spends_no_starts(db, broker, form) -> None:
+    """Claims that find nothing take back the starts they reserved (row
+    lock, advisory) or record none (lease): after idle polls, a burst still
+    gets the whole window."""
     table = make_table(form)
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="rate_limit counts the claims of the lease form"):
-        broker.subscribe(table, rate_limit=5)
+    with broker.subscribe(table, workers=2, rate_limit=5, rate_period_ms=60_000,
+                          poll_interval_ms=POLL_MS) as sub:
+        time.sleep(0.5)  # about ten empty claims
+        broker.publish_many(table, [b"%d" % i for i in range(8)])
+        got = []
+        while len(got) < 5:
+            d = sub.next(timeout=10)
+            assert d is not None, "only %d of the window's 5 starts came" % len(got)
+            got.append(d)
+            d.ack()
+        assert sub.next(timeout=0.5) is None, "a sixth start within the window"
+    assert db.count(table.name) == 3
 
 
 def spans_by_key(log: str) -> Dict[str, List[Tuple[int, int]]]:
@@ -328,7 +347,7 @@ def test_partition_rate_limit_holds_per_key_across_processes(db, form, tmp_path)
     drain(db, table, log, 2, workers=4, partition_rate_limit=5, partition_rate_period_ms=1000)
     by_key = spans_by_key(log)
     assert sorted(len(v) for v in by_key.values()) == [20, 20, 20]
-    slack = 30_000_000  # ns: the database's clock against the handlers' starts
+    slack = START_SLACK_NS
     for key, spans in by_key.items():
         t = sorted(start for start, _ in spans)
         for i in range(len(t) - 5):

@@ -790,6 +790,7 @@ const lq__dialect lq__postgres_dialect = {
     .listen_notify = true,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .row_address = "ctid",
     .on_conflict_do_nothing = true,
     .max_params = 65535, /* the protocol's 16-bit parameter count */
     .parse_url = pg_parse_url,

@@ -549,6 +549,7 @@ const lq__dialect lq__sqlite_dialect = {
     .advisory_holds_connection = false,
     .claim_writes_lease = true,
     .insert_returning = true,
+    .row_address = "rowid",
     .last_insert_id = true,
     .on_conflict_do_nothing = true,
     .max_params = 32766, /* SQLITE_MAX_VARIABLE_NUMBER's default since 3.32 */

@@ -287,4 +287,28 @@ LQ__HIDDEN void lq__claimed_add(lq__claimed *c, lq_delivery *d);
 LQ__HIDDEN int lq__fifo_guard(bool *taken, lq_subscription *s, lq__conn *conn);
 LQ__HIDDEN void lq__claimed_free(lq__claimed *c);
 
+/* A rate limit's window (forms/starts.c): its starts, the oldest, and the
+ * database's clock now, as its `starts` statements read them. */
+typedef struct lq__window {
+    int64_t count, oldest, now;
+} lq__window;
+LQ__HIDDEN int lq__read_window(void *ctx, const lq__value *cols, int count);
+/* The rows of `want` the window leaves room for; sets s->rate_wait_ms to
+ * when the oldest start leaves where it cuts, else to 0. */
+LQ__HIDDEN int lq__rate_room(lq_subscription *s, const lq__window *w, int want);
+/* Starts a row lock or advisory claim reserved, at the database's time `at`. */
+typedef struct lq__reserved {
+    int count;
+    int64_t at;
+} lq__reserved;
+/* Reserves up to `want` starts in a transaction of its own on `conn` (not in
+ * one): *broken when the queue's lock was not given back. */
+LQ__HIDDEN int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s,
+                                  lq__conn *conn, int want);
+/* Takes back the reserved starts beyond the `used` ones, outside a
+ * transaction or in one that commits; returns `rc`, the claim's status (a
+ * failure here is logged: the starts err low until they leave the window). */
+LQ__HIDDEN int lq__starts_unreserve(lq_subscription *s, lq__conn *conn, const lq__reserved *r,
+                                    int used, int rc);
+
 #endif

@@ -191,10 +191,6 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
                          label, s->broker->dialect->name);
-    if (s->rate_limit && s->form != LQ_FORM_LEASE)
-        return lq__error(LQ_MISUSE, "table %s: rate_limit counts the claims of the lease form; "
-                                    "this table's form is %s",
-                         label, form);
     if (s->partition_concurrency && s->form != LQ_FORM_LEASE)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency counts the leases of the "
                                     "lease form; this table's form is %s",
@@ -1254,9 +1250,11 @@ static void *handler_thread_main(void *arg) {
     if (s->batch_handler) return batch_worker_main(arg);
     int lane = s->lanes ? ((worker_arg *)arg)->lane : -1;
     free(arg);
-    /* A row lock worker claims next after its settlement: it chains. */
+    /* A row lock worker claims next after its settlement: it chains (not
+     * under a rate limit, whose starts are reserved before the claim's
+     * transaction begins). */
     bool chains = s->workers_claim && s->form == LQ_FORM_ROW_LOCK && !s->transactional &&
-                  s->broker->dialect->commit_chain;
+                  !s->rate_limit && s->broker->dialect->commit_chain;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         lq_delivery **slot;

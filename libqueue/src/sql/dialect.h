@@ -95,6 +95,9 @@ typedef struct lq__dialect {
     /* How an insert of nothing but defaults goes on after the table's name
      * (NULL: " DEFAULT VALUES"). */
     const char *insert_defaults;
+    /* A column that names any row of a table (ctid, rowid), for a DELETE of
+     * some rows where DELETE takes no LIMIT (NULL: it takes one). */
+    const char *row_address;
     /* INSERT .. ON CONFLICT DO NOTHING: an insert of a key taken changes no
      * row instead of failing (which aborts a PostgreSQL transaction and is
      * logged by the server). */

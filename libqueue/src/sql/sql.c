@@ -1083,12 +1083,67 @@ static int build_starts(lq__stmt *count, lq__stmt *add, lq__stmt *prune, const l
     return lq__sql_finish(&b);
 }
 
+/* " WHERE queue = ? AND started_at = ?": the starts one reservation made. */
+static void reserved_where(lq__sql *b) {
+    lq__sql_add(b, " WHERE ");
+    lq__sql_ident(b, "queue");
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_QUEUE);
+    lq__sql_add(b, " AND ");
+    lq__sql_ident(b, "started_at");
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_STARTED_AT);
+}
+
+/* The starts a claim reserves ahead of it: one recorded at the time the
+ * reservation read, and up to LQ__P_LIMIT of those taken back. Starts of
+ * one queue at one time are alike, so any of them stands for another. */
+static int build_reserved_starts(lq__stmt *at, lq__stmt *unused, const lq__dialect *d,
+                                 const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, at, d, t);
+    lq__sql_add(&b, "INSERT INTO ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_add(&b, " (");
+    lq__sql_ident(&b, "queue");
+    lq__sql_add(&b, ", ");
+    lq__sql_ident(&b, "started_at");
+    lq__sql_add(&b, ") VALUES (");
+    lq__sql_param(&b, LQ__P_QUEUE);
+    lq__sql_add(&b, ", ");
+    lq__sql_param(&b, LQ__P_STARTED_AT);
+    lq__sql_add(&b, ")");
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+    lq__sql_start(&b, unused, d, t);
+    lq__sql_add(&b, "DELETE FROM ");
+    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    if (d->row_address) { /* no DELETE .. LIMIT: the rows by their address */
+        lq__sql_add(&b, " WHERE ");
+        lq__sql_add(&b, d->row_address);
+        lq__sql_add(&b, " IN (SELECT ");
+        lq__sql_add(&b, d->row_address);
+        lq__sql_add(&b, " FROM ");
+        lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+        reserved_where(&b);
+        lq__sql_add(&b, " LIMIT ");
+        lq__sql_param(&b, LQ__P_LIMIT);
+        lq__sql_add(&b, ")");
+    } else {
+        reserved_where(&b);
+        lq__sql_add(&b, " LIMIT ");
+        lq__sql_param(&b, LQ__P_LIMIT);
+    }
+    return lq__sql_finish(&b);
+}
+
 int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_table *t,
                             bool concurrency, bool rate) {
     int rc = concurrency ? build_count_leased(&set->in_work, d, t, LQ_ROLE_GROUP, LQ__P_GROUP)
                          : LQ_OK;
     if (rc == LQ_OK && rate)
         rc = build_starts(&set->starts, &set->start_add, &set->start_prune, d, t, false);
+    if (rc == LQ_OK && rate) rc = build_reserved_starts(&set->start_at, &set->start_unused, d, t);
     if (rc == LQ_OK && t->key_rate_limit)
         rc = build_starts(&set->key_starts, &set->key_start_add, &set->key_start_prune, d, t, true);
     if (rc == LQ_OK && t->partition_limit)
@@ -1103,7 +1158,8 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
                        &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue,
-                       &set->key_starts,  &set->key_start_add, &set->key_start_prune};
+                       &set->key_starts,  &set->key_start_add, &set->key_start_prune,
+                       &set->start_at,    &set->start_unused};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

@@ -41,6 +41,7 @@ typedef enum lq__param {
     LQ__P_FROM_ID,     /* a range of ids, both ends included */
     LQ__P_TO_ID,
     LQ__P_REASON,      /* why a row goes to the dead letters (the dead_reason role) */
+    LQ__P_STARTED_AT,  /* a reserved start's time, epoch ms on the database's clock */
     LQ__P_COUNT
 } lq__param;
 
@@ -102,6 +103,9 @@ typedef struct lq__sqlset {
                           * of them and the database's clock now (NULL sql without one) */
     lq__stmt start_add;   /* rate limit: one start, now */
     lq__stmt start_prune; /* rate limit: the starts past the period, deleted */
+    lq__stmt start_at;    /* rate limit, row lock and advisory forms: one start reserved at
+                          * LQ__P_STARTED_AT */
+    lq__stmt start_unused; /* and up to LQ__P_LIMIT of those reserved then, deleted */
     lq__stmt key_in_work; /* partition_concurrency: one key's rows leased now */
     lq__stmt key_starts;  /* partition_rate_limit: the starts of one key (LQ__P_PKEY) within
                           * its period, the oldest and the database's clock now */
@@ -290,7 +294,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 27
+#define LQ__SQLSET_STATEMENTS 29
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

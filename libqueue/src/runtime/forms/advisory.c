@@ -237,6 +237,17 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__conn *shared;
     int rc = lq__pool_acquire(&shared, pool);
     if (rc != LQ_OK) return rc;
+    /* A rate limit's starts are reserved first (forms/starts.c). */
+    lq__reserved reserved = {0};
+    bool reserve_broken = false; /* the queue's lock was not given back */
+    if (s->rate_limit) {
+        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit);
+        if (rc != LQ_OK || reserved.count == 0 || reserve_broken) { /* broken: its starts err low */
+            lq__pool_release(pool, shared, reserve_broken || rc == LQ_CONNECT);
+            return rc;
+        }
+        limit = reserved.count;
+    }
     lq__value args[LQ__P_COUNT] = {0};
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
@@ -275,6 +286,8 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     }
     /* Cut short by the limit: the next settlement here wakes a claim. */
     if (s->concurrency) atomic_store(&s->at_limit, full);
+    if (reserved.count && !shared_broken && rc != LQ_CONNECT)
+        rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc);
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     for (int i = 0; i < c.count; i++) free(c.items[i].key);
     free(c.items);

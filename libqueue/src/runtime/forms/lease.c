@@ -150,22 +150,6 @@ static int read_count(void *ctx, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-/* The starts of the rate limit's window: how many, the oldest, and the
- * database's clock now. */
-typedef struct window {
-    int64_t count, oldest, now;
-} window;
-
-static int read_window(void *ctx, const lq__value *cols, int count) {
-    window *w = ctx;
-    if (count < 3 || cols[0].type != LQ__V_INT || cols[2].type != LQ__V_INT)
-        return lq__error(LQ_BACKEND, "counting a rate limit's starts returned no numbers");
-    w->count = cols[0].i;
-    w->oldest = cols[1].type == LQ__V_INT ? cols[1].i : 0;
-    w->now = cols[2].i;
-    return LQ_OK;
-}
-
 /* Cuts *limit to `room`; returns whether it cut. */
 static bool cut_to(int *limit, int64_t room) {
     if (room >= *limit) return false;
@@ -193,13 +177,9 @@ static int limit_to_room(int *limit, bool *locked, lq_subscription *s, lq__conn 
         if (rc == LQ_OK) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
     }
     if (rc == LQ_OK && s->rate_limit) {
-        window w = {0};
-        rc = d->exec(NULL, conn, &s->sql.starts, args, read_window, &w);
-        /* Cut short: the next claim may go when the oldest start leaves. */
-        int64_t wait = w.oldest + s->rate_period_ms - w.now + 1;
-        if (rc == LQ_OK)
-            atomic_store(&s->rate_wait_ms,
-                         cut_to(limit, s->rate_limit - w.count) ? (wait > 1 ? wait : 1) : 0);
+        lq__window w = {0};
+        rc = d->exec(NULL, conn, &s->sql.starts, args, lq__read_window, &w);
+        if (rc == LQ_OK) *limit = lq__rate_room(s, &w, *limit);
     }
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
     return rc;
@@ -246,8 +226,8 @@ static int leased_room(int64_t *room, lq_subscription *s, lq__conn *conn, const 
 static int starts_room(int64_t *room, lq_subscription *s, lq__conn *conn, const lq__value *args,
                        int64_t mine) {
     (void)mine;
-    window w = {0};
-    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.key_starts, args, read_window, &w);
+    lq__window w = {0};
+    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.key_starts, args, lq__read_window, &w);
     *room = s->key_rate_limit - w.count;
     return rc;
 }

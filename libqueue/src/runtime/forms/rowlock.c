@@ -61,19 +61,30 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = s->batch ? limit : 1};
     lq__claim_limits(s, args);
     claim_ctx ctx = {out, s};
-    bool guarded = true;
-    if (!begun) rc = d->begin(conn, s->table->isolation);
-    if (rc == LQ_OK && s->concurrency) rc = take_slots(args, s, conn);
+    bool guarded = true, broken = false;
+    /* A rate limit's starts are reserved first, in a transaction of their
+     * own (forms/starts.c); a worker with a rate limit never chains. */
+    lq__reserved reserved = {0};
+    if (s->rate_limit && !begun) {
+        rc = lq__starts_reserve(&reserved, &broken, s, conn, (int)args[LQ__P_LIMIT].i);
+        args[LQ__P_LIMIT].i = reserved.count;
+    }
+    if (rc == LQ_OK && !begun && args[LQ__P_LIMIT].i > 0) rc = d->begin(conn, s->table->isolation);
+    if (rc == LQ_OK && s->concurrency && args[LQ__P_LIMIT].i > 0) rc = take_slots(args, s, conn);
     if (rc == LQ_OK && args[LQ__P_LIMIT].i > 0) rc = lq__fifo_guard(&guarded, s, conn);
     if (rc == LQ_OK && guarded && args[LQ__P_LIMIT].i > 0)
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
     if (rc == LQ_OK && out->count > 0) {
+        /* A batch short of its starts takes them back in its transaction:
+         * until it commits they count, erring low. */
+        lq__starts_unreserve(s, conn, &reserved, out->count, LQ_OK);
         /* The open transaction now belongs to the delivery, or the batch. */
         if (!s->batch) out->head->conn = conn;
         return LQ_OK;
     }
-    d->rollback(conn);
-    lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    if (!broken && (begun || args[LQ__P_LIMIT].i > 0)) d->rollback(conn);
+    if (reserved.count && !broken && rc != LQ_CONNECT) rc = lq__starts_unreserve(s, conn, &reserved, 0, rc);
+    lq__pool_release(&s->broker->pool, conn, broken || rc == LQ_CONNECT);
     return rc;
 }
