@@ -307,7 +307,7 @@ def spans_by_key(log: str) -> Dict[str, List[Tuple[int, int]]]:
     return spans
 
 
-@pytest.mark.forms("lease")
+@pytest.mark.forms("lease", "advisory")
 @pytest.mark.across_processes
 def test_partition_concurrency_one_runs_each_key_alone(db, form, tmp_path) -> None:
     """partition_concurrency=1 with 10 keys, 3 processes x 6 workers: no two
@@ -357,6 +357,47 @@ def test_partition_rate_limit_holds_per_key_across_processes(db, form, tmp_path)
     early = sum(1 for spans in by_key.values() for start, _ in spans
                 if start - first < 900_000_000)
     assert early > 5, "only %d starts in the first window: the keys held each other back" % early
+
+
+@pytest.mark.forms("lease", "advisory")
+def test_partition_concurrency_two_per_key_in_one_process(db, broker, form) -> None:
+    """partition_concurrency=2, 8 workers, 3 keys of 8 rows and 4 rows
+    without a key: at most 2 rows of a key in work at once, a key reaching 2,
+    and the keyless rows not held back; every database (SQLite's advisory
+    slot keys live in the process)."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    lock = threading.Lock()
+    running: Dict[Any, int] = {}
+    most: Dict[Any, int] = {}
+
+    def handle(d: libqueue.Delivery) -> None:
+        with lock:
+            running[d.partition_key] = running.get(d.partition_key, 0) + 1
+            most[d.partition_key] = max(most.get(d.partition_key, 0), running[d.partition_key])
+        time.sleep(0.05)
+        with lock:
+            running[d.partition_key] -= 1
+
+    rows = [dict(payload=b"x", partition_key="k%d" % (i % 3)) for i in range(24)]
+    broker.publish_many(table, rows + [b"free"] * 4)
+    with broker.subscribe(table, workers=8, partition_concurrency=2,
+                          poll_interval_ms=POLL_MS) as sub:
+        sub.run(handle)
+        wait_until(lambda: db.count(table.name) == 0, what="the table to drain")
+    keyed = {k: v for k, v in most.items() if k is not None}
+    assert sorted(keyed) == ["k0", "k1", "k2"]
+    assert max(keyed.values()) == 2, "most of one key at once: %r" % keyed
+    assert most.get(None, 0) >= 1
+
+
+@pytest.mark.forms("row_lock")
+def test_partition_concurrency_in_the_row_lock_form_is_refused(db, broker, form) -> None:
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="partition_concurrency counts the leases of the "
+                                              "lease form or the slot keys"):
+        broker.subscribe(table, partition_concurrency=2)
 
 
 @pytest.mark.parametrize("options, message", [

@@ -904,7 +904,9 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_id(&b);
     lq__sql_add(&b, " AS `lq_id`, ");
     guarded_lock_name(&b, t);
-    lq__sql_add(&b, " AS `lq_key` FROM ");
+    lq__sql_add(&b, " AS `lq_key`");
+    lq__sql_candidate_pkey(&b, true);
+    lq__sql_add(&b, " FROM ");
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, false);

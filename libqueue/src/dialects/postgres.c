@@ -310,11 +310,14 @@ static void key_expression(lq__sql *b, const lq_table *t) {
 static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
-    lq__sql_add(&b, "SELECT \"lq_id\", \"lq_key\" FROM (SELECT ");
+    lq__sql_add(&b, "SELECT \"lq_id\", \"lq_key\"");
+    lq__sql_candidate_pkey(&b, false);
+    lq__sql_add(&b, " FROM (SELECT ");
     lq__sql_id(&b);
     lq__sql_add(&b, "::bigint AS \"lq_id\", ");
     key_expression(&b, t);
     lq__sql_add(&b, " AS \"lq_key\"");
+    lq__sql_candidate_pkey(&b, true);
     lq__sql_from_claimable(&b, false);
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);

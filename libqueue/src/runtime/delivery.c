@@ -94,6 +94,7 @@ static void delivery_free(lq_delivery *d) {
     lq__headers_clear(&d->headers);
     free(d->key);
     free(d->slot);
+    free(d->key_slot);
     free(d->due);
     pthread_mutex_destroy(&d->mu);
     if (s) {

@@ -60,6 +60,7 @@ struct lq_delivery {
     bool past_expiry; /* claimed past its expires_at: it is never started */
     char *key;     /* the advisory key held (advisory form) */
     char *slot;    /* and the key of its concurrency slot, with concurrency set */
+    char *key_slot; /* and of its partition key's slot, with partition_concurrency set */
     lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
     bool reserved; /* transactional mode: counted as held from its claim, before it has conn */

@@ -191,10 +191,11 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
                          label, s->broker->dialect->name);
-    if (s->partition_concurrency && s->form != LQ_FORM_LEASE)
+    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency counts the leases of the "
-                                    "lease form; this table's form is %s",
-                         label, form);
+                                    "lease form or the slot keys of the advisory form; this "
+                                    "table's form is row lock",
+                         label);
     if (s->key_rate_limit && s->form != LQ_FORM_LEASE)
         return lq__error(LQ_MISUSE, "table %s: partition_rate_limit counts the claims of the "
                                     "lease form; this table's form is %s",
@@ -484,7 +485,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
         s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
         bool leases = lq_table_form(s->table) == LQ_FORM_LEASE;
-        s->table->partition_limit = leases ? s->partition_concurrency : 0;
+        s->table->partition_limit = lq_table_form(s->table) != LQ_FORM_ROW_LOCK ? s->partition_concurrency : 0;
         s->table->key_rate_limit = leases ? s->key_rate_limit : 0;
         s->table->key_rate_period_ms = s->key_rate_period_ms;
     }

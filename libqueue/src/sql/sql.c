@@ -216,6 +216,16 @@ void lq__sql_claim_order(lq__sql *b) {
     lq__sql_id(b);
 }
 
+void lq__sql_candidate_pkey(lq__sql *b, bool named) {
+    if (!b->table->partition_limit || lq_table_form(b->table) != LQ_FORM_ADVISORY) return;
+    lq__sql_add(b, ", ");
+    if (named) {
+        lq__sql_col(b, LQ_ROLE_PARTITION_KEY);
+        lq__sql_add(b, " AS ");
+    }
+    lq__sql_ident(b, "lq_pkey");
+}
+
 void lq__sql_claim_limit(lq__sql *b) {
     lq__sql_add(b, " ORDER BY ");
     lq__sql_claim_order(b);
@@ -1146,7 +1156,7 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
     if (rc == LQ_OK && rate) rc = build_reserved_starts(&set->start_at, &set->start_unused, d, t);
     if (rc == LQ_OK && t->key_rate_limit)
         rc = build_starts(&set->key_starts, &set->key_start_add, &set->key_start_prune, d, t, true);
-    if (rc == LQ_OK && t->partition_limit)
+    if (rc == LQ_OK && t->partition_limit && lq_table_form(t) == LQ_FORM_LEASE)
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     return rc;
 }

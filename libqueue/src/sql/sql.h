@@ -150,6 +150,10 @@ LQ__HIDDEN void lq__sql_fifo_head(lq__sql *b, bool lease);
 LQ__HIDDEN void lq__sql_claim_order(lq__sql *b);
 /* " ORDER BY <claim order> LIMIT <LQ__P_LIMIT>". */
 LQ__HIDDEN void lq__sql_claim_limit(lq__sql *b);
+/* ", <partition key> AS lq_pkey" (`named`), or ", lq_pkey" where a
+ * subquery named it: the advisory candidates' third column, where
+ * partition_concurrency counts their keys' slots; nothing elsewhere. */
+LQ__HIDDEN void lq__sql_candidate_pkey(lq__sql *b, bool named);
 /* The locking read of claimable rows (row lock, and the lease claims of
  * PostgreSQL and MySQL): SELECT <row columns> FROM t WHERE <claimable> [FIFO
  * head] ORDER BY .. LIMIT .. FOR UPDATE SKIP LOCKED. */

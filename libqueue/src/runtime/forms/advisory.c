@@ -13,12 +13,21 @@
 typedef struct candidate {
     int64_t id;
     char *key;
+    char *pkey; /* its partition key, read where partition_concurrency counts it */
 } candidate;
 
 typedef struct candidates {
     candidate *items;
     int count, cap;
 } candidates;
+
+static char *copy_text(const lq__value *v) {
+    char *text = malloc(v->n + 1);
+    if (!text) return NULL;
+    if (v->n) memcpy(text, v->p, v->n);
+    text[v->n] = '\0';
+    return text;
+}
 
 static int on_candidate(void *arg, const lq__value *cols, int count) {
     candidates *c = arg;
@@ -27,11 +36,15 @@ static int on_candidate(void *arg, const lq__value *cols, int count) {
     int grown = lq__room_for_one(&items, &c->cap, c->count, sizeof *c->items, 8);
     c->items = items;
     if (grown != LQ_OK) return grown;
-    char *key = malloc(cols[1].n + 1);
-    if (!key) return lq__error(LQ_NOMEM, "out of memory");
-    if (cols[1].n) memcpy(key, cols[1].p, cols[1].n);
-    key[cols[1].n] = '\0';
-    c->items[c->count++] = (candidate){cols[0].i, key};
+    char *key = copy_text(&cols[1]);
+    bool keyed = count > 2 && cols[2].type != LQ__V_NULL;
+    char *pkey = keyed ? copy_text(&cols[2]) : NULL;
+    if (!key || (keyed && !pkey)) {
+        free(key);
+        free(pkey);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    c->items[c->count++] = (candidate){cols[0].i, key, pkey};
     return LQ_OK;
 }
 
@@ -67,17 +80,21 @@ static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, 
  * no two deliveries anywhere hold one slot, so no more than the limit run
  * at once, and a session that dies lets its slots go with its keys. The
  * tries start at a random slot, so claims beside each other seldom meet.
- * *slot_out NULL: every slot is held, the queue is at its limit. */
-static int take_slot(char **slot_out, lq_subscription *s, lq__conn *conn) {
+ * partition_concurrency's slots are the same, one set per partition key:
+ * "lq-kslot-<hash of the queue>-<hash of the key>-<i>". *slot_out NULL:
+ * every slot is held, the queue (or the key) is at its limit. */
+static int take_slot(char **slot_out, lq_subscription *s, lq__conn *conn, const char *pkey) {
     const lq__dialect *d = s->broker->dialect;
     *slot_out = NULL;
-    uint64_t h = lq__fnv1a_str(s->limit_key);
+    int n = pkey ? s->partition_concurrency : s->concurrency;
+    unsigned long long queue = lq__fnv1a_str(s->limit_key);
+    unsigned long long key = pkey ? lq__fnv1a_str(pkey) : 0;
     unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
-    int first = rand_r(&seed) % s->concurrency;
-    for (int i = 0; i < s->concurrency; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "lq-slot-%016llx-%d", (unsigned long long)h,
-                 (first + i) % s->concurrency);
+    int first = rand_r(&seed) % n;
+    for (int i = 0; i < n; i++) {
+        char name[80];
+        if (pkey) snprintf(name, sizeof name, "lq-kslot-%016llx-%016llx-%d", queue, key, (first + i) % n);
+        else snprintf(name, sizeof name, "lq-slot-%016llx-%d", queue, (first + i) % n);
         bool locked;
         int rc = d->try_lock_key(&locked, conn, &s->broker->target, name);
         if (rc != LQ_OK) return rc;
@@ -99,28 +116,63 @@ static bool release_slot(lq_subscription *s, lq__conn *conn, char *slot) {
     return confirmed;
 }
 
+/* The slots one candidate holds: the queue's and its partition key's. */
+typedef struct slots {
+    char *queue, *key;
+} slots;
+
+/* Takes the slots a candidate needs before its key is tried. *full: the
+ * queue is at its limit, and the claim stops; a partition key at its limit
+ * passes over this candidate only (*passed). Either way no slot is held. */
+static int take_slots(slots *out, bool *full, bool *passed, lq_subscription *s, lq__conn *conn,
+                      const candidate *c) {
+    *out = (slots){0};
+    *full = *passed = false;
+    int rc = s->concurrency ? take_slot(&out->queue, s, conn, NULL) : LQ_OK;
+    if (rc != LQ_OK || (s->concurrency && !out->queue)) {
+        *full = rc == LQ_OK;
+        return rc;
+    }
+    if (!s->partition_concurrency || !c->pkey) return LQ_OK;
+    rc = take_slot(&out->key, s, conn, c->pkey);
+    if (rc == LQ_OK && out->key) return LQ_OK;
+    *passed = rc == LQ_OK;
+    if (!release_slot(s, conn, out->queue) && rc == LQ_OK)
+        rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
+    out->queue = NULL;
+    return rc;
+}
+
+/* Lets both go; rc, or the failure of a release not confirmed. */
+static int release_slots(lq_subscription *s, lq__conn *conn, slots *held, int rc) {
+    bool confirmed = release_slot(s, conn, held->queue);
+    if (!release_slot(s, conn, held->key)) confirmed = false;
+    *held = (slots){0};
+    if (!confirmed && rc == LQ_OK)
+        rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
+    return rc;
+}
+
+static void give_slots(lq_delivery *d, slots *held) {
+    d->slot = held->queue;
+    d->key_slot = held->key;
+    *held = (slots){0};
+}
+
 /* Locks one candidate's key and takes its row; NULL in *out when the key is
- * held elsewhere or the row was settled since it was read. */
+ * held elsewhere, its partition key is at its limit, or the row was settled
+ * since it was read. */
 static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq__conn *conn,
                           const candidate *c, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
     const lq__broker_target *target = &s->broker->target;
-    bool locked;
+    bool locked, passed;
     *out = NULL;
-    *full = false;
-    char *slot = NULL;
-    int rc = s->concurrency ? take_slot(&slot, s, conn) : LQ_OK;
-    if (rc != LQ_OK) return rc;
-    if (s->concurrency && !slot) {
-        *full = true;
-        return LQ_OK;
-    }
+    slots held;
+    int rc = take_slots(&held, full, &passed, s, conn, c);
+    if (rc != LQ_OK || *full || passed) return rc;
     rc = d->try_lock_key(&locked, conn, target, c->key);
-    if (rc != LQ_OK || !locked) {
-        if (!release_slot(s, conn, slot) && rc == LQ_OK)
-            rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
-        return rc;
-    }
+    if (rc != LQ_OK || !locked) return release_slots(s, conn, &held, rc);
     take_ctx take = {s, NULL};
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
     int64_t changes = 0;
@@ -128,16 +180,14 @@ static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq_
     if (rc == LQ_OK && s->sql.take_read.sql && changes == 1)
         rc = d->exec(NULL, conn, &s->sql.take_read, args, on_taken, &take);
     if (rc == LQ_OK && take.taken) {
-        take.taken->slot = slot;
+        give_slots(take.taken, &held);
         *out = take.taken;
         return LQ_OK;
     }
     if (take.taken) lq_delivery_free(take.taken);
     if (!d->unlock_key(conn, target, c->key) && rc == LQ_OK)
         rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
-    if (!release_slot(s, conn, slot) && rc == LQ_OK)
-        rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
-    return rc;
+    return release_slots(s, conn, &held, rc);
 }
 
 /* The rows a set take returned, each matched to its candidate (taken[j]
@@ -176,20 +226,17 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
     const lq__broker_target *target = &s->broker->target;
     int *at = malloc((size_t)limit * sizeof *at);
     lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
-    char **slots = calloc((size_t)limit, sizeof *slots);
-    int rc = at && taken && slots ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    slots *held = calloc((size_t)limit, sizeof *held);
+    int rc = at && taken && held ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     int n = 0;
     lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
-        bool locked;
-        if (s->concurrency && ((rc = take_slot(&slots[n], s, conn)) != LQ_OK || !slots[n])) {
-            *full = rc == LQ_OK;
-            break;
-        }
+        bool locked, passed;
+        if ((rc = take_slots(&held[n], full, &passed, s, conn, &c->items[i])) != LQ_OK || *full) break;
+        if (passed) continue;
         rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
         if (rc != LQ_OK || !locked) {
-            release_slot(s, conn, slots[n]);
-            slots[n] = NULL;
+            rc = release_slots(s, conn, &held[n], rc);
             continue;
         }
         at[n++] = i;
@@ -209,8 +256,7 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
         if (rc == LQ_OK && taken[j]) {
             taken[j]->key = cand->key;
             cand->key = NULL;
-            taken[j]->slot = slots[j];
-            slots[j] = NULL;
+            give_slots(taken[j], &held[j]);
             lq__claimed_add(out, taken[j]);
             continue;
         }
@@ -221,13 +267,11 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
         if (taken[j]) lq__delivery_unref(taken[j]);
         if (!d->unlock_key(conn, target, cand->key) && rc == LQ_OK)
             rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", cand->key);
-        if (!release_slot(s, conn, slots[j]) && rc == LQ_OK)
-            rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
-        slots[j] = NULL;
+        rc = release_slots(s, conn, &held[j], rc);
     }
     free(at);
     free(taken);
-    free(slots);
+    free(held);
     return rc;
 }
 
@@ -289,7 +333,10 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     if (reserved.count && !shared_broken && rc != LQ_CONNECT)
         rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc);
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
-    for (int i = 0; i < c.count; i++) free(c.items[i].key);
+    for (int i = 0; i < c.count; i++) {
+        free(c.items[i].key);
+        free(c.items[i].pkey);
+    }
     free(c.items);
     return rc;
 }
@@ -304,7 +351,8 @@ void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
         dv->key = NULL;
     }
     if (!release_slot(s, dv->conn, dv->slot)) confirmed = false;
-    dv->slot = NULL;
+    if (!release_slot(s, dv->conn, dv->key_slot)) confirmed = false;
+    dv->slot = dv->key_slot = NULL;
     if (dv->conn) {
         /* A lock whose release is not confirmed ends with its session. */
         *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed};
