@@ -184,7 +184,6 @@ class Task(Generic[P, R]):
         if reserved:
             raise ValueError("task %s: parameter(s) %s are the names of enqueue options"
                              % (name, ", ".join(sorted(reserved))))
-        self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -279,14 +278,13 @@ class Queue:
             raise TaskRefused("its arguments do not fit task %s: %s" % (name, e)) from None
         return task, args, kwargs
 
-    def _refused(self, delivery: "Delivery", why: TaskRefused) -> bool:
-        """Whether a refused row goes to the dead letters (logged); without
-        any, the refusal is raised as a handler's exception."""
+    def _refuse(self, delivery: "Delivery", why: TaskRefused) -> None:
+        """Logs a refused row, bound for the dead letters; a table without
+        them gets the refusal raised, as a handler's exception."""
         if self.table.dead_letter is None:
-            return False
+            raise why
         logger.warning("row %d of %r is not run and goes to the dead letters: %s",
                        delivery.id, self.table.name, why)
-        return True
 
     def handle(self, delivery: "Delivery") -> None:
         """Run the task a delivery names (the handler ``worker`` runs):
@@ -296,14 +294,12 @@ class Queue:
         try:
             task, args, kwargs = self._call_of(delivery)
         except TaskRefused as why:
-            if not self._refused(delivery, why):
-                raise
+            self._refuse(delivery, why)
             delivery.dead_letter()
             return
-        if task.is_async:
-            asyncio.run(task.fn(*args, **kwargs))
-        else:
-            task.fn(*args, **kwargs)
+        result = task.fn(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
 
     async def handle_async(self, delivery: "Delivery") -> None:
         """``handle`` for ``Subscription.run_async``: an async task is
@@ -311,14 +307,12 @@ class Queue:
         try:
             task, args, kwargs = self._call_of(delivery)
         except TaskRefused as why:
-            if not self._refused(delivery, why):
-                raise
+            self._refuse(delivery, why)
             await delivery.dead_letter_async()
             return
-        if task.is_async:
-            await task.fn(*args, **kwargs)
-        else:
-            task.fn(*args, **kwargs)
+        result = task.fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            await result
 
     def subscribe(self, **options: Any) -> "Subscription":
         """A subscription to the queue's table (``Broker.subscribe``'s

@@ -33,6 +33,14 @@ def task_table(form: str = "lease", **roles: Any) -> libqueue.Table:
                       retry_after="retry_after", dedup_key="dedup_key", **roles)
 
 
+@pytest.fixture
+def table(broker: libqueue.Broker) -> libqueue.Table:
+    """The task table of the lease form, created, with dead letters."""
+    table = task_table()
+    broker.create_table(table)
+    return table
+
+
 def queue_of(broker: libqueue.Broker, table: libqueue.Table, ran: Recorder) -> libqueue.Queue:
     """A queue with tasks ``resize`` and ``shout`` recording their calls."""
     queue = libqueue.Queue(broker, table)
@@ -80,9 +88,7 @@ def test_tasks_run_by_name_with_their_arguments(db, broker, form) -> None:
     assert count(db) == 0 and broker.dead_letters(table) == []
 
 
-def test_payload_is_json_by_name_and_every_kind_of_parameter_round_trips(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_payload_is_json_by_name_and_every_kind_of_parameter_round_trips(db, broker, table) -> None:
     queue = libqueue.Queue(broker, table, name_header="kind")
     calls = []
 
@@ -110,9 +116,7 @@ def test_payload_is_json_by_name_and_every_kind_of_parameter_round_trips(db, bro
                      (1, 2, (3, 4), None, {})]
 
 
-def test_arguments_are_checked_at_enqueue_and_a_bad_call_writes_nothing(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_arguments_are_checked_at_enqueue_and_a_bad_call_writes_nothing(db, broker, table) -> None:
     queue = queue_of(broker, table, Recorder())
     resize = queue.tasks["resize"]
     bad_calls = {
@@ -147,9 +151,7 @@ def test_arguments_are_checked_at_enqueue_and_a_bad_call_writes_nothing(db, brok
         libqueue.Queue(broker, "jobs")
 
 
-def test_options_pass_through_priority_delay_dedup_and_headers(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_options_pass_through_priority_delay_dedup_and_headers(db, broker, table) -> None:
     queue = queue_of(broker, table, Recorder())
     resize = queue.tasks["resize"]
     low = resize.enqueue("low.png", _priority=9, _headers={"trace": "t-1"})
@@ -171,9 +173,7 @@ def test_options_pass_through_priority_delay_dedup_and_headers(db, broker) -> No
     assert [i for (i,) in db.query("SELECT id FROM jobs")] == [later]
 
 
-def test_a_row_naming_no_task_of_the_queue_goes_to_the_dead_letters_unrun(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_a_row_naming_no_task_of_the_queue_is_dead_lettered_unrun(db, broker, table) -> None:
     ran = Recorder()
     worker_queue = queue_of(broker, table, ran)
     producer_queue = libqueue.Queue(broker, table)
@@ -205,9 +205,7 @@ NOT_TASKS = [
 ]
 
 
-def test_rows_that_are_not_json_arguments_go_to_the_dead_letters_unrun(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_rows_that_are_not_json_arguments_go_to_the_dead_letters_unrun(db, broker, table) -> None:
     ran = Recorder()
     queue = queue_of(broker, table, ran)
     ids = broker.publish_many(table, [{"payload": p, "headers": {"task": "resize"}}
@@ -217,7 +215,7 @@ def test_rows_that_are_not_json_arguments_go_to_the_dead_letters_unrun(db, broke
     assert ran.snapshot() == []
 
 
-def test_a_pickle_payload_is_never_unpickled(db, broker, tmp_path: Path) -> None:
+def test_a_pickle_payload_is_never_unpickled(db, broker, table, tmp_path: Path) -> None:
     class Opens:
         def __init__(self, path: Path) -> None:
             self.path = str(path)
@@ -229,8 +227,6 @@ def test_a_pickle_payload_is_never_unpickled(db, broker, tmp_path: Path) -> None
     pickle.loads(pickle.dumps(Opens(proof))).close()
     assert proof.exists()  # such a payload does run code where it is unpickled
 
-    table = task_table()
-    broker.create_table(table)
     ran = Recorder()
     queue = queue_of(broker, table, ran)
     target = tmp_path / "unpickled-by-the-worker"
@@ -241,9 +237,7 @@ def test_a_pickle_payload_is_never_unpickled(db, broker, tmp_path: Path) -> None
     assert not target.exists() and ran.snapshot() == []
 
 
-def test_a_raising_task_is_retried_then_dead_lettered_as_a_raising_handler(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_a_raising_task_is_retried_then_dead_lettered(db, broker, table) -> None:
     queue = libqueue.Queue(broker, table)
     attempts = Recorder()
 
@@ -278,9 +272,7 @@ def test_without_dead_letters_a_refused_row_raises_and_is_never_run(db, broker) 
     assert ran.snapshot() == [] and count(db) == 1
 
 
-def test_async_tasks_under_run_async_and_in_push_workers(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_async_tasks_under_run_async_and_in_push_workers(db, broker, table) -> None:
     queue = libqueue.Queue(broker, table)
     ran = Recorder()
 
@@ -319,9 +311,7 @@ def test_async_tasks_under_run_async_and_in_push_workers(db, broker) -> None:
     assert ran.snapshot()[-1] == ("fetch", "pushed") and count(db) == 0
 
 
-def test_enqueue_on_commits_with_the_callers_transaction(db, broker) -> None:
-    table = task_table()
-    broker.create_table(table)
+def test_enqueue_on_commits_with_the_callers_transaction(db, broker, table) -> None:
     ran = Recorder()
     queue = queue_of(broker, table, ran)
     resize = queue.tasks["resize"]
