@@ -27,17 +27,21 @@ if TYPE_CHECKING:
     from libqueue.delivery import Delivery
     from libqueue.subscription import Subscription
 
-try:
+if TYPE_CHECKING:
     from typing import ParamSpec
-except ImportError:  # Python < 3.10
+else:
     try:
-        from typing_extensions import ParamSpec  # type: ignore[assignment]
-    except ImportError:  # without it the typing is coarser; the code is the same
-        ParamSpec = None  # type: ignore[assignment,misc]
+        from typing import ParamSpec
+    except ImportError:  # Python < 3.10
+        try:
+            from typing_extensions import ParamSpec
+        except ImportError:  # then the typing is coarser; the code is the same
+            def ParamSpec(name):
+                return TypeVar(name)
 
 __all__ = ["Queue", "Task", "TaskOptions", "TaskRefused"]
 
-P = ParamSpec("P") if ParamSpec is not None else TypeVar("P")  # type: ignore[misc]
+P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Enqueue options -> the keyword of ``Broker.publish`` each one sets.
