@@ -51,6 +51,7 @@ from libqueue.metrics import Histogram, Metrics
 from libqueue.stats import QueueStats
 from libqueue.subscription import Subscription, stop_all as _stop_all
 from libqueue.table import Table
+from libqueue.tasks import Queue as Queue  # exported (the "as" says so to type checkers)
 
 #: The linked core's version, "major.minor.patch".
 __version__: str = _text(_lib.lq_version_string())
