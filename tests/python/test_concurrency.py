@@ -331,7 +331,7 @@ def test_partition_concurrency_one_runs_each_key_alone(db, form, tmp_path) -> No
     assert most > 1, "the keys never ran side by side"
 
 
-@pytest.mark.forms("lease")
+@pytest.mark.forms("lease", "advisory")
 @pytest.mark.across_processes
 def test_partition_rate_limit_holds_per_key_across_processes(db, form, tmp_path) -> None:
     """partition_rate_limit=5 per 1000 ms, 3 keys of 20 rows, 2 processes x 4
@@ -459,12 +459,38 @@ def test_bad_partition_rate_limits_are_refused(db, broker, options: Dict[str, in
         broker.subscribe(table, **options)
 
 
-@pytest.mark.forms("row_lock", "advisory")
-def test_partition_rate_limit_outside_the_lease_form_is_refused(db, broker, form) -> None:
+@pytest.mark.forms("row_lock")
+def test_partition_rate_limit_in_the_row_lock_form_is_refused(db, broker, form) -> None:
     table = make_table(form, partition_key="account")
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="partition_rate_limit counts the claims of the lease"):
+    with pytest.raises(libqueue.Misuse, match="partition_rate_limit counts the claims of the lease "
+                                              "and advisory forms"):
         broker.subscribe(table, partition_rate_limit=5)
+
+
+@pytest.mark.forms("lease", "advisory")
+def test_partition_rate_limit_in_one_process(db, broker, form) -> None:
+    """partition_rate_limit=3 per minute, 2 keys of 5 rows and 2 rows without
+    a key, 4 workers: 3 of each key and the keyless rows run, the rest wait
+    for the window; every database."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    rows = [dict(payload=b"x", partition_key="k%d" % (i % 2)) for i in range(10)]
+    broker.publish_many(table, rows + [b"free"] * 2)
+    ran: Dict[Any, int] = {}
+    lock = threading.Lock()
+
+    def handle(d: libqueue.Delivery) -> None:
+        with lock:
+            ran[d.partition_key] = ran.get(d.partition_key, 0) + 1
+
+    with broker.subscribe(table, workers=4, partition_rate_limit=3,
+                          partition_rate_period_ms=60_000, poll_interval_ms=POLL_MS) as sub:
+        sub.run(handle)
+        wait_until(lambda: sum(ran.values()) >= 8, what="the window's starts")
+        time.sleep(0.5)  # more polls: nothing else may start
+        assert ran == {"k0": 3, "k1": 3, None: 2}
+    assert db.count(table.name) == 4
 
 
 @pytest.mark.parametrize("options, message", [

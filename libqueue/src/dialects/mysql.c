@@ -910,6 +910,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_table(&b);
     lq__sql_add(&b, " WHERE ");
     lq__sql_claim_where(&b, false);
+    lq__sql_candidate_filter(&b);
     lq__sql_add(&b, " AND IS_USED_LOCK(");
     guarded_lock_name(&b, t);
     lq__sql_add(&b, ") IS NULL");

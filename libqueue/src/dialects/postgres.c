@@ -319,6 +319,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_add(&b, " AS \"lq_key\"");
     lq__sql_candidate_pkey(&b, true);
     lq__sql_from_claimable(&b, false);
+    lq__sql_candidate_filter(&b);
     lq__sql_add(&b, " ORDER BY ");
     lq__sql_claim_order(&b);
     lq__sql_add(&b, " OFFSET 0) AS \"lq_candidates\" WHERE "

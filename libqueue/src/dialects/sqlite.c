@@ -299,6 +299,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     key_expression(&b, t);
     lq__sql_candidate_pkey(&b, true);
     lq__sql_from_claimable(&b, false);
+    lq__sql_candidate_filter(&b);
     lq__sql_claim_limit(&b);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;

@@ -302,14 +302,15 @@ typedef struct lq__reserved {
     int count;
     int64_t at;
 } lq__reserved;
-/* Reserves up to `want` starts in a transaction of its own on `conn` (not in
- * one): *broken when the queue's lock was not given back. */
+/* Reserves up to `want` starts of the queue (pkey NULL) or of one partition
+ * key, in a transaction of its own on `conn` (not in one): *broken when the
+ * queue's lock was not given back. */
 LQ__HIDDEN int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s,
-                                  lq__conn *conn, int want);
+                                  lq__conn *conn, int want, const char *pkey);
 /* Takes back the reserved starts beyond the `used` ones, outside a
  * transaction or in one that commits; returns `rc`, the claim's status (a
  * failure here is logged: the starts err low until they leave the window). */
 LQ__HIDDEN int lq__starts_unreserve(lq_subscription *s, lq__conn *conn, const lq__reserved *r,
-                                    int used, int rc);
+                                    int used, int rc, const char *pkey);
 
 #endif

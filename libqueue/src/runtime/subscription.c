@@ -186,7 +186,6 @@ static void end_refused(lq_delivery *list) {
 /* The flow control options: a limit the form can keep, each within the
  * wider one. */
 static int check_limits(lq_subscription *s, const char *label) {
-    const char *form = s->form == LQ_FORM_ADVISORY ? "advisory" : "row lock";
     if (s->concurrency && s->form == LQ_FORM_ROW_LOCK && !s->broker->dialect->take_slots)
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
@@ -196,10 +195,10 @@ static int check_limits(lq_subscription *s, const char *label) {
                                     "lease form or the slot keys of the advisory form; this "
                                     "table's form is row lock",
                          label);
-    if (s->key_rate_limit && s->form != LQ_FORM_LEASE)
+    if (s->key_rate_limit && s->form == LQ_FORM_ROW_LOCK)
         return lq__error(LQ_MISUSE, "table %s: partition_rate_limit counts the claims of the "
-                                    "lease form; this table's form is %s",
-                         label, form);
+                                    "lease and advisory forms; this table's form is row lock",
+                         label);
     if (s->key_rate_limit && !lq__has(s->table, LQ_ROLE_PARTITION_KEY))
         return lq__error(LQ_MISUSE, "table %s: partition_rate_limit needs a partition_key column",
                          label);
@@ -484,9 +483,10 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
         s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
-        bool leases = lq_table_form(s->table) == LQ_FORM_LEASE;
-        s->table->partition_limit = lq_table_form(s->table) != LQ_FORM_ROW_LOCK ? s->partition_concurrency : 0;
-        s->table->key_rate_limit = leases ? s->key_rate_limit : 0;
+        /* Written into the claim's statements (the row lock form refuses them). */
+        bool keyed_limits = lq_table_form(s->table) != LQ_FORM_ROW_LOCK;
+        s->table->partition_limit = keyed_limits ? s->partition_concurrency : 0;
+        s->table->key_rate_limit = keyed_limits ? s->key_rate_limit : 0;
         s->table->key_rate_period_ms = s->key_rate_period_ms;
     }
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&

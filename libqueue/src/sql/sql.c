@@ -217,13 +217,19 @@ void lq__sql_claim_order(lq__sql *b) {
 }
 
 void lq__sql_candidate_pkey(lq__sql *b, bool named) {
-    if (!b->table->partition_limit || lq_table_form(b->table) != LQ_FORM_ADVISORY) return;
+    const lq_table *t = b->table;
+    if ((!t->partition_limit && !t->key_rate_limit) || lq_table_form(t) != LQ_FORM_ADVISORY) return;
     lq__sql_add(b, ", ");
     if (named) {
         lq__sql_col(b, LQ_ROLE_PARTITION_KEY);
         lq__sql_add(b, " AS ");
     }
     lq__sql_ident(b, "lq_pkey");
+}
+
+void lq__sql_candidate_filter(lq__sql *b) {
+    const lq_table *t = b->table;
+    if (t->key_rate_limit && lq_table_form(t) == LQ_FORM_ADVISORY) key_rate_has_room(b);
 }
 
 void lq__sql_claim_limit(lq__sql *b) {
@@ -1093,33 +1099,50 @@ static int build_starts(lq__stmt *count, lq__stmt *add, lq__stmt *prune, const l
     return lq__sql_finish(&b);
 }
 
-/* " WHERE queue = ? AND started_at = ?": the starts one reservation made. */
-static void reserved_where(lq__sql *b) {
+/* " WHERE queue = ? [AND pkey = ?] AND started_at = ?": the starts one
+ * reservation made. */
+static void reserved_where(lq__sql *b, bool keyed) {
     lq__sql_add(b, " WHERE ");
     lq__sql_ident(b, "queue");
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ__P_QUEUE);
+    if (keyed) {
+        lq__sql_add(b, " AND ");
+        lq__sql_ident(b, "pkey");
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, LQ__P_PKEY);
+    }
     lq__sql_add(b, " AND ");
     lq__sql_ident(b, "started_at");
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ__P_STARTED_AT);
 }
 
-/* The starts a claim reserves ahead of it: one recorded at the time the
- * reservation read, and up to LQ__P_LIMIT of those taken back. Starts of
- * one queue at one time are alike, so any of them stands for another. */
+/* The starts a claim reserves ahead of it (the queue's, or with `keyed` a
+ * partition key's): one recorded at the time the reservation read, and up
+ * to LQ__P_LIMIT of those taken back. Starts of one queue (and key) at one
+ * time are alike, so any of them stands for another. */
 static int build_reserved_starts(lq__stmt *at, lq__stmt *unused, const lq__dialect *d,
-                                 const lq_table *t) {
+                                 const lq_table *t, bool keyed) {
+    const char *table = keyed ? LQ__KEY_STARTS_TABLE : LQ__STARTS_TABLE;
     lq__sql b;
     lq__sql_start(&b, at, d, t);
     lq__sql_add(&b, "INSERT INTO ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_qualified(&b, t->schema, table);
     lq__sql_add(&b, " (");
     lq__sql_ident(&b, "queue");
+    if (keyed) {
+        lq__sql_add(&b, ", ");
+        lq__sql_ident(&b, "pkey");
+    }
     lq__sql_add(&b, ", ");
     lq__sql_ident(&b, "started_at");
     lq__sql_add(&b, ") VALUES (");
     lq__sql_param(&b, LQ__P_QUEUE);
+    if (keyed) {
+        lq__sql_add(&b, ", ");
+        lq__sql_param(&b, LQ__P_PKEY);
+    }
     lq__sql_add(&b, ", ");
     lq__sql_param(&b, LQ__P_STARTED_AT);
     lq__sql_add(&b, ")");
@@ -1127,20 +1150,20 @@ static int build_reserved_starts(lq__stmt *at, lq__stmt *unused, const lq__diale
     if (rc != LQ_OK) return rc;
     lq__sql_start(&b, unused, d, t);
     lq__sql_add(&b, "DELETE FROM ");
-    lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
+    lq__sql_qualified(&b, t->schema, table);
     if (d->row_address) { /* no DELETE .. LIMIT: the rows by their address */
         lq__sql_add(&b, " WHERE ");
         lq__sql_add(&b, d->row_address);
         lq__sql_add(&b, " IN (SELECT ");
         lq__sql_add(&b, d->row_address);
         lq__sql_add(&b, " FROM ");
-        lq__sql_qualified(&b, t->schema, LQ__STARTS_TABLE);
-        reserved_where(&b);
+        lq__sql_qualified(&b, t->schema, table);
+        reserved_where(&b, keyed);
         lq__sql_add(&b, " LIMIT ");
         lq__sql_param(&b, LQ__P_LIMIT);
         lq__sql_add(&b, ")");
     } else {
-        reserved_where(&b);
+        reserved_where(&b, keyed);
         lq__sql_add(&b, " LIMIT ");
         lq__sql_param(&b, LQ__P_LIMIT);
     }
@@ -1153,9 +1176,13 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
                          : LQ_OK;
     if (rc == LQ_OK && rate)
         rc = build_starts(&set->starts, &set->start_add, &set->start_prune, d, t, false);
-    if (rc == LQ_OK && rate) rc = build_reserved_starts(&set->start_at, &set->start_unused, d, t);
+    bool reserves = lq_table_form(t) != LQ_FORM_LEASE; /* forms/starts.c */
+    if (rc == LQ_OK && rate && reserves)
+        rc = build_reserved_starts(&set->start_at, &set->start_unused, d, t, false);
     if (rc == LQ_OK && t->key_rate_limit)
         rc = build_starts(&set->key_starts, &set->key_start_add, &set->key_start_prune, d, t, true);
+    if (rc == LQ_OK && t->key_rate_limit && reserves)
+        rc = build_reserved_starts(&set->key_start_at, &set->key_start_unused, d, t, true);
     if (rc == LQ_OK && t->partition_limit && lq_table_form(t) == LQ_FORM_LEASE)
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     return rc;
@@ -1169,7 +1196,8 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
                        &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue,
                        &set->key_starts,  &set->key_start_add, &set->key_start_prune,
-                       &set->start_at,    &set->start_unused};
+                       &set->start_at,    &set->start_unused, &set->key_start_at,
+                       &set->key_start_unused};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

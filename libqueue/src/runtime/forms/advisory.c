@@ -159,20 +159,46 @@ static void give_slots(lq_delivery *d, slots *held) {
     *held = (slots){0};
 }
 
+/* partition_rate_limit: reserves a start of the candidate's key once its
+ * lock is had (forms/starts.c); *passed when the key's window is full. */
+static int reserve_key_start(lq__reserved *r, bool *passed, lq_subscription *s, lq__conn *conn,
+                             const candidate *c) {
+    *r = (lq__reserved){0};
+    *passed = false;
+    if (!s->key_rate_limit || !c->pkey) return LQ_OK;
+    bool broken = false;
+    int rc = lq__starts_reserve(r, &broken, s, conn, 1, c->pkey);
+    if (rc == LQ_OK && broken) rc = lq__error(LQ_BACKEND, "the queue's lock was not given back");
+    if (rc == LQ_OK) *passed = r->count == 0;
+    return rc;
+}
+
+/* Lets a candidate's key and slots go, and its key's start if one was
+ * reserved; rc, or the failure of a release not confirmed. */
+static int let_go(lq_subscription *s, lq__conn *conn, const candidate *c, slots *held,
+                  const lq__reserved *key_start, int rc) {
+    if (key_start->count) rc = lq__starts_unreserve(s, conn, key_start, 0, rc, c->pkey);
+    if (!s->broker->dialect->unlock_key(conn, &s->broker->target, c->key) && rc == LQ_OK)
+        rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
+    return release_slots(s, conn, held, rc);
+}
+
 /* Locks one candidate's key and takes its row; NULL in *out when the key is
- * held elsewhere, its partition key is at its limit, or the row was settled
+ * held elsewhere, its partition key is at a limit, or the row was settled
  * since it was read. */
 static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq__conn *conn,
                           const candidate *c, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
-    const lq__broker_target *target = &s->broker->target;
     bool locked, passed;
     *out = NULL;
     slots held;
     int rc = take_slots(&held, full, &passed, s, conn, c);
     if (rc != LQ_OK || *full || passed) return rc;
-    rc = d->try_lock_key(&locked, conn, target, c->key);
+    rc = d->try_lock_key(&locked, conn, &s->broker->target, c->key);
     if (rc != LQ_OK || !locked) return release_slots(s, conn, &held, rc);
+    lq__reserved key_start;
+    rc = reserve_key_start(&key_start, &passed, s, conn, c);
+    if (rc != LQ_OK || passed) return let_go(s, conn, c, &held, &key_start, rc);
     take_ctx take = {s, NULL};
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
     int64_t changes = 0;
@@ -185,9 +211,7 @@ static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq_
         return LQ_OK;
     }
     if (take.taken) lq_delivery_free(take.taken);
-    if (!d->unlock_key(conn, target, c->key) && rc == LQ_OK)
-        rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
-    return release_slots(s, conn, &held, rc);
+    return let_go(s, conn, c, &held, &key_start, rc);
 }
 
 /* The rows a set take returned, each matched to its candidate (taken[j]
@@ -227,7 +251,8 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
     int *at = malloc((size_t)limit * sizeof *at);
     lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
     slots *held = calloc((size_t)limit, sizeof *held);
-    int rc = at && taken && held ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    lq__reserved *key_starts = calloc((size_t)limit, sizeof *key_starts);
+    int rc = at && taken && held && key_starts ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     int n = 0;
     lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
@@ -237,6 +262,11 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
         rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
         if (rc != LQ_OK || !locked) {
             rc = release_slots(s, conn, &held[n], rc);
+            continue;
+        }
+        rc = reserve_key_start(&key_starts[n], &passed, s, conn, &c->items[i]);
+        if (rc != LQ_OK || passed) {
+            rc = let_go(s, conn, &c->items[i], &held[n], &key_starts[n], rc);
             continue;
         }
         at[n++] = i;
@@ -265,13 +295,12 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
          * counted nothing, and a failure after it (a delivery that could
          * not be made) leaves at worst one attempt counted too many. */
         if (taken[j]) lq__delivery_unref(taken[j]);
-        if (!d->unlock_key(conn, target, cand->key) && rc == LQ_OK)
-            rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", cand->key);
-        rc = release_slots(s, conn, &held[j], rc);
+        rc = let_go(s, conn, cand, &held[j], &key_starts[j], rc);
     }
     free(at);
     free(taken);
     free(held);
+    free(key_starts);
     return rc;
 }
 
@@ -285,7 +314,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__reserved reserved = {0};
     bool reserve_broken = false; /* the queue's lock was not given back */
     if (s->rate_limit) {
-        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit);
+        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit, NULL);
         if (rc != LQ_OK || reserved.count == 0 || reserve_broken) { /* broken: its starts err low */
             lq__pool_release(pool, shared, reserve_broken || rc == LQ_CONNECT);
             return rc;
@@ -295,6 +324,8 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__value args[LQ__P_COUNT] = {0};
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
+    if (s->starts_key) /* the candidates pass over keys at partition_rate_limit */
+        args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->starts_key, .n = strlen(s->starts_key)};
     lq__claim_limits(s, args);
     /* Read past the rows whose keys this process holds, so later rows of
      * other keys are found without waiting for a poll. (Keys held by other
@@ -331,7 +362,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     /* Cut short by the limit: the next settlement here wakes a claim. */
     if (s->concurrency) atomic_store(&s->at_limit, full);
     if (reserved.count && !shared_broken && rc != LQ_CONNECT)
-        rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc);
+        rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc, NULL);
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     for (int i = 0; i < c.count; i++) {
         free(c.items[i].key);
