@@ -4,8 +4,10 @@ The cdef is generated from the public header by ``bindings/gen_cdef.py``; the
 C core (every ``.c`` under ``libqueue/src/``) is compiled into the extension
 itself.
 
-Where the sources are: the repository root is the parent of this directory,
-or ``$LQ_SOURCE_DIR`` when set (for builds from a copy of ``python/`` alone).
+Where the sources are: ``csrc/`` beside this file. In a checkout its entries
+are links into the repository (``src`` and ``include`` of ``libqueue/``,
+``gen_cdef.py`` of ``bindings/``); an sdist carries copies of them, so it
+builds on its own.
 
 Extra native libraries (beyond sqlite3 and pthread):
 
@@ -30,11 +32,9 @@ from typing import Dict, List, Tuple
 
 from cffi import FFI
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.environ.get("LQ_SOURCE_DIR") or os.path.join(HERE, os.pardir))
-SRC = os.path.join(ROOT, "libqueue", "src")
-INCLUDE = os.path.join(ROOT, "libqueue", "include")
-BINDINGS = os.path.join(ROOT, "bindings")
+CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+SRC = os.path.join(CSRC, "src")
+INCLUDE = os.path.join(CSRC, "include")
 HEADER = os.path.join(INCLUDE, "libqueue.h")
 
 #: Always linked.
@@ -46,18 +46,18 @@ DETECTED_LIBS: Dict[str, Tuple[str, str]] = {
     "mysql.h": ("libmariadb", "mariadb"),
 }
 
-for path in (SRC, HEADER, os.path.join(BINDINGS, "gen_cdef.py")):
+for path in (SRC, HEADER, os.path.join(CSRC, "gen_cdef.py")):
     if not os.path.exists(path):
         sys.exit(
             "libqueue: %s not found. Build from a checkout of the libqueue "
-            "repository (pip install ./python), or set LQ_SOURCE_DIR to the "
-            "repository root." % path
+            "repository (pip install ./python) or from its sdist; a copy of "
+            "python/ alone needs its links followed (cp -rL)." % path
         )
 
-sys.path.insert(0, BINDINGS)
+sys.path.insert(0, CSRC)
 import gen_cdef  # noqa: E402
 
-sys.path.remove(BINDINGS)
+sys.path.remove(CSRC)
 
 
 #: Dialects a build may leave out, by the environment variable that mirrors
@@ -71,12 +71,13 @@ def dialect_enabled(option: str) -> bool:
 
 
 def core_sources() -> List[str]:
-    """Every C source of the core that this build compiles, sorted, as
-    absolute paths."""
+    """Every C source of the core that this build compiles, sorted, relative
+    to the working directory (setuptools refuses absolute source paths; it
+    runs a build in the directory of setup.py)."""
     left_out = {os.path.join(SRC, "dialects", source)
                 for option, source in OPTIONAL_DIALECTS.items() if not dialect_enabled(option)}
     found = sorted(glob.glob(os.path.join(SRC, "**", "*.c"), recursive=True))
-    return [path for path in found if path not in left_out]
+    return [os.path.relpath(path) for path in found if path not in left_out]
 
 
 def _split_words(value: str) -> List[str]:
@@ -209,7 +210,7 @@ ffibuilder.set_source(
     "libqueue._lq",
     BINDING_C,
     sources=SOURCES,
-    include_dirs=[INCLUDE, SRC, BINDINGS] + _incs,
+    include_dirs=[INCLUDE, SRC] + _incs,
     libraries=BASE_LIBS + _libs,
     define_macros=[(option, "1") for option in OPTIONAL_DIALECTS if dialect_enabled(option)],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + _cflags,

@@ -34,11 +34,12 @@ extern "C" {
 #define LQ_API __attribute__((visibility("default")))
 #endif
 
+/* The one place the version is written: the build (CMake, the Python
+ * package) reads these three lines. */
 #define LQ_VERSION_MAJOR 0
 #define LQ_VERSION_MINOR 1
 #define LQ_VERSION_PATCH 0
-/* major * 10000 + minor * 100 + patch */
-#define LQ_VERSION_NUMBER 100
+#define LQ_VERSION_NUMBER (LQ_VERSION_MAJOR * 10000 + LQ_VERSION_MINOR * 100 + LQ_VERSION_PATCH)
 
 /* Status codes, each with its value and its description (lq_status_describe).
  * The one list of them: the enum below, the library's names and descriptions

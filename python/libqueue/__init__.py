@@ -27,7 +27,7 @@ from libqueue.broker import Broker, Message, Payload, redact_url
 from libqueue.delivery import Delivery
 from libqueue.doctor import Finding
 from libqueue.enums import Form, Isolation, LogLevel, Option, Role, Stat, Status
-from libqueue.errors import (  # Error and one class per lq_status, made from the enum
+from libqueue.errors import (  # Error and one class per lq_status
     AlreadySubscribed,
     BackendError,
     BatchRolledBack,

@@ -1,19 +1,26 @@
 """Exceptions: ``Error`` and one subclass per ``lq_status`` code.
 
-The subclasses are made mechanically from the status enum of the compiled
-header and the names ``lq_status_name()`` gives (``LQ_LEASE_LOST`` ->
-``LeaseLost``); ``_RENAMES`` only adds a suffix where the bare word would read
-badly or shadow a builtin. ``LQ_ERROR`` is ``Error`` itself. A code this
-binding does not know (a newer core) raises ``Error`` with that status.
+Each class is named after its status (``LQ_LEASE_LOST`` -> ``LeaseLost``; a
+suffix where the bare word would read badly or shadow a builtin) and takes its
+docstring from the header's description of it. Where a builtin exception
+means the same, the class is one of those too, so that code catching the
+builtin catches it: ``Misuse`` and ``ConnectionLimit`` are ``ValueError``,
+``NoMemory`` is ``MemoryError``, ``ConnectError`` is ``ConnectionError``,
+``Timeout`` is ``TimeoutError``, ``NotFound`` is ``LookupError``.
+``LQ_ERROR`` is ``Error`` itself. A code this binding does not know (a newer
+core) raises ``Error`` with that status.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional, Type
+from typing import Dict, Optional, Tuple, Type
 
-from libqueue._ffi import ffi, lib, text
+from libqueue._ffi import lib, text
 
-__all__ = ["Error", "check", "last_error", "make_error", "error_class"]  # + the subclasses
+__all__ = ["Error", "check", "last_error", "make_error", "error_class",
+           "Misuse", "NoMemory", "ConnectError", "BackendError", "SchemaError", "DialectError",
+           "ServerTooOld", "ConnectionLimit", "Timeout", "Closed", "LeaseLost", "Contention",
+           "AlreadySubscribed", "BatchRolledBack", "Duplicate", "NotFound", "Cancelled"]
 
 
 class Error(Exception):
@@ -56,56 +63,84 @@ class Error(Exception):
         return (type(self), (self.message, self.status, self.sqlstate, self.native_code))
 
 
-#: Where the mechanical CamelCase name would be unclear or shadow a builtin.
-_RENAMES = {
-    "NOMEM": "NoMemory",
-    "CONNECT": "ConnectError",
-    "BACKEND": "BackendError",
-    "SCHEMA": "SchemaError",
-    "DIALECT": "DialectError",
-}
-
-_BY_STATUS: Dict[int, Type[Error]] = {lib.LQ_ERROR: Error}
+class Misuse(Error, ValueError):
+    status = lib.LQ_MISUSE
 
 
-def _class_name(c_name: str) -> str:
-    bare = c_name[3:] if c_name.startswith("LQ_") else c_name
-    return _RENAMES.get(bare) or "".join(w.capitalize() for w in bare.split("_"))
+class NoMemory(Error, MemoryError):
+    status = lib.LQ_NOMEM
 
 
-def _make_classes() -> None:
-    for value in sorted(ffi.typeof("lq_status").relements.values()):
-        if value in (lib.LQ_OK, lib.LQ_ERROR):
-            continue
-        c_name = text(lib.lq_status_name(value))
-        name = _class_name(c_name)
-        doc = "%s: %s" % (c_name, text(lib.lq_status_describe(value)))
-        cls = type(name, (Error,), {"status": value, "__doc__": doc, "__module__": __name__})
-        _BY_STATUS[value] = cls
-        globals()[name] = cls
-        __all__.append(name)
+class ConnectError(Error, ConnectionError):
+    status = lib.LQ_CONNECT
 
 
-_make_classes()
+class BackendError(Error):
+    status = lib.LQ_BACKEND
 
-if TYPE_CHECKING:  # what _make_classes() makes, spelled out for static analysis
-    class Misuse(Error): ...
-    class NoMemory(Error): ...
-    class ConnectError(Error): ...
-    class BackendError(Error): ...
-    class SchemaError(Error): ...
-    class DialectError(Error): ...
-    class ServerTooOld(Error): ...
-    class ConnectionLimit(Error): ...
-    class Timeout(Error): ...
-    class Closed(Error): ...
-    class LeaseLost(Error): ...
-    class Contention(Error): ...
-    class AlreadySubscribed(Error): ...
-    class BatchRolledBack(Error): ...
-    class Duplicate(Error): ...
-    class NotFound(Error): ...
-    class Cancelled(Error): ...
+
+class SchemaError(Error):
+    status = lib.LQ_SCHEMA
+
+
+class DialectError(Error):
+    status = lib.LQ_DIALECT
+
+
+class ServerTooOld(Error):
+    status = lib.LQ_SERVER_TOO_OLD
+
+
+class ConnectionLimit(Error, ValueError):
+    status = lib.LQ_CONNECTION_LIMIT
+
+
+class Timeout(Error, TimeoutError):
+    status = lib.LQ_TIMEOUT
+
+
+class Closed(Error):
+    status = lib.LQ_CLOSED
+
+
+class LeaseLost(Error):
+    status = lib.LQ_LEASE_LOST
+
+
+class Contention(Error):
+    status = lib.LQ_CONTENTION
+
+
+class AlreadySubscribed(Error):
+    status = lib.LQ_ALREADY_SUBSCRIBED
+
+
+class BatchRolledBack(Error):
+    status = lib.LQ_BATCH_ROLLED_BACK
+
+
+class Duplicate(Error):
+    status = lib.LQ_DUPLICATE
+
+
+class NotFound(Error, LookupError):
+    status = lib.LQ_NOT_FOUND
+
+
+class Cancelled(Error):
+    status = lib.LQ_CANCELLED
+
+
+_SUBCLASSES: Tuple[Type[Error], ...] = (
+    Misuse, NoMemory, ConnectError, BackendError, SchemaError, DialectError, ServerTooOld,
+    ConnectionLimit, Timeout, Closed, LeaseLost, Contention, AlreadySubscribed, BatchRolledBack,
+    Duplicate, NotFound, Cancelled)
+
+_BY_STATUS: Dict[int, Type[Error]] = {cls.status: cls for cls in (Error,) + _SUBCLASSES}
+
+for _cls in _SUBCLASSES:  # the header's words, not a copy of them
+    _cls.__doc__ = "%s: %s" % (text(lib.lq_status_name(_cls.status)),
+                               text(lib.lq_status_describe(_cls.status)))
 
 
 def error_class(status: int) -> Type[Error]:

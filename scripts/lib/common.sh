@@ -7,7 +7,8 @@ LQ_PYTHON=/usr/bin/python3
 
 # The Debian packages every build and test needs.
 LQ_PACKAGES=(cmake gcc g++ make pkg-config libsqlite3-dev libpq-dev postgresql python3 python3-dev python3-cffi
-             python3-setuptools python3-pytest python3-venv python3-pip python3-psycopg2 valgrind
+             python3-setuptools python3-wheel python3-build python3-pytest python3-venv python3-pip
+             python3-psycopg2 valgrind
              lua5.4 liblua5.4-dev swig sqlite3 libmariadb-dev mariadb-server python3-pymysql openssl
              tzdata python3-croniter faketime python3-prometheus-client python3-psycopg
              python3-mysqldb python3-sqlalchemy lua-sql-sqlite3)

@@ -53,6 +53,6 @@ int main(void) {
     CHECK_STR(lq_status_name(999), "LQ_UNKNOWN");
     CHECK(lq_status_describe(999) != NULL);
     CHECK(lq_version_number() == LQ_VERSION_NUMBER);
-    CHECK_STR(lq_version_string(), "0.1.0");
+    CHECK_STR(lq_version_string(), LQ_PROJECT_VERSION); /* as CMake read it */
     CHECK_DONE();
 }

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 import libqueue
-from libqueue._ffi import ffi, lib
+from libqueue._ffi import ffi, lib, text
 
 from helpers import SqliteDB, make_table
 
@@ -48,6 +50,52 @@ def test_error_carries_status_and_codes() -> None:
     assert (e.status, e.sqlstate, e.native_code) == (libqueue.Status.SCHEMA, "42703", 7)
     assert e.status_name == "LQ_SCHEMA"
     assert "column x is missing" in str(e)
+
+
+#: The classes that are also a builtin exception, and that builtin.
+BUILTIN_BASES = {
+    libqueue.Misuse: ValueError,
+    libqueue.NoMemory: MemoryError,
+    libqueue.ConnectError: ConnectionError,
+    libqueue.ConnectionLimit: ValueError,
+    libqueue.Timeout: TimeoutError,
+    libqueue.NotFound: LookupError,
+}
+
+
+@pytest.mark.parametrize("cls", [getattr(libqueue, name) for name in EXPECTED_CLASSES.values()],
+                         ids=lambda cls: cls.__name__)
+def test_an_error_is_the_builtin_that_fits(cls: type) -> None:
+    """Caught as libqueue.Error and, where one fits, as the builtin; the rest
+    are no builtin's; either way they pickle whole."""
+    e = libqueue.errors.make_error(cls.status, "what failed", "42000", 5)
+    builtin = BUILTIN_BASES.get(cls)
+    if builtin is None:
+        assert cls.__bases__ == (libqueue.Error,)
+    else:
+        with pytest.raises(builtin) as info:
+            raise e
+        assert info.value is e
+    with pytest.raises(libqueue.Error):
+        raise e
+    assert str(e) == "%s: what failed (SQLSTATE 42000, code 5)" % e.status_name
+    copy = pickle.loads(pickle.dumps(e))
+    assert type(copy) is cls
+    assert (copy.message, copy.status, copy.sqlstate, copy.native_code) == (
+        "what failed", cls.status, "42000", 5)
+    assert cls.__doc__ == "%s: %s" % (e.status_name, text(lib.lq_status_describe(cls.status)))
+
+
+def test_the_core_s_errors_are_caught_as_builtins(tmp_path) -> None:
+    raised = []
+    for builtin, url, options in [
+            (ValueError, "", {}),
+            (ConnectionError, "sqlite://%s/no/such/dir/q.db" % tmp_path, {}),
+            (ValueError, "sqlite://%s/q.db" % tmp_path, {"pool_size": 4, "connection_limit": 2})]:
+        with pytest.raises(builtin) as info:
+            libqueue.Broker(url, **options)
+        raised.append(type(info.value))
+    assert raised == [libqueue.Misuse, libqueue.ConnectError, libqueue.ConnectionLimit]
 
 
 def test_version() -> None:

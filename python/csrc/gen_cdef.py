@@ -1,0 +1,1 @@
+../../bindings/gen_cdef.py
