@@ -1,4 +1,5 @@
-/* SWIG interface of the core Lua module, libqueue_core.
+/* SWIG interface of the core Lua module, libqueue.core (libqueue/core.so,
+ * whose entry point luaopen_libqueue_core this %module names).
  *
  *     swig -lua -o libqueue_core_wrap.c -I libqueue/include bindings/libqueue.i
  *
@@ -25,8 +26,9 @@
  *         nil, message, code_name, sqlstate, native
  *     read from lq_errmsg(), lq_status_name(rc), lq_errcode_sqlstate() and
  *     lq_errcode_native() right after the call.
- *   - Integers are Lua integers both ways (64-bit ids exact); a float without
- *     an integer value, or an int argument out of range, is an argument error.
+ *   - Integers are Lua integers both ways (64-bit ids exact; on Lua 5.1 and
+ *     LuaJIT, doubles, exact below 2^53); a float without an integer value,
+ *     or an int argument out of range, is an argument error.
  *   - Byte data is a Lua string, embedded NULs included.
  *   - Handles are plain pointers here (not owned: nothing is freed by the
  *     garbage collector of this module). libqueue.lua owns and frees them.
@@ -47,7 +49,9 @@
 %{
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "libqueue.h"
+#include "lq_lua_compat.h"
 #include "lq_lua_log.h"
 #include "lq_lua_settler.h"
 
@@ -83,8 +87,9 @@ static int lq_lua_isint(lua_State *L, int index) {
 %include <stdint.i>
 
 /* ---------------------------------------------------------------------- */
-/* Integers: Lua 5.4 integers, both ways. SWIG's defaults go through
- * lua_Number (a double) and would lose ids above 2^53. */
+/* Integers: Lua integers both ways (from Lua 5.3 on; before, doubles, exact
+ * below 2^53). SWIG's defaults go through lua_Number (a double) and would
+ * lose ids above 2^53 on every Lua. */
 
 %typemap(in, checkfn="lq_lua_isint") int {
     lua_Integer lq_value = lua_tointeger(L, $input);
@@ -377,7 +382,7 @@ LQ_OUT_HANDLE(lq_rendered_sql)
     lua_createtable(L, 0, 0);
     int lq_holder = lua_gettop(L);
     for (size_t lq_i = 0; lq_i < lq_n; lq_i++) {
-        int lq_type = lua_rawgeti(L, $input, (lua_Integer)lq_i + 1);
+        int lq_type = lq_lua_rawgeti(L, $input, (lua_Integer)lq_i + 1);
         if (lq_type == LUA_TNIL) {
             lq_params[lq_i] = NULL;
             lua_pop(L, 1);
@@ -385,6 +390,16 @@ LQ_OUT_HANDLE(lq_rendered_sql)
             lq_params[lq_i] = lua_tostring(L, -1);
             lua_pop(L, 1);
         } else if (lq_type == LUA_TNUMBER) {
+#if LUA_VERSION_NUM < 503
+            /* A double with an integer value (an id) goes as that integer:
+             * lua_tostring's "%.14g" would write 2^53 - 1 as 9.007199254741e+15. */
+            if (lua_isinteger(L, -1)) {
+                char lq_text[32];
+                snprintf(lq_text, sizeof lq_text, "%lld", (long long)lua_tointeger(L, -1));
+                lua_pop(L, 1);
+                lua_pushstring(L, lq_text);
+            }
+#endif
             lq_params[lq_i] = lua_tostring(L, -1); /* converts this copy */
             lua_rawseti(L, lq_holder, (lua_Integer)lq_i + 1);
         } else {

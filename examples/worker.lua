@@ -2,22 +2,24 @@
 -- publishes some jobs, works them on this thread with sub:run, and prints a
 -- summary line.
 --
---     lua5.4 examples/worker.lua [path.db] [jobs]
+--     lua5.4 examples/worker.lua [path.db] [jobs]      (or lua5.3, lua5.1, luajit)
 --
 -- With the module installed (cmake --install) nothing else is needed. From a
--- build tree, point Lua at it, e.g. for the build in build/lua:
+-- build tree, point Lua at it, e.g. for the build in build/lua and Lua 5.4:
 --
---     LUA_CPATH="build/lua/lua/?.so;;" LUA_PATH="build/lua/lua/?.lua;;" lua5.4 examples/worker.lua
+--     LUA_CPATH="build/lua/lua/5.4/?.so;;" LUA_PATH="build/lua/lua/?.lua;;" lua5.4 examples/worker.lua
 --
 -- (the lines marked "source checkout" below also look there on their own).
 
--- Source checkout only: find the module in a build tree next to this file.
+-- Source checkout only: find the module in a build tree next to this file;
+-- the C part is in a folder per Lua (5.4, 5.3, 5.1, luajit).
 if not pcall(require, "libqueue") then
   local root = ((arg and arg[0] or ""):match("^(.*)/[^/]*$") or ".") .. "/.."
+  local lua = jit and "luajit" or _VERSION:match("%d+%.%d+")
   for _, dir in ipairs({ os.getenv("LQ_BUILD_DIR") or "", root .. "/build/lua/lua",
                          root .. "/build/test/lua", root .. "/build/lua" }) do
     if dir ~= "" then
-      package.cpath = dir .. "/?.so;" .. package.cpath
+      package.cpath = dir .. "/" .. lua .. "/?.so;" .. package.cpath
       package.path = dir .. "/?.lua;" .. package.path
     end
   end
@@ -32,7 +34,7 @@ libqueue.set_logger(function(level, message)
 end)
 
 local path = arg[1] or "worker.db"
-local jobs = math.tointeger(tonumber(arg[2] or "20")) or 20
+local jobs = math.floor(tonumber(arg[2] or "") or 20)
 
 -- The queue table: a lease (locked_until), attempts, and delayed retries.
 local tbl = assert(libqueue.table{

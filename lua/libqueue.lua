@@ -35,7 +35,7 @@
 --
 -- Layout. This file assembles the module from its parts in libqueue/, one
 -- idea each, layered as the C sources are (each requires only those above):
---     libqueue.core          libqueue_core, version, enums, status names, errors
+--     libqueue.base          libqueue.core (the C module), version, enums, status names, errors
 --     libqueue.log           the logger, drain_log, set_logger
 --     libqueue.options       option tables -> lq_options
 --     libqueue.table         Table (libqueue.table)
@@ -44,7 +44,7 @@
 --     libqueue.broker        Broker (libqueue.open): create_table, publish, subscribe
 -- The parts are internal: require("libqueue") is the module.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 local log = require("libqueue.log")
 local table_part = require("libqueue.table")

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "libqueue.h"
+#include "lq_lua_compat.h"
 
 /* Most messages kept between two drains; more are counted, not kept. */
 #define LQ_LUA_LOG_MAX 1000
@@ -235,8 +236,10 @@ int lq_lua_log_drain(lua_State *L) {
     if (dropped) {
         lua_pushinteger(L, LQ_LOG_WARNING);
         lua_rawseti(L, -2, ++n);
-        lua_pushfstring(L, "%I log messages of the core were dropped (the queue holds %d)",
-                        (lua_Integer)dropped, LQ_LUA_LOG_MAX);
+        char text[96];
+        snprintf(text, sizeof text, "%zu log messages of the core were dropped (the queue holds %d)",
+                 dropped, LQ_LUA_LOG_MAX);
+        lua_pushstring(L, text);
         lua_rawseti(L, -2, ++n);
     }
     return 1;

@@ -2,7 +2,7 @@
 -- (libqueue.open): create_table, publishing (the messages a publish writes,
 -- built from Lua fields) and subscribe; and redact_url.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 local log = require("libqueue.log")
 local build_options = require("libqueue.options").build_options
@@ -16,7 +16,7 @@ local drain_log, done = log.drain_log, log.done
 
 local type, pairs, ipairs, setmetatable, tostring, assert =
       type, pairs, ipairs, setmetatable, tostring, assert
-local math_type, tointeger = math.type, math.tointeger
+local math_type, tointeger, new_object = C.math_type, C.tointeger, C.new_object
 local format = string.format
 
 local B = {}
@@ -47,7 +47,7 @@ function B.open(url, opts)
   drain_log()
   if not ptr then return nil, msg, code2, sqlstate, native end
   -- Only the URL as it may be shown is kept: its password is "***".
-  return setmetatable({ _ptr = ptr, url = redact_url(url), dialect = core.lq_broker_dialect(ptr) },
+  return new_object({ _ptr = ptr, url = redact_url(url), dialect = core.lq_broker_dialect(ptr) },
                       Broker)
 end
 
@@ -267,8 +267,9 @@ local function publish_sql(dialect, tbl, payload, opts, fname, first)
     check_type(opts, "table", first + 3, fname)
     for k, v in pairs(opts) do fields[k] = v end
     if fields.payload ~= nil then return misuse("the payload is " .. fname .. "'s own argument") end
-    if fields.notify == false then flags = flags | core.LQ_PUBLISH_SQL_NO_NOTIFY end
-    if fields.returning == false then flags = flags | core.LQ_PUBLISH_SQL_NO_RETURNING end
+    -- Two distinct bits, each added once (Lua 5.1 has no "|").
+    if fields.notify == false then flags = flags + core.LQ_PUBLISH_SQL_NO_NOTIFY end
+    if fields.returning == false then flags = flags + core.LQ_PUBLISH_SQL_NO_RETURNING end
     fields.notify, fields.returning = nil, nil
   end
   if payload ~= nil and type(payload) ~= "string" then argerror(first + 2, fname, "string", payload) end

@@ -3,7 +3,7 @@
 -- settlements (ack, retry, retry_after, dead_letter), execute in
 -- transactional mode, and release.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 local log = require("libqueue.log")
 
@@ -13,7 +13,7 @@ local drain_log, done = log.drain_log, log.done
 
 local type, pairs, setmetatable, tostring, rawget, rawset =
       type, pairs, setmetatable, tostring, rawget, rawset
-local tointeger = math.tointeger
+local tointeger, pack, new_object = C.tointeger, C.pack, C.new_object
 local format = string.format
 
 local D = {}
@@ -24,7 +24,7 @@ D.Delivery = Delivery
 
 --- A Delivery of `subscription` for the core's delivery `ptr`.
 function D.new(ptr, subscription)
-  return setmetatable({ _ptr = ptr, subscription = subscription, settled = false }, Delivery)
+  return new_object({ _ptr = ptr, subscription = subscription, settled = false }, Delivery)
 end
 
 -- Delivery: fields are read lazily from the row and kept.
@@ -104,7 +104,7 @@ end
 -- back. Outside transactional mode: nil, message, "LQ_MISUSE".
 function Delivery:execute(sql, ...)
   check_type(sql, "string", 1, "execute")
-  local params = table.pack(...)
+  local params = pack(...)
   for i = 1, params.n do
     local kind = type(params[i])
     if kind ~= "string" and kind ~= "number" and kind ~= "nil" then

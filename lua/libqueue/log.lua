@@ -5,7 +5,7 @@
 -- whether the shim captures), drain_log, set_logger, and done, which ends a
 -- call into the core. Requiring it turns the shim's capture on.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 
 local core = C.core
@@ -13,7 +13,7 @@ local raise = C.raise
 local LOG_LEVELS = C.LOG_LEVELS
 
 local type, pairs, tostring, pcall = type, pairs, tostring, pcall
-local math_type = math.type
+local math_type = C.math_type
 local format = string.format
 
 local L = {}

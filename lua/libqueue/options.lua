@@ -1,14 +1,14 @@
 --- libqueue.options: option tables ({ pool_size = 4 }) made into the
 -- core's lq_options sets, for open and subscribe.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 
 local core = C.core
 local raise, check_type, own = C.raise, C.check_type, C.own
 
 local type, pairs, tostring, next = type, pairs, tostring, next
-local math_type, tointeger = math.type, math.tointeger
+local math_type, tointeger = C.math_type, C.tointeger
 local format = string.format
 
 local O = {}

@@ -3,7 +3,7 @@
 -- health, run and its settlers (the module's threads that ack and retry
 -- what handlers return, lua/lq_lua_settler.c), stop, close and stat.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 local log = require("libqueue.log")
 local new_delivery = require("libqueue.delivery").new
@@ -15,7 +15,7 @@ local STATS, LOG_LEVELS, HISTOGRAMS = C.STATS, C.LOG_LEVELS, C.HISTOGRAMS
 local emit, drain_log, done = log.emit, log.drain_log, log.done
 
 local type, setmetatable, tostring, xpcall = type, setmetatable, tostring, xpcall
-local tointeger = math.tointeger
+local tointeger, new_object = C.tointeger, C.new_object
 local format = string.format
 
 local S = {}
@@ -37,7 +37,7 @@ end
 --- A Subscription for the core's subscription `ptr`, opened by `broker` on
 -- `tbl` with `opts` (see Broker:subscribe).
 function S.new(ptr, broker, tbl, opts)
-  return setmetatable({ _ptr = ptr, broker = broker, table = tbl, workers = workers_of(opts) },
+  return new_object({ _ptr = ptr, broker = broker, table = tbl, workers = workers_of(opts) },
                       Subscription)
 end
 
@@ -84,6 +84,33 @@ function Subscription:next(timeout)
       end
     end
   end
+end
+
+--- For event loops (cqueues, luv, copas, a poll of one's own): a file
+-- descriptor (an integer) that is readable while a delivery is ready, and
+-- for good once the subscription is stopped. Wait until it is readable, then
+-- take deliveries with try_next() until it answers "LQ_TIMEOUT"; a wake-up
+-- that finds none (another taker was first) just waits again. Never read
+-- from it or close it: the subscription owns it and closes it in close(),
+-- so stop watching it before. The first call starts the claims, as next()
+-- does. Or nil, message, code ("LQ_CLOSED" once closed).
+function Subscription:fd()
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  return done(nil, core.lq_subscription_fd(ptr))
+end
+
+--- The next delivery ready now, never waiting: the delivery, or nil,
+-- message, "LQ_TIMEOUT" when none is ready, nil, message, "LQ_CLOSED" once
+-- stopped. It never reports a failing claim in place of "LQ_TIMEOUT":
+-- health() tells an outage. The delivery is the caller's, as from next().
+function Subscription:try_next()
+  local ptr = self._ptr
+  if not ptr then return closed("subscription") end
+  local d, m, c, s, n = core.lq_subscription_try_next(ptr)
+  drain_log()
+  if d then return new_delivery(d, self) end
+  return nil, m, c, s, n
 end
 
 --- Whether the subscription's claims reach the database: true while they
@@ -170,6 +197,54 @@ local function finish_settler(settler, counts)
   settler:free()
 end
 
+--- The loop of sub:run: pulls and hands each delivery to fn until `max`,
+-- a timeout or a stop; returns handled, counts, or nil, message, code,
+-- sqlstate, native when pulling failed.
+local function handle_all(self, fn, timeout, max, retry_delay, settler)
+  local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
+  local handled = 0
+  -- Pulls at once: the core claims no more than the subscription's workers
+  -- (and the rows it looks ahead) while those queued here are in work.
+  while not max or handled < max do
+    local d, m, c, s, n = self:next(timeout)
+    if not d then
+      if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then break end
+      return nil, m, c, s, n
+    end
+    handled = handled + 1
+    -- Read first (fn may release d), from the core: d's field cache is made
+    -- only if fn reads a field.
+    local id, attempt = core.lq_delivery_id(d._ptr), core.lq_delivery_attempt(d._ptr)
+    local ok, err = xpcall(function() return fn(d) end, debug.traceback)
+    if not ok then
+      counts.failed = counts.failed + 1
+      emit(LOG_LEVELS.error, format("handler failed on row %s of %s (attempt %d); %s: %s",
+                                    tostring(id), self.table.name, attempt,
+                                    d.settled and "it had settled the row"
+                                             or "the row is retried, or dead-lettered at max_attempts",
+                                    describe_error(err)))
+    end
+    if d.settled then
+      counts.settled_by_handler = counts.settled_by_handler + 1
+    elseif d._ptr then
+      local outcome = ok and SETTLE_ACK or retry_delay and SETTLE_RETRY_AFTER or SETTLE_RETRY
+      if not (settler and hand_over(settler, d, outcome, retry_delay)) then
+        local done_ok, sm, sc = settle_here(d, outcome, retry_delay)
+        if done_ok then
+          if ok then counts.acked = counts.acked + 1 else counts.retried = counts.retried + 1 end
+        else
+          counts.settle_errors = counts.settle_errors + 1
+          emit(LOG_LEVELS.warning, format("%s of row %s of %s failed: %s (%s)",
+                                          ok and "ack" or "retry", tostring(id),
+                                          self.table.name, tostring(sm), tostring(sc)))
+        end
+      end
+    end
+    d:release()
+  end
+  return handled, counts
+end
+
 --- sub:run(fn [, { timeout = seconds, max = n, retry_delay_ms = ms, settlers = n }])
 -- Pulls deliveries and calls fn(delivery) for each, on the calling thread.
 -- Returning normally acks the delivery unless fn settled it; an error()
@@ -210,51 +285,18 @@ function Subscription:run(fn, opts)
   if settlers == nil then settlers = together and 1 or self.workers or 1 end
   settlers = type(settlers) == "number" and tointeger(settlers)
   if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
-  -- Closed (every handed-over delivery settled) however run is left; nil
-  -- (settle here) with no settlers or no thread to be had.
-  local settler <close> = settlers > 0
-                          and start_settler(settlers, self.table.name, together)
-                          or nil
-  local counts = { acked = 0, retried = 0, failed = 0, settled_by_handler = 0, settle_errors = 0 }
-  local handled = 0
-  -- Pulls at once: the core claims no more than the subscription's workers
-  -- (and the rows it looks ahead) while those queued here are in work.
-  while not max or handled < max do
-    local d, m, c, s, n = self:next(timeout)
-    if not d then
-      if c == "LQ_TIMEOUT" or c == "LQ_CLOSED" then break end
-      return nil, m, c, s, n
-    end
-    handled = handled + 1
-    -- Read first (fn may release d), from the core: d's field cache is made
-    -- only if fn reads a field.
-    local id, attempt = core.lq_delivery_id(d._ptr), core.lq_delivery_attempt(d._ptr)
-    local ok, err = xpcall(fn, debug.traceback, d)
-    if not ok then
-      counts.failed = counts.failed + 1
-      emit(LOG_LEVELS.error, format("handler failed on row %s of %s (attempt %d); %s: %s",
-                                    tostring(id), self.table.name, attempt,
-                                    d.settled and "it had settled the row"
-                                             or "the row is retried, or dead-lettered at max_attempts",
-                                    describe_error(err)))
-    end
-    if d.settled then
-      counts.settled_by_handler = counts.settled_by_handler + 1
-    elseif d._ptr then
-      local outcome = ok and SETTLE_ACK or retry_delay and SETTLE_RETRY_AFTER or SETTLE_RETRY
-      if not (settler and hand_over(settler, d, outcome, retry_delay)) then
-        local done_ok, sm, sc = settle_here(d, outcome, retry_delay)
-        if done_ok then
-          if ok then counts.acked = counts.acked + 1 else counts.retried = counts.retried + 1 end
-        else
-          counts.settle_errors = counts.settle_errors + 1
-          emit(LOG_LEVELS.warning, format("%s of row %s of %s failed: %s (%s)",
-                                          ok and "ack" or "retry", tostring(id),
-                                          self.table.name, tostring(sm), tostring(sc)))
-        end
-      end
-    end
-    d:release()
+  -- Nil (settle here) with no settlers or no thread to be had.
+  local settler = settlers > 0 and start_settler(settlers, self.table.name, together) or nil
+  -- The settler is closed (every handed-over delivery settled) however the
+  -- loop is left, an error included.
+  local ok, handled, counts, c, s, n = pcall(handle_all, self, fn, timeout, max, retry_delay, settler)
+  if not ok then
+    if settler then settler:free() end
+    error(handled, 0)
+  end
+  if not handled then
+    if settler then settler:free() end
+    return nil, counts, c, s, n
   end
   finish_settler(settler, counts)
   drain_log()

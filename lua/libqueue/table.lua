@@ -2,7 +2,7 @@
 -- its name, a column per role, the claim form and the DDL it takes; and
 -- table_ptr, which checks a Table argument of the other parts.
 
-local C = require("libqueue.core")
+local C = require("libqueue.base")
 C.internal()
 local done = require("libqueue.log").done
 
@@ -12,7 +12,7 @@ local ROLES, ISOLATIONS, FORMS = C.ROLES, C.ISOLATIONS, C.FORMS
 
 local type, pairs, setmetatable, getmetatable, tostring =
       type, pairs, setmetatable, getmetatable, tostring
-local math_type = math.type
+local math_type, new_object = C.math_type, C.new_object
 local format = string.format
 
 local T = {}
@@ -64,7 +64,7 @@ function T.new(spec, more)
   end
   local ptr, msg, code = core.lq_table_new(name)
   if not ptr then return nil, msg, code end
-  local self = setmetatable({ _ptr = ptr, name = name, schema = spec.schema,
+  local self = new_object({ _ptr = ptr, name = name, schema = spec.schema,
                               id = spec.id or "id", id_generated = spec.id_generated ~= false,
                               advisory_lock = spec.advisory_lock, dead_letter = spec.dead_letter,
                               fifo = spec.fifo == true, columns = {} }, Table)

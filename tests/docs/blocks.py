@@ -165,10 +165,12 @@ def run_block(block: Block, workdir: str | Path, build_dir: str | Path, python: 
         argv = ["bash", "session.sh"]
     elif block.language == "lua":
         (workdir / "main.lua").write_text(block.source, encoding="utf-8")
-        # The build tree keeps libqueue_core.so and libqueue.lua side by side.
+        # The build tree keeps libqueue.lua in lua/, and the C part for Lua
+        # 5.4 in lua/5.4/libqueue/core.so. The Lua path has nothing else
+        # (no ";;"), so that no libqueue installed elsewhere is loaded.
         modules = build_dir / "lua"
-        env["LUA_CPATH"] = "%s/?.so;;" % modules
-        env["LUA_PATH"] = "%s/?.lua;;" % modules
+        env["LUA_CPATH"] = "%s/5.4/?.so;;" % modules
+        env["LUA_PATH"] = "%s/?.lua" % modules
         argv = ["lua5.4", "main.lua"]
     else:
         return Result(False, "", "", "%s: not a program language" % where)

@@ -1,4 +1,5 @@
--- A small test harness for the Lua suite: plain lua5.4, no dependencies.
+-- A small test harness for the Lua suite: plain Lua (5.1, LuaJIT, 5.3, 5.4;
+-- compat.lua fills in what the older ones lack), no dependencies.
 --
 --   local H = require("harness")
 --   H.case("ack deletes the row", { forms = H.FORMS }, function(db, form) ... end)
@@ -9,10 +10,14 @@
 -- the process exits non-zero when a case fails. LQ_LUA_FILTER=<substring>
 -- runs only the cases whose name contains it.
 
+local compat = require("compat")
 local libqueue = require("libqueue")
 local targets = require("targets")
 
 local H = {}
+
+--- 64-bit integers (Lua 5.3 on), to-be-closed variables (Lua 5.4).
+H.INTEGERS, H.CLOSE = compat.INTEGERS, compat.CLOSE
 
 H.libqueue = libqueue
 --- Every form the target's dialect serves (SQLite: lease and advisory;
@@ -188,7 +193,7 @@ end
 
 local function make_tempdir()
   local pipe = assert(io.popen(targets.TOOL .. "mktemp -d /tmp/libqueue-lua.XXXXXX"))
-  local dir = pipe:read("l")
+  local dir = pipe:read("*l")
   pipe:close()
   assert(dir and dir ~= "", "mktemp -d failed")
   return dir
@@ -240,8 +245,11 @@ function H.run()
     io.flush()
   end
   io.write(string.format("# %d of %d passed\n", n - failures, n))
-  -- Close the state (finalizers run) so leaks show under valgrind/ASan.
-  os.exit(failures == 0 and #plan > 0, true)
+  -- Failing by error() rather than os.exit: the interpreter then closes the
+  -- state (finalizers run, so leaks show under valgrind and ASan) on every
+  -- Lua, 5.1's os.exit having no way to.
+  if #plan == 0 then error("no test case was selected", 0) end
+  if failures > 0 then error(string.format("%d of %d failed", failures, n), 0) end
 end
 
 return H

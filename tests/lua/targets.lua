@@ -32,7 +32,7 @@ T.shell_quote = shell_quote
 
 local function read_all(path)
   local f = assert(io.open(path, "rb"))
-  local data = f:read("a")
+  local data = f:read("*a")
   f:close()
   return data
 end
@@ -50,15 +50,19 @@ T.TOOL = "env -u LD_PRELOAD timeout 120 "
 
 --- Runs `command` with `input` as its stdin; returns its output, or raises.
 local function run_tool(command, input, what)
-  local script = os.tmpname()
+  local script, status_file = os.tmpname(), os.tmpname()
   write_all(script, input)
-  local pipe = assert(io.popen(T.TOOL .. command .. " < " .. shell_quote(script) .. " 2>&1", "r"))
-  local output = pipe:read("a")
-  local ok, how, code = pipe:close()
+  -- The exit status through a file: Lua 5.1's pipe:close() does not give it.
+  local pipe = assert(io.popen(T.TOOL .. command .. " < " .. shell_quote(script) .. " 2>&1; echo $? > "
+                               .. shell_quote(status_file), "r"))
+  local output = pipe:read("*a")
+  pipe:close()
+  local status = read_all(status_file):match("^(%d+)")
   os.remove(script)
-  if not ok then
-    error(string.format("%s failed (%s %s):\n%s\n-- input:\n%s", what, tostring(how),
-                        tostring(code), output, input), 3)
+  os.remove(status_file)
+  if status ~= "0" then
+    error(string.format("%s failed (exit status %s):\n%s\n-- input:\n%s", what, tostring(status),
+                        output, input), 3)
   end
   return output
 end
@@ -76,6 +80,15 @@ local function parse_rows(output, sep, null)
     rows[#rows + 1] = row
   end
   return rows
+end
+
+--- A lower-case name for the schema or database of a case, unique among the
+-- cases running at once, of every process: made from the name of the case's
+-- temporary folder (mktemp's, which exists while the case runs). Not from
+-- math.random, which Lua 5.1 seeds alike in every process.
+local function unique_name(dir)
+  local base = assert(dir:match("([^/.]+)$"), "a temporary folder")
+  return "lq_lua_" .. base:gsub(".", function(c) return string.format("%02x", c:byte()) end)
 end
 
 -- Shared by every target.
@@ -142,9 +155,9 @@ local PSQL = os.getenv("LQ_PSQL") or "psql"
 local Postgres = setmetatable({}, Base)
 Postgres.__index = Postgres
 
-function Postgres.new(_dir)
+function Postgres.new(dir)
   local server = os.getenv("LQ_TEST_PG_URL")
-  local schema = string.format("lq_lua_%08x%04x", math.random(0, 0x7fffffff), math.random(0, 0xffff))
+  local schema = unique_name(dir)
   local sep = server:find("?", 1, true) and "&" or "?"
   local self = setmetatable({ name = "postgresql", dialect = "postgresql", server = server,
                               schema = schema, created = {},
@@ -186,12 +199,12 @@ local function unescape(s)
   return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
 
-function Mariadb.new(_dir)
+function Mariadb.new(dir)
   local server = os.getenv("LQ_TEST_MARIADB_URL")
   local scheme, user, password, host, port =
     server:match("^(%a+)://([^:@/]*):?([^@/]*)@([^:/]+):?(%d*)/")
   assert(user, "cannot read LQ_TEST_MARIADB_URL")
-  local database = string.format("lq_lua_%08x%04x", math.random(0, 0x7fffffff), math.random(0, 0xffff))
+  local database = unique_name(dir)
   local self = setmetatable({ name = "mysql", dialect = "mysql", created = {},
                               user = unescape(user), password = unescape(password), host = host,
                               port = port ~= "" and port or "3306", database = database,

@@ -172,18 +172,23 @@ H.case("handles are freed once, by close or the collector, in any order", functi
   eq(db:count("jobs"), 0, "rows left")
 end)
 
-H.case("to-be-closed variables close handles", function(db)
-  local tbl = H.make_table("lease")
-  db:create(tbl)
-  do
-    local broker <close> = H.open(db)
-    ok(broker:publish(tbl, "x"))
-    local sub <close> = H.subscribe(broker, tbl)
-    local d <close> = H.one(sub)
-    ok(d:ack())
-  end
-  eq(db:count("jobs"), 0, "rows left")
-end)
+-- Lua 5.4 only; compiled from a string, which older Luas cannot parse.
+if H.CLOSE then
+  local close_case = assert(load([[
+    local H, db = ...
+    local tbl = H.make_table("lease")
+    db:create(tbl)
+    do
+      local broker <close> = H.open(db)
+      H.ok(broker:publish(tbl, "x"))
+      local sub <close> = H.subscribe(broker, tbl)
+      local d <close> = H.one(sub)
+      H.ok(d:ack())
+    end
+    H.eq(db:count("jobs"), 0, "rows left")
+  ]]))
+  H.case("to-be-closed variables close handles", function(db) close_case(H, db) end)
+end
 
 H.case("the raw core: out values, status returns, bytes", function(db)
   local tbl = H.make_table("lease", { headers = "headers" })
@@ -205,7 +210,7 @@ H.case("the raw core: out values, status returns, bytes", function(db)
   eq(#ids, 2, "ids")
   H.raises("not an lq_message", core.lq_publish, broker, tbl._ptr, { msg, "x" })
   H.raises("int64_t", core.lq_message_set_priority, msg, 1.5)
-  H.raises("range", core.lq_options_set_int, nil, 2 ^ 40 // 1, 1)
+  H.raises("range", core.lq_options_set_int, nil, 2 ^ 40, 1)
   core.lq_message_free(msg)
   local sub = ok(core.lq_subscription_open(broker, tbl._ptr, nil))
   local d = ok(core.lq_subscription_next(sub, 5000))

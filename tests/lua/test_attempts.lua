@@ -32,7 +32,7 @@ H.case("attempt is 0 without an attempt column", { forms = H.FORMS }, function(d
   local broker = H.open(db)
   ok(broker:publish(tbl, "x"))
   local sub = H.subscribe(broker, tbl)
-  local d <close> = H.one(sub)
+  local d = H.one(sub)
   eq(d.attempt, 0, "attempt")
   ok(d:ack())
 end)
@@ -45,10 +45,11 @@ H.case("a released unsettled delivery goes back at once, no attempt spent", { fo
   local row = ok(broker:publish(tbl, "x"))
   local sub = H.subscribe(broker, tbl)
   do
-    local d <close> = H.one(sub)
+    local d = H.one(sub)
     eq(d.id, row, "id")
     eq(d.attempt, 1, "attempt")
-  end -- released here, unsettled
+    d:release() -- unsettled
+  end
   local d = H.one(sub, 2)
   eq(d.id, row, "id again")
   eq(d.attempt, 1, "attempt again")

@@ -26,7 +26,7 @@ H.case("ack with processed_at marks the row", { forms = H.FORMS }, function(db, 
   local broker = H.open(db)
   local row = ok(broker:publish(tbl, "keep"))
   local sub = H.subscribe(broker, tbl)
-  local d <close> = H.one(sub)
+  local d = H.one(sub)
   ok(d:ack())
   local rows = db:query("SELECT id FROM jobs WHERE processed_at IS NOT NULL")
   eq(#rows, 1, "marked rows")

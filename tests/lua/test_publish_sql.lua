@@ -98,7 +98,7 @@ H.case("the rendered insert runs through LuaSQL in the caller's transaction", fu
   env:close()
 
   local sub = H.subscribe(broker, tbl)
-  local d <close> = H.one(sub)
+  local d = H.one(sub)
   eq(d.id, id, "id")
   eq(d.payload, "bin\0\255", "payload")
   eq(d.headers.trace, "it's", "header")

@@ -274,7 +274,10 @@ H.case("deliveries: each delivery is released when the loop moves on or ends", f
       ok(d:ack())
     else
       sub:stop() -- nothing claims the row again once released
-      break      -- the second, unsettled: released by the loop's end
+      -- The second, unsettled: released by the loop's end on Lua 5.4 (a
+      -- to-be-closed value); older Luas leave it to release() or the GC.
+      if not H.CLOSE then d:release() end
+      break
     end
   end
   eq(kept.alive, false, "the first was released when the loop moved on")

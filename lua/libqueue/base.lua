@@ -1,11 +1,11 @@
---- libqueue.core: what every part of the module shares. Loads the SWIG
--- module libqueue_core and checks its version, makes the enumerations and
--- status names from the header's constants, and holds the error conventions
--- (raise, argerror, check_type, misuse, closed) and Owned, the handle freed
--- once. Required by every other part; holds no state of its own beyond the
+--- libqueue.base: what every part of the module shares. Loads the SWIG
+-- module libqueue.core (the C module, libqueue/core.so) and checks its
+-- version, makes the enumerations and status names from the header's
+-- constants, and holds the error conventions (raise, argerror, check_type,
+-- misuse, closed) and Owned, the handle freed once. Required by every other part; holds no state of its own beyond the
 -- raw module and the list of the module's files.
 
-local core = require("libqueue_core")
+local core = require("libqueue.core")
 
 local C = {}
 
@@ -14,9 +14,53 @@ local C = {}
 -- function named in the header.
 C.core = core
 
-local type, pairs, setmetatable, error = type, pairs, setmetatable, error
-local math_type = math.type
+local type, pairs, setmetatable, getmetatable, rawset, error =
+      type, pairs, setmetatable, getmetatable, rawset, error
 local format = string.format
+
+---------------------------------------------------------------------------
+-- Lua 5.1 (and LuaJIT) to 5.4: what the parts use that not every Lua has.
+-- Before 5.3 every number is a double: one with an integer value counts as
+-- an integer (ids are exact below 2^53 there).
+
+local floor, huge = math.floor, math.huge
+
+--- math.type: "integer", "float", or nil for a value that is no number.
+local math_type = math.type or function(value)
+  if type(value) ~= "number" then return nil end
+  if value == floor(value) and value > -huge and value < huge then return "integer" end
+  return "float"
+end
+C.math_type = math_type
+
+--- math.tointeger: the integer value of a number, or nil.
+C.tointeger = math.tointeger or function(value)
+  if math_type(value) == "integer" then return value end
+  return nil
+end
+
+--- table.pack.
+C.pack = table.pack or function(...) return { n = select("#", ...), ... } end
+
+--- setmetatable(fields, class), with class.__gc called once the object is
+-- collected on every Lua. Lua 5.1 calls __gc for userdata only: there a
+-- userdata (newproxy) that the object holds calls it, while the object it
+-- finalizes is still alive.
+local GC_PROXY = {}
+local new_object = setmetatable
+if newproxy then
+  new_object = function(fields, class)
+    local object = setmetatable(fields, class)
+    local finalize = class.__gc
+    if finalize then
+      local proxy = newproxy(true)
+      getmetatable(proxy).__gc = function() finalize(object) end
+      rawset(object, GC_PROXY, proxy)
+    end
+    return object
+  end
+end
+C.new_object = new_object
 
 --- The sources of the module's own files (libqueue.lua, libqueue/*.lua),
 -- whose frames raise skips. Each file adds itself with internal().
@@ -47,7 +91,7 @@ C.raise = raise
 C.version = core.lq_version_string()
 C.header_version = format("%d.%d.%d", core.LQ_VERSION_MAJOR, core.LQ_VERSION_MINOR,
                           core.LQ_VERSION_PATCH)
-if core.lq_version_number() // 10000 ~= core.LQ_VERSION_MAJOR then
+if floor(core.lq_version_number() / 10000) ~= core.LQ_VERSION_MAJOR then
   error(format("libqueue: the linked core is version %s, the module was built for %s",
                C.version, C.header_version), 0)
 end
@@ -121,7 +165,7 @@ function Owned:free()
   end
 end
 function C.own(ptr, free_fn)
-  return setmetatable({ ptr = ptr, free_fn = free_fn }, Owned)
+  return new_object({ ptr = ptr, free_fn = free_fn }, Owned)
 end
 
 return C
