@@ -27,6 +27,27 @@ Span = Tuple[int, int, int]  # start, end (monotonic ns), pid
 START_SLACK_NS = 100_000_000
 
 
+class KeyGauge:
+    """A handler that sleeps, counting the most rows of each partition key
+    (None: rows without one) and of all keys ("all") in work at once."""
+
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
+        self.most: Dict[Any, int] = {}
+        self._running: Dict[Any, int] = {}
+        self._lock = threading.Lock()
+
+    def handle(self, d: libqueue.Delivery) -> None:
+        key = d.partition_key
+        with self._lock:
+            self._running[key] = self._running.get(key, 0) + 1
+            self.most[key] = max(self.most.get(key, 0), self._running[key])
+            self.most["all"] = max(self.most.get("all", 0), sum(self._running.values()))
+        time.sleep(self.sleep_s)
+        with self._lock:
+            self._running[key] -= 1
+
+
 def spans_of(log: str) -> List[Span]:
     return [(s.start, s.end, s.pid) for s in read_spans(log)]
 
@@ -367,25 +388,15 @@ def test_partition_concurrency_two_per_key_in_one_process(db, broker, form) -> N
     slot keys live in the process)."""
     table = make_table(form, partition_key="account")
     db.create_table(table)
-    lock = threading.Lock()
-    running: Dict[Any, int] = {}
-    most: Dict[Any, int] = {}
-
-    def handle(d: libqueue.Delivery) -> None:
-        with lock:
-            running[d.partition_key] = running.get(d.partition_key, 0) + 1
-            most[d.partition_key] = max(most.get(d.partition_key, 0), running[d.partition_key])
-        time.sleep(0.05)
-        with lock:
-            running[d.partition_key] -= 1
-
+    gauge = KeyGauge(0.05)
+    handle, most = gauge.handle, gauge.most
     rows = [dict(payload=b"x", partition_key="k%d" % (i % 3)) for i in range(24)]
     broker.publish_many(table, rows + [b"free"] * 4)
     with broker.subscribe(table, workers=8, partition_concurrency=2,
                           poll_interval_ms=POLL_MS) as sub:
         sub.run(handle)
         wait_until(lambda: db.count(table.name) == 0, what="the table to drain")
-    keyed = {k: v for k, v in most.items() if k is not None}
+    keyed = {k: v for k, v in most.items() if k not in (None, "all")}
     assert sorted(keyed) == ["k0", "k1", "k2"]
     assert max(keyed.values()) == 2, "most of one key at once: %r" % keyed
     assert most.get(None, 0) >= 1
@@ -418,20 +429,8 @@ def test_partition_worker_concurrency_runs_each_key_alone_here(db, form) -> None
     side by side, and the keyless rows unlimited; every form."""
     table = make_table(form, partition_key="account")
     db.create_table(table)
-    lock = threading.Lock()
-    running: Dict[Any, int] = {}
-    most: Dict[Any, int] = {}
-
-    def handle(d: libqueue.Delivery) -> None:
-        key = d.partition_key
-        with lock:
-            running[key] = running.get(key, 0) + 1
-            most[key] = max(most.get(key, 0), running[key])
-            most["all"] = max(most.get("all", 0), sum(running.values()))
-        time.sleep(0.02)
-        with lock:
-            running[key] -= 1
-
+    gauge = KeyGauge(0.02)
+    handle, most = gauge.handle, gauge.most
     messages = [dict(payload=b"k", partition_key="k%d" % (i % 3)) for i in range(36)]
     messages += [dict(payload=b"none") for _ in range(12)]
     with libqueue.Broker(db.url, pool_size=8) as broker:

@@ -61,6 +61,7 @@ struct lq_delivery {
     char *key;     /* the advisory key held (advisory form) */
     char *slot;    /* and the key of its concurrency slot, with concurrency set */
     char *key_slot; /* and of its partition key's slot, with partition_concurrency set */
+    bool passed_over; /* claimed past its key's rate window: released unrun */
     lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
     bool reserved; /* transactional mode: counted as held from its claim, before it has conn */
@@ -288,6 +289,24 @@ LQ__HIDDEN void lq__claimed_add(lq__claimed *c, lq_delivery *d);
 LQ__HIDDEN int lq__fifo_guard(bool *taken, lq_subscription *s, lq__conn *conn);
 LQ__HIDDEN void lq__claimed_free(lq__claimed *c);
 
+/* The per-key limits kept after a claim has its rows (forms/key_limits.c).
+ * A key's room under a limit: `mine` of the claim's rows have the key, which
+ * args bind (LQ__P_PKEY). */
+typedef int (*lq__key_room_fn)(int64_t *room, lq_subscription *s, lq__conn *conn,
+                               const lq__value *args, int64_t mine);
+/* Gives back one row the claim may not keep. */
+typedef int (*lq__give_back_fn)(lq_subscription *s, lq__conn *conn, lq_delivery *d, void *ctx);
+/* Under the queue's lock, in a transaction on conn: gives back the claim's
+ * rows past each key's room, the last in claim order. A failure leaves
+ * every row in `out`, for the rollback. */
+LQ__HIDDEN int lq__trim_keys(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
+                             lq__key_room_fn room_of, lq__give_back_fn give_back, void *ctx);
+/* partition_rate_limit: the same with each key's window, then a start of
+ * its key recorded for each row kept. */
+LQ__HIDDEN int lq__limit_key_rates(lq__claimed *out, lq_subscription *s, lq__conn *conn,
+                                   const lq__value *claim_args, lq__give_back_fn give_back,
+                                   void *ctx);
+
 /* A rate limit's window (forms/starts.c): its starts, the oldest, and the
  * database's clock now, as its `starts` statements read them. */
 typedef struct lq__window {
@@ -302,15 +321,14 @@ typedef struct lq__reserved {
     int count;
     int64_t at;
 } lq__reserved;
-/* Reserves up to `want` starts of the queue (pkey NULL) or of one partition
- * key, in a transaction of its own on `conn` (not in one): *broken when the
- * queue's lock was not given back. */
+/* Reserves up to `want` starts in a transaction of its own on `conn` (not in
+ * one): *broken when the queue's lock was not given back. */
 LQ__HIDDEN int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s,
-                                  lq__conn *conn, int want, const char *pkey);
+                                  lq__conn *conn, int want);
 /* Takes back the reserved starts beyond the `used` ones, outside a
  * transaction or in one that commits; returns `rc`, the claim's status (a
  * failure here is logged: the starts err low until they leave the window). */
 LQ__HIDDEN int lq__starts_unreserve(lq_subscription *s, lq__conn *conn, const lq__reserved *r,
-                                    int used, int rc, const char *pkey);
+                                    int used, int rc);
 
 #endif

@@ -140,7 +140,7 @@ static void member_room_freed(lq__member *m) {
 /* Whether a claimed row reaches no handler: past its expiry, or past a size
  * limit. */
 static bool refused(const lq_delivery *d) {
-    return d->past_expiry || d->oversize_payload || d->oversize_headers;
+    return d->past_expiry || d->oversize_payload || d->oversize_headers || d->passed_over;
 }
 
 /* A row past its expires_at is never started: it goes to the dead letters,
@@ -165,6 +165,12 @@ static void end_refused(lq_delivery *list) {
         lq_delivery *d = list;
         list = d->queue_next;
         d->queue_next = NULL;
+        if (d->passed_over) { /* past its key's rate window: back, unrun, its attempt unspent */
+            if (lq__settle(d, LQ__RELEASE, 0) != LQ_OK)
+                lq__log_error(LQ_LOG_WARNING, "giving back a row past its key's rate window");
+            lq__delivery_unref(d);
+            continue;
+        }
         if (d->past_expiry && !d->oversize_payload && !d->oversize_headers) {
             end_expired(d);
             lq__delivery_unref(d);

@@ -1035,8 +1035,9 @@ static int build_count_leased(lq__stmt *out, const lq__dialect *d, const lq_tabl
     return lq__sql_finish(&b);
 }
 
-/* " WHERE queue = ? [AND pkey = ?] AND started_at <op> <now> - period". */
-static void starts_where(lq__sql *b, const char *op, bool keyed) {
+/* " WHERE queue = ? [AND pkey = ?] AND started_at", for a comparison to
+ * follow. */
+static void starts_of(lq__sql *b, bool keyed) {
     lq__sql_add(b, " WHERE ");
     lq__sql_ident(b, "queue");
     lq__sql_add(b, " = ");
@@ -1049,10 +1050,44 @@ static void starts_where(lq__sql *b, const char *op, bool keyed) {
     }
     lq__sql_add(b, " AND ");
     lq__sql_ident(b, "started_at");
+}
+
+/* " WHERE queue = ? [AND pkey = ?] AND started_at <op> <now> - period". */
+static void starts_where(lq__sql *b, const char *op, bool keyed) {
+    starts_of(b, keyed);
     lq__sql_add(b, op);
     b->dialect->now_ms_sql(b);
     lq__sql_add(b, " - ");
     lq__sql_param(b, LQ__P_PERIOD);
+}
+
+/* One start of the queue (and with `keyed` of its partition key): at the
+ * database's now, or with `reserved` at LQ__P_STARTED_AT. */
+static int build_start_insert(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool keyed,
+                              bool reserved) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "INSERT INTO ");
+    lq__sql_qualified(&b, t->schema, keyed ? LQ__KEY_STARTS_TABLE : LQ__STARTS_TABLE);
+    lq__sql_add(&b, " (");
+    lq__sql_ident(&b, "queue");
+    if (keyed) {
+        lq__sql_add(&b, ", ");
+        lq__sql_ident(&b, "pkey");
+    }
+    lq__sql_add(&b, ", ");
+    lq__sql_ident(&b, "started_at");
+    lq__sql_add(&b, ") VALUES (");
+    lq__sql_param(&b, LQ__P_QUEUE);
+    if (keyed) {
+        lq__sql_add(&b, ", ");
+        lq__sql_param(&b, LQ__P_PKEY);
+    }
+    lq__sql_add(&b, ", ");
+    if (reserved) lq__sql_param(&b, LQ__P_STARTED_AT);
+    else d->now_ms_sql(&b);
+    lq__sql_add(&b, ")");
+    return lq__sql_finish(&b);
 }
 
 /* The starts of the queue's rate limit, or with `keyed` of one partition
@@ -1071,27 +1106,7 @@ static int build_starts(lq__stmt *count, lq__stmt *add, lq__stmt *prune, const l
     starts_where(&b, " > ", keyed);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
-    lq__sql_start(&b, add, d, t);
-    lq__sql_add(&b, "INSERT INTO ");
-    lq__sql_qualified(&b, t->schema, table);
-    lq__sql_add(&b, " (");
-    lq__sql_ident(&b, "queue");
-    if (keyed) {
-        lq__sql_add(&b, ", ");
-        lq__sql_ident(&b, "pkey");
-    }
-    lq__sql_add(&b, ", ");
-    lq__sql_ident(&b, "started_at");
-    lq__sql_add(&b, ") VALUES (");
-    lq__sql_param(&b, LQ__P_QUEUE);
-    if (keyed) {
-        lq__sql_add(&b, ", ");
-        lq__sql_param(&b, LQ__P_PKEY);
-    }
-    lq__sql_add(&b, ", ");
-    d->now_ms_sql(&b);
-    lq__sql_add(&b, ")");
-    if ((rc = lq__sql_finish(&b)) != LQ_OK) return rc;
+    if ((rc = build_start_insert(add, d, t, keyed, false)) != LQ_OK) return rc;
     lq__sql_start(&b, prune, d, t);
     lq__sql_add(&b, "DELETE FROM ");
     lq__sql_qualified(&b, t->schema, table);
@@ -1099,55 +1114,23 @@ static int build_starts(lq__stmt *count, lq__stmt *add, lq__stmt *prune, const l
     return lq__sql_finish(&b);
 }
 
-/* " WHERE queue = ? [AND pkey = ?] AND started_at = ?": the starts one
- * reservation made. */
-static void reserved_where(lq__sql *b, bool keyed) {
-    lq__sql_add(b, " WHERE ");
-    lq__sql_ident(b, "queue");
-    lq__sql_add(b, " = ");
-    lq__sql_param(b, LQ__P_QUEUE);
-    if (keyed) {
-        lq__sql_add(b, " AND ");
-        lq__sql_ident(b, "pkey");
-        lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ__P_PKEY);
-    }
-    lq__sql_add(b, " AND ");
-    lq__sql_ident(b, "started_at");
+/* " WHERE queue = ? AND started_at = ?": the starts one reservation made. */
+static void reserved_where(lq__sql *b) {
+    starts_of(b, false);
     lq__sql_add(b, " = ");
     lq__sql_param(b, LQ__P_STARTED_AT);
 }
 
-/* The starts a claim reserves ahead of it (the queue's, or with `keyed` a
- * partition key's): one recorded at the time the reservation read, and up
- * to LQ__P_LIMIT of those taken back. Starts of one queue (and key) at one
- * time are alike, so any of them stands for another. */
+/* The starts a row lock or advisory claim reserves ahead of it: one
+ * recorded at the time the reservation read, and up to LQ__P_LIMIT of those
+ * taken back. Starts of one queue at one time are alike, so any of them
+ * stands for another. */
 static int build_reserved_starts(lq__stmt *at, lq__stmt *unused, const lq__dialect *d,
-                                 const lq_table *t, bool keyed) {
-    const char *table = keyed ? LQ__KEY_STARTS_TABLE : LQ__STARTS_TABLE;
-    lq__sql b;
-    lq__sql_start(&b, at, d, t);
-    lq__sql_add(&b, "INSERT INTO ");
-    lq__sql_qualified(&b, t->schema, table);
-    lq__sql_add(&b, " (");
-    lq__sql_ident(&b, "queue");
-    if (keyed) {
-        lq__sql_add(&b, ", ");
-        lq__sql_ident(&b, "pkey");
-    }
-    lq__sql_add(&b, ", ");
-    lq__sql_ident(&b, "started_at");
-    lq__sql_add(&b, ") VALUES (");
-    lq__sql_param(&b, LQ__P_QUEUE);
-    if (keyed) {
-        lq__sql_add(&b, ", ");
-        lq__sql_param(&b, LQ__P_PKEY);
-    }
-    lq__sql_add(&b, ", ");
-    lq__sql_param(&b, LQ__P_STARTED_AT);
-    lq__sql_add(&b, ")");
-    int rc = lq__sql_finish(&b);
+                                 const lq_table *t) {
+    const char *table = LQ__STARTS_TABLE;
+    int rc = build_start_insert(at, d, t, false, true);
     if (rc != LQ_OK) return rc;
+    lq__sql b;
     lq__sql_start(&b, unused, d, t);
     lq__sql_add(&b, "DELETE FROM ");
     lq__sql_qualified(&b, t->schema, table);
@@ -1158,12 +1141,12 @@ static int build_reserved_starts(lq__stmt *at, lq__stmt *unused, const lq__diale
         lq__sql_add(&b, d->row_address);
         lq__sql_add(&b, " FROM ");
         lq__sql_qualified(&b, t->schema, table);
-        reserved_where(&b, keyed);
+        reserved_where(&b);
         lq__sql_add(&b, " LIMIT ");
         lq__sql_param(&b, LQ__P_LIMIT);
         lq__sql_add(&b, ")");
     } else {
-        reserved_where(&b, keyed);
+        reserved_where(&b);
         lq__sql_add(&b, " LIMIT ");
         lq__sql_param(&b, LQ__P_LIMIT);
     }
@@ -1178,11 +1161,9 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
         rc = build_starts(&set->starts, &set->start_add, &set->start_prune, d, t, false);
     bool reserves = lq_table_form(t) != LQ_FORM_LEASE; /* forms/starts.c */
     if (rc == LQ_OK && rate && reserves)
-        rc = build_reserved_starts(&set->start_at, &set->start_unused, d, t, false);
+        rc = build_reserved_starts(&set->start_at, &set->start_unused, d, t);
     if (rc == LQ_OK && t->key_rate_limit)
         rc = build_starts(&set->key_starts, &set->key_start_add, &set->key_start_prune, d, t, true);
-    if (rc == LQ_OK && t->key_rate_limit && reserves)
-        rc = build_reserved_starts(&set->key_start_at, &set->key_start_unused, d, t, true);
     if (rc == LQ_OK && t->partition_limit && lq_table_form(t) == LQ_FORM_LEASE)
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     return rc;
@@ -1196,8 +1177,7 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
                        &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue,
                        &set->key_starts,  &set->key_start_add, &set->key_start_prune,
-                       &set->start_at,    &set->start_unused, &set->key_start_at,
-                       &set->key_start_unused};
+                       &set->start_at,    &set->start_unused};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

@@ -111,9 +111,6 @@ typedef struct lq__sqlset {
                           * its period, the oldest and the database's clock now */
     lq__stmt key_start_add;   /* and one start of the key, now */
     lq__stmt key_start_prune; /* and the key's starts past the period, deleted */
-    lq__stmt key_start_at;    /* advisory form: one start of the key reserved at
-                               * LQ__P_STARTED_AT */
-    lq__stmt key_start_unused; /* and up to LQ__P_LIMIT of those, deleted */
 } lq__sqlset;
 
 /* A statement under construction. */
@@ -160,8 +157,8 @@ LQ__HIDDEN void lq__sql_claim_limit(lq__sql *b);
 LQ__HIDDEN void lq__sql_candidate_pkey(lq__sql *b, bool named);
 /* " AND <the row's partition key has room in its window>" after the
  * advisory candidates' conditions, where partition_rate_limit is set (a key
- * at its limit holds back no other); not in the take, which comes after the
- * start is reserved. */
+ * at its limit holds back no other); not in the take, whose rows are counted
+ * again after it (forms/key_limits.c). */
 LQ__HIDDEN void lq__sql_candidate_filter(lq__sql *b);
 /* The locking read of claimable rows (row lock, and the lease claims of
  * PostgreSQL and MySQL): SELECT <row columns> FROM t WHERE <claimable> [FIFO
@@ -307,7 +304,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 31
+#define LQ__SQLSET_STATEMENTS 29
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

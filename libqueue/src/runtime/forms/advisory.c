@@ -159,32 +159,16 @@ static void give_slots(lq_delivery *d, slots *held) {
     *held = (slots){0};
 }
 
-/* partition_rate_limit: reserves a start of the candidate's key once its
- * lock is had (forms/starts.c); *passed when the key's window is full. */
-static int reserve_key_start(lq__reserved *r, bool *passed, lq_subscription *s, lq__conn *conn,
-                             const candidate *c) {
-    *r = (lq__reserved){0};
-    *passed = false;
-    if (!s->key_rate_limit || !c->pkey) return LQ_OK;
-    bool broken = false;
-    int rc = lq__starts_reserve(r, &broken, s, conn, 1, c->pkey);
-    if (rc == LQ_OK && broken) rc = lq__error(LQ_BACKEND, "the queue's lock was not given back");
-    if (rc == LQ_OK) *passed = r->count == 0;
-    return rc;
-}
-
-/* Lets a candidate's key and slots go, and its key's start if one was
- * reserved; rc, or the failure of a release not confirmed. */
-static int let_go(lq_subscription *s, lq__conn *conn, const candidate *c, slots *held,
-                  const lq__reserved *key_start, int rc) {
-    if (key_start->count) rc = lq__starts_unreserve(s, conn, key_start, 0, rc, c->pkey);
+/* Lets a candidate's key and slots go; rc, or the failure of a release not
+ * confirmed. */
+static int let_go(lq_subscription *s, lq__conn *conn, const candidate *c, slots *held, int rc) {
     if (!s->broker->dialect->unlock_key(conn, &s->broker->target, c->key) && rc == LQ_OK)
         rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
     return release_slots(s, conn, held, rc);
 }
 
 /* Locks one candidate's key and takes its row; NULL in *out when the key is
- * held elsewhere, its partition key is at a limit, or the row was settled
+ * held elsewhere, its partition key has no slot free, or the row was settled
  * since it was read. */
 static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq__conn *conn,
                           const candidate *c, lq__value *args) {
@@ -196,9 +180,6 @@ static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq_
     if (rc != LQ_OK || *full || passed) return rc;
     rc = d->try_lock_key(&locked, conn, &s->broker->target, c->key);
     if (rc != LQ_OK || !locked) return release_slots(s, conn, &held, rc);
-    lq__reserved key_start;
-    rc = reserve_key_start(&key_start, &passed, s, conn, c);
-    if (rc != LQ_OK || passed) return let_go(s, conn, c, &held, &key_start, rc);
     take_ctx take = {s, NULL};
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
     int64_t changes = 0;
@@ -211,7 +192,7 @@ static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq_
         return LQ_OK;
     }
     if (take.taken) lq_delivery_free(take.taken);
-    return let_go(s, conn, c, &held, &key_start, rc);
+    return let_go(s, conn, c, &held, rc);
 }
 
 /* The rows a set take returned, each matched to its candidate (taken[j]
@@ -251,8 +232,7 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
     int *at = malloc((size_t)limit * sizeof *at);
     lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
     slots *held = calloc((size_t)limit, sizeof *held);
-    lq__reserved *key_starts = calloc((size_t)limit, sizeof *key_starts);
-    int rc = at && taken && held && key_starts ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    int rc = at && taken && held ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     int n = 0;
     lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
@@ -262,11 +242,6 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
         rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
         if (rc != LQ_OK || !locked) {
             rc = release_slots(s, conn, &held[n], rc);
-            continue;
-        }
-        rc = reserve_key_start(&key_starts[n], &passed, s, conn, &c->items[i]);
-        if (rc != LQ_OK || passed) {
-            rc = let_go(s, conn, &c->items[i], &held[n], &key_starts[n], rc);
             continue;
         }
         at[n++] = i;
@@ -295,12 +270,48 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
          * counted nothing, and a failure after it (a delivery that could
          * not be made) leaves at worst one attempt counted too many. */
         if (taken[j]) lq__delivery_unref(taken[j]);
-        rc = let_go(s, conn, cand, &held[j], &key_starts[j], rc);
+        rc = let_go(s, conn, cand, &held[j], rc);
     }
     free(at);
     free(taken);
     free(held);
-    free(key_starts);
+    return rc;
+}
+
+/* A row past its key's window stays in the claim, marked: the subscription
+ * releases it unrun once it has counted it (subscription.c). */
+static int pass_over(lq_subscription *s, lq__conn *conn, lq_delivery *d, void *ctx) {
+    (void)s;
+    (void)conn;
+    d->passed_over = true;
+    lq__claimed_add(ctx, d);
+    return LQ_OK;
+}
+
+/* partition_rate_limit, once the claim has its rows (forms/key_limits.c),
+ * in a transaction of its own under the queue's lock. If it fails, no start
+ * was recorded and no row may run: all are passed over. *broken when the
+ * queue's lock was not given back. */
+static int limit_key_rates(lq__claimed *out, bool *broken, lq_subscription *s, lq__conn *conn,
+                           const lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__claimed back = {0};
+    int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
+    bool locked = false;
+    if (rc == LQ_OK && d->lock_queue) {
+        rc = d->lock_queue(conn, s->limit_key);
+        locked = rc == LQ_OK;
+    }
+    if (rc == LQ_OK) rc = lq__limit_key_rates(out, s, conn, args, pass_over, &back);
+    if (rc == LQ_OK) rc = d->commit(conn);
+    if (rc != LQ_OK) d->rollback(conn);
+    if (locked && d->unlock_queue && !d->unlock_queue(conn, s->limit_key)) *broken = true;
+    for (lq_delivery *dv = back.head, *next; dv; dv = next) {
+        next = dv->queue_next;
+        lq__claimed_add(out, dv);
+    }
+    if (rc != LQ_OK)
+        for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) dv->passed_over = true;
     return rc;
 }
 
@@ -314,7 +325,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__reserved reserved = {0};
     bool reserve_broken = false; /* the queue's lock was not given back */
     if (s->rate_limit) {
-        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit, NULL);
+        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit);
         if (rc != LQ_OK || reserved.count == 0 || reserve_broken) { /* broken: its starts err low */
             lq__pool_release(pool, shared, reserve_broken || rc == LQ_CONNECT);
             return rc;
@@ -362,7 +373,9 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     /* Cut short by the limit: the next settlement here wakes a claim. */
     if (s->concurrency) atomic_store(&s->at_limit, full);
     if (reserved.count && !shared_broken && rc != LQ_CONNECT)
-        rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc, NULL);
+        rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc);
+    if (rc == LQ_OK && s->key_rate_limit && out->count && !shared_broken)
+        rc = limit_key_rates(out, &shared_broken, s, shared, args);
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     for (int i = 0; i < c.count; i++) {
         free(c.items[i].key);

@@ -196,22 +196,6 @@ static int give_back(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     return rc;
 }
 
-static bool same_key(const lq_delivery *a, const lq_delivery *b) {
-    return a->partition_key && b->partition_key && strcmp(a->partition_key, b->partition_key) == 0;
-}
-
-/* Where the first row of d's key is among all[0..i]. */
-static int first_of_key(lq_delivery *const *all, int i) {
-    int first = 0;
-    while (first < i && !same_key(all[first], all[i])) first++;
-    return first;
-}
-
-/* The room one key has under a per-key limit: `mine` of the claim's rows
- * have it, whose args (LQ__P_PKEY set) its statements bind. */
-typedef int (*key_room_fn)(int64_t *room, lq_subscription *s, lq__conn *conn,
-                           const lq__value *args, int64_t mine);
-
 /* partition_concurrency: the key's rows leased now, this claim's among them. */
 static int leased_room(int64_t *room, lq_subscription *s, lq__conn *conn, const lq__value *args,
                        int64_t mine) {
@@ -221,74 +205,10 @@ static int leased_room(int64_t *room, lq_subscription *s, lq__conn *conn, const 
     return rc;
 }
 
-/* partition_rate_limit: the key's starts in its window (this claim's are
- * not recorded yet). */
-static int starts_room(int64_t *room, lq_subscription *s, lq__conn *conn, const lq__value *args,
-                       int64_t mine) {
-    (void)mine;
-    lq__window w = {0};
-    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.key_starts, args, lq__read_window, &w);
-    *room = s->key_rate_limit - w.count;
-    return rc;
-}
-
-/* A per-key limit, under the queue's lock: the claim passed over the keys
- * at their limit, but may have taken several rows of one key. For each key
- * its room is counted, and the claim's rows past it, the last in claim
- * order, are given back. A failure leaves every row in `out`, for the
- * rollback. */
-static int trim_keys(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
-                     key_room_fn room_of) {
-    int n = out->count;
-    if (n < 1) return LQ_OK;
-    lq_delivery **all = malloc((size_t)n * sizeof *all);
-    int64_t *room = malloc((size_t)n * sizeof *room);
-    if (!all || !room) {
-        free(all);
-        free(room);
-        return lq__error(LQ_NOMEM, "out of memory");
-    }
-    int i = 0, rc = LQ_OK;
-    for (lq_delivery *d = out->head; d; d = d->queue_next) all[i++] = d;
-    for (i = 0; rc == LQ_OK && i < n; i++) { /* each key's room, at its first row */
-        room[i] = 0;
-        if (!all[i]->partition_key || first_of_key(all, i) < i) continue;
-        int64_t mine = 0;
-        for (int j = i; j < n; j++) mine += same_key(all[j], all[i]);
-        args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = all[i]->partition_key,
-                                       .n = strlen(all[i]->partition_key)};
-        rc = room_of(&room[i], s, conn, args, mine);
-    }
-    lq__claimed kept = {0};
-    for (i = 0; i < n; i++) {
-        bool keep = rc != LQ_OK || !all[i]->partition_key || room[first_of_key(all, i)]-- > 0;
-        if (keep) lq__claimed_add(&kept, all[i]);
-        else rc = give_back(s, conn, all[i]);
-    }
-    *out = kept;
-    free(all);
-    free(room);
-    return rc;
-}
-
-/* partition_rate_limit: the claim's rows past their keys' windows go back,
- * and each row kept records a start of its key, the key's old ones gone.
- * The statements bind the key's period, in a copy of the claim's args. */
-static int limit_key_rates(lq__claimed *out, lq_subscription *s, lq__conn *conn,
-                           const lq__value *claim_args) {
-    lq__value args[LQ__P_COUNT];
-    memcpy(args, claim_args, sizeof args);
-    args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->key_rate_period_ms};
-    int rc = trim_keys(out, s, conn, args, starts_room);
-    const lq__dialect *d = s->broker->dialect;
-    for (lq_delivery *dv = out->head; rc == LQ_OK && dv; dv = dv->queue_next) {
-        if (!dv->partition_key) continue;
-        args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = dv->partition_key,
-                                       .n = strlen(dv->partition_key)};
-        rc = d->exec(NULL, conn, &s->sql.key_start_prune, args, NULL, NULL);
-        if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.key_start_add, args, NULL, NULL);
-    }
-    return rc;
+/* A row past its key's limit goes back in the claim's transaction. */
+static int give_back_now(lq_subscription *s, lq__conn *conn, lq_delivery *d, void *ctx) {
+    (void)ctx;
+    return give_back(s, conn, d);
 }
 
 /* The claim's starts, in its transaction, and the window's old ones gone. */
@@ -332,8 +252,10 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
         if (rc == LQ_OK && guarded && limit > 0)
             rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
         if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
-        if (rc == LQ_OK && s->partition_concurrency) rc = trim_keys(out, s, conn, args, leased_room);
-        if (rc == LQ_OK && s->key_rate_limit) rc = limit_key_rates(out, s, conn, args);
+        if (rc == LQ_OK && s->partition_concurrency)
+            rc = lq__trim_keys(out, s, conn, args, leased_room, give_back_now, NULL);
+        if (rc == LQ_OK && s->key_rate_limit)
+            rc = lq__limit_key_rates(out, s, conn, args, give_back_now, NULL);
         if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
         if (rc == LQ_OK) rc = d->commit(conn);
         if (rc != LQ_OK) {

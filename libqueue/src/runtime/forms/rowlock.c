@@ -66,7 +66,7 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
      * own (forms/starts.c); a worker with a rate limit never chains. */
     lq__reserved reserved = {0};
     if (s->rate_limit && !begun) {
-        rc = lq__starts_reserve(&reserved, &broken, s, conn, (int)args[LQ__P_LIMIT].i, NULL);
+        rc = lq__starts_reserve(&reserved, &broken, s, conn, (int)args[LQ__P_LIMIT].i);
         args[LQ__P_LIMIT].i = broken ? 0 : reserved.count; /* broken: its session ends */
     }
     bool open = begun; /* a transaction to roll back if no row comes */
@@ -82,13 +82,13 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     if (rc == LQ_OK && out->count > 0) {
         /* A batch short of its starts takes them back in its transaction:
          * until it commits they count, erring low. */
-        lq__starts_unreserve(s, conn, &reserved, out->count, LQ_OK, NULL);
+        lq__starts_unreserve(s, conn, &reserved, out->count, LQ_OK);
         /* The open transaction now belongs to the delivery, or the batch. */
         if (!s->batch) out->head->conn = conn;
         return LQ_OK;
     }
     if (open) d->rollback(conn);
-    if (reserved.count && !broken && rc != LQ_CONNECT) rc = lq__starts_unreserve(s, conn, &reserved, 0, rc, NULL);
+    if (reserved.count && !broken && rc != LQ_CONNECT) rc = lq__starts_unreserve(s, conn, &reserved, 0, rc);
     lq__pool_release(&s->broker->pool, conn, broken || rc == LQ_CONNECT);
     return rc;
 }

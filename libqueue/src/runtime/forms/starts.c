@@ -12,8 +12,7 @@
  * starts, so two claims never share the room; a start taken back gives its
  * room to the next claim. A process that dies between the two steps leaves
  * its reserved starts counted until they leave the window: the limit errs
- * low, never high. partition_rate_limit's starts of one key are reserved
- * the same way, one per advisory candidate whose key is locked. */
+ * low, never high. */
 #include "runtime/runtime.h"
 
 #include <string.h>
@@ -40,32 +39,15 @@ int lq__rate_room(lq_subscription *s, const lq__window *w, int want) {
     return room > 0 ? (int)room : 0;
 }
 
-/* The starts one reservation counts: the queue's (rate_limit), or one
- * partition key's (partition_rate_limit, pkey set). */
-typedef struct starts_of {
-    const lq__stmt *count, *prune, *at, *unused;
-    int limit;
-    const char *pkey;
-} starts_of;
-
-static starts_of starts_for(const lq_subscription *s, const char *pkey, lq__value *args) {
+static void bind_queue(lq__value *args, const lq_subscription *s) {
     args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->starts_key, .n = strlen(s->starts_key)};
-    if (!pkey) {
-        args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->rate_period_ms};
-        return (starts_of){&s->sql.starts, &s->sql.start_prune, &s->sql.start_at,
-                           &s->sql.start_unused, s->rate_limit, NULL};
-    }
-    args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->key_rate_period_ms};
-    args[LQ__P_PKEY] = (lq__value){.type = LQ__V_TEXT, .p = pkey, .n = strlen(pkey)};
-    return (starts_of){&s->sql.key_starts, &s->sql.key_start_prune, &s->sql.key_start_at,
-                       &s->sql.key_start_unused, s->key_rate_limit, pkey};
+    args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->rate_period_ms};
 }
 
-int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__conn *conn, int want,
-                       const char *pkey) {
+int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__conn *conn, int want) {
     const lq__dialect *d = s->broker->dialect;
     lq__value args[LQ__P_COUNT] = {0};
-    starts_of of = starts_for(s, pkey, args);
+    bind_queue(args, s);
     *r = (lq__reserved){0};
     int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
     if (rc != LQ_OK) return rc;
@@ -75,15 +57,12 @@ int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__co
         locked = rc == LQ_OK;
     }
     lq__window w = {0};
-    if (rc == LQ_OK) rc = d->exec(NULL, conn, of.count, args, lq__read_window, &w);
-    /* A key at its limit is passed over until the next poll; the queue's
-     * limit tells the flow when its oldest start leaves. */
-    int64_t room = of.limit - w.count;
-    int granted = rc != LQ_OK ? 0 : pkey ? (room >= want ? want : room > 0 ? (int)room : 0)
-                                         : lq__rate_room(s, &w, want);
+    if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.starts, args, lq__read_window, &w);
+    int granted = rc == LQ_OK ? lq__rate_room(s, &w, want) : 0;
     args[LQ__P_STARTED_AT] = (lq__value){.type = LQ__V_INT, .i = w.now};
-    if (rc == LQ_OK && granted) rc = d->exec(NULL, conn, of.prune, args, NULL, NULL);
-    for (int i = 0; rc == LQ_OK && i < granted; i++) rc = d->exec(NULL, conn, of.at, args, NULL, NULL);
+    if (rc == LQ_OK && granted) rc = d->exec(NULL, conn, &s->sql.start_prune, args, NULL, NULL);
+    for (int i = 0; rc == LQ_OK && i < granted; i++)
+        rc = d->exec(NULL, conn, &s->sql.start_at, args, NULL, NULL);
     if (rc == LQ_OK) rc = d->commit(conn);
     if (rc != LQ_OK) d->rollback(conn);
     /* A lock not given back would keep every other claim out: the caller
@@ -94,19 +73,19 @@ int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__co
 }
 
 int lq__starts_unreserve(lq_subscription *s, lq__conn *conn, const lq__reserved *r, int used,
-                         int rc, const char *pkey) {
+                         int rc) {
     if (used >= r->count) return rc;
     lq__value args[LQ__P_COUNT] = {0};
-    starts_of of = starts_for(s, pkey, args);
+    bind_queue(args, s);
     args[LQ__P_STARTED_AT] = (lq__value){.type = LQ__V_INT, .i = r->at};
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = r->count - used};
     lq__error_copy failure;
     lq__error_save(&failure);
-    if (s->broker->dialect->exec(NULL, conn, of.unused, args, NULL, NULL) != LQ_OK)
+    if (s->broker->dialect->exec(NULL, conn, &s->sql.start_unused, args, NULL, NULL) == LQ_OK)
+        atomic_store(&s->rate_wait_ms, 0); /* room came back */
+    else
         lq__log_error(LQ_LOG_WARNING, "taking back a rate limit's unused starts (they count "
                                       "until they leave the window)");
-    else if (!pkey)
-        atomic_store(&s->rate_wait_ms, 0); /* room came back */
     lq__error_restore(&failure);
     return rc;
 }
