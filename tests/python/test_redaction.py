@@ -5,7 +5,10 @@ bad option, the core's log at debug level), and nothing captured holds it."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
+import sys
 from typing import Any, List
 from urllib.parse import urlsplit
 
@@ -76,3 +79,29 @@ def test_no_path_shows_the_password(db, caplog) -> None:
         relay.close()
     seen.append(caplog.text)
     assert seen and not [s for s in seen if MARK in s], [s for s in seen if MARK in s]
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+def test_the_command_line_shows_no_password(db, tmp_path) -> None:
+    """The CLI given a URL with a password (--url, as the process list would
+    show it; the same URL from a file): a failed connect, a wrong database,
+    and the commands that report on the queue print no password."""
+    parts = urlsplit(db.url)
+    unreachable = with_password(db.url).replace(":%d/" % parts.port, ":1/")
+    wrong_db = re.sub(r"/[^/?]+(\?|$)", r"/lq_no_such_db\1", with_password(db.url), count=1)
+    working = with_password(db.url, "lq" if db.dialect == "mysql" else MARK)
+    url_file = tmp_path / "db.url"
+    url_file.write_text(unreachable + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIBQUEUE_URL")}
+    runs = [["--url", unreachable, "stats"], ["--url", wrong_db, "init"],
+            ["--url-file", str(url_file), "doctor"], ["--url", working, "init"],
+            ["--url", working, "stats", "--json"], ["--url", working, "doctor"],
+            ["--url", unreachable, "--help"]]
+    shown = []
+    for args in runs:
+        proc = subprocess.run([sys.executable, "-m", "libqueue", "--table", "jobs"] + args,
+                              cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
+        shown.append((args[-1], proc.returncode, proc.stdout + proc.stderr))
+    assert [code for _, code, _ in shown[:3]] != [0, 0, 0], shown  # the failures failed
+    assert [code for _, code, _ in shown[3:5]] == [0, 0], shown  # and the rest worked
+    assert not [s for s in shown if MARK in s[2]], [s for s in shown if MARK in s[2]]
