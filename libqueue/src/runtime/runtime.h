@@ -62,6 +62,7 @@ struct lq_delivery {
     char *slot;    /* and the key of its concurrency slot, with concurrency set */
     char *key_slot; /* and of its partition key's slot, with partition_concurrency set */
     bool passed_over; /* claimed past its key's rate window: released unrun */
+    bool conn_broken; /* its connection may hold a lock it did not take: it ends at release */
     lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
     bool reserved; /* transactional mode: counted as held from its claim, before it has conn */

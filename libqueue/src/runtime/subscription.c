@@ -757,9 +757,14 @@ static void show_ready(lq_subscription *s);
  * where a transactional delivery in work may hold SQLite's write lock
  * their release would wait for: those rows are handed out). s->mu held, let
  * go while they go back. */
+/* Whether rows claimed may go back now: not while a transactional handler
+ * holds a single writer's lock, which their release would wait for. */
+static bool may_give_back(const lq_subscription *s) {
+    return !(s->transactional && s->in_work > 0 && s->broker->dialect->single_writer);
+}
+
 static void give_back_waiting(lq_subscription *s) {
-    if (!s->waiting || (s->transactional && s->in_work > 0 && s->broker->dialect->single_writer))
-        return;
+    if (!s->waiting || !may_give_back(s)) return;
     lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
@@ -775,6 +780,11 @@ static void give_back_waiting(lq_subscription *s) {
  * of. A read that fails keeps the last answer. A pause gives back the rows
  * waiting for a worker; deliveries in work finish. s->mu held, let go while
  * it reads. */
+static bool pause_read_due(const lq_subscription *s, int64_t now) {
+    return !s->pause_reading &&
+           (s->pause_due || !s->pause_known || now - s->pause_looked_at >= s->poll_ms);
+}
+
 static bool paused_now(lq_subscription *s) {
     int64_t now = lq__mono_ms();
     while (s->pause_reading && !s->pause_known && !s->stopping) {
@@ -782,8 +792,7 @@ static bool paused_now(lq_subscription *s) {
         pthread_cond_wait(&s->claim_cv, &s->mu);
         s->claimers_idle--;
     }
-    if (s->pause_reading || (!s->pause_due && s->pause_known && now - s->pause_looked_at < s->poll_ms))
-        return s->paused;
+    if (!pause_read_due(s, now)) return s->paused;
     s->pause_due = false;
     s->pause_looked_at = now;
     s->pause_reading = true;
@@ -843,6 +852,13 @@ static void claim_turn(lq_subscription *s, bool own) {
         return;
     }
     if (s->stopping) return; /* paused_now let go of s->mu: a stop's wake-up may have passed */
+    /* The read takes a connection of the claim's room: a worker's chained
+     * transaction, which would be that room, ends first. */
+    if (!rests && chained.of == s && pause_read_due(s, lq__mono_ms())) {
+        pthread_mutex_unlock(&s->mu);
+        drop_chained(s);
+        pthread_mutex_lock(&s->mu);
+    }
     int limit = rests ? 0 : may_claim(s);
     if (!limit && chained.of == s) { /* no claim now: let the chained transaction go first */
         pthread_mutex_unlock(&s->mu);
@@ -933,7 +949,7 @@ static void claim_turn(lq_subscription *s, bool own) {
         }
     }
     got = kept;
-    if (got.count && s->paused) { /* paused while the claim ran: its rows go back as the waiting did */
+    if (got.count && s->paused && may_give_back(s)) { /* paused while it ran: back, as the waiting */
         pthread_mutex_unlock(&s->mu);
         lq__claimed_free(&got);
         pthread_mutex_lock(&s->mu);

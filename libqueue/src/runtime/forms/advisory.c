@@ -310,9 +310,18 @@ static int limit_key_rates(lq__claimed *out, bool *broken, lq_subscription *s, l
         next = dv->queue_next;
         lq__claimed_add(out, dv);
     }
-    if (rc != LQ_OK)
-        for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) dv->passed_over = true;
     return rc;
+}
+
+static void pass_over_all(lq__claimed *out) {
+    for (lq_delivery *dv = out->head; dv; dv = dv->queue_next) dv->passed_over = true;
+}
+
+/* The rows of a claim that will run. */
+static int runs_of(const lq__claimed *out) {
+    int n = 0;
+    for (const lq_delivery *dv = out->head; dv; dv = dv->queue_next) n += !dv->passed_over;
+    return n;
 }
 
 int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
@@ -372,10 +381,20 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     }
     /* Cut short by the limit: the next settlement here wakes a claim. */
     if (s->concurrency) atomic_store(&s->at_limit, full);
+    /* Every row taken, even by a claim that failed after, is counted
+     * against its key's window, or none of them runs. */
+    if (s->key_rate_limit && out->count) {
+        int counted = shared_broken ? LQ_BACKEND : limit_key_rates(out, &shared_broken, s, shared, args);
+        if (counted != LQ_OK) pass_over_all(out);
+        if (rc == LQ_OK) rc = counted;
+    }
     if (reserved.count && !shared_broken && rc != LQ_CONNECT)
-        rc = lq__starts_unreserve(s, shared, &reserved, out->count, rc);
-    if (rc == LQ_OK && s->key_rate_limit && out->count && !shared_broken)
-        rc = limit_key_rates(out, &shared_broken, s, shared, args);
+        rc = lq__starts_unreserve(s, shared, &reserved, runs_of(out), rc);
+    if (shared_broken && !shared_free) { /* a delivery holds shared: it must not be lent again */
+        pass_over_all(out);
+        for (lq_delivery *dv = out->head; dv; dv = dv->queue_next)
+            if (dv->conn == shared) dv->conn_broken = true;
+    }
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     for (int i = 0; i < c.count; i++) {
         free(c.items[i].key);
@@ -399,7 +418,7 @@ void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
     dv->slot = dv->key_slot = NULL;
     if (dv->conn) {
         /* A lock whose release is not confirmed ends with its session. */
-        *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed};
+        *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed || dv->conn_broken};
         dv->conn = NULL;
     }
 }

@@ -80,9 +80,10 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
     if (rc == LQ_OK && out->count > 0) {
-        /* A batch short of its starts takes them back in its transaction:
-         * until it commits they count, erring low. */
-        lq__starts_unreserve(s, conn, &reserved, out->count, LQ_OK);
+        /* A batch short of its reserved starts keeps them: a delete in its
+         * transaction would hold their rows locked (and, failing, abort the
+         * batch) for as long as the batch runs. They count until they leave
+         * the window, erring low. */
         /* The open transaction now belongs to the delivery, or the batch. */
         if (!s->batch) out->head->conn = conn;
         return LQ_OK;
