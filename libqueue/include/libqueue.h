@@ -171,13 +171,15 @@ typedef enum lq_option {
                                        poll_interval_ms where that is longer */
     LQ_OPT_RATE_LIMIT = 37,         /* at most n starts (claims of a row) of the queue in
                                        any window of rate_period_ms, across every broker and
-                                       process that sets it, on the database's clock; lease
-                                       form; default 0 = none */
+                                       process that sets it, on the database's clock; every
+                                       form (row lock and advisory: a claim reserves its
+                                       starts before it takes its rows); default 0 = none */
     LQ_OPT_RATE_PERIOD_MS = 38,     /* the window of rate_limit; default 1000 */
     LQ_OPT_PARTITION_CONCURRENCY = 39, /* at most n rows of one partition key in work at once,
                                        across every broker and process that sets it (1: one
                                        at a time per key, fleet-wide); rows without a key are
-                                       not limited; lease form; default 0 = none */
+                                       not limited; lease and advisory forms (slot keys per
+                                       key); default 0 = none */
     LQ_OPT_TIMEOUT_MS = 40,         /* a handler still running this long after its delivery
                                        was handed out has failed: its row goes back at once
                                        (a retry, or the dead letters at max_attempts), its
@@ -205,7 +207,7 @@ typedef enum lq_option {
                                        window of partition_rate_period_ms, across every broker
                                        and process that sets it, on the database's clock; a
                                        key at its limit is passed over, the others go on;
-                                       lease form; default 0 = none */
+                                       lease and advisory forms; default 0 = none */
     LQ_OPT_PARTITION_RATE_PERIOD_MS = 45, /* the window of partition_rate_limit; default
                                        1000 */
     /* Schedule options (lq_schedule_add) */
