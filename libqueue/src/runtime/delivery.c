@@ -7,15 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *text_of(const lq__value *v) {
-    if (v->type == LQ__V_NULL) return NULL;
-    char *s = malloc(v->n + 1);
-    if (!s) return NULL;
-    if (v->n) memcpy(s, v->p, v->n);
-    s[v->n] = '\0';
-    return s;
-}
-
 /* Blocks of deliveries let go wait for the next claims of their
  * subscription, rather than go back to the allocator (a claim's deliveries
  * may be made on one thread and freed on others, and blocks going back and
@@ -155,10 +146,10 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value
     if (payload_size) memcpy(d->payload, p->p, payload_size);
     d->payload[payload_size] = '\0';
     d->attempt = col[LQ__COL_ATTEMPT]->type == LQ__V_INT ? (int)col[LQ__COL_ATTEMPT]->i : 0;
-    d->group = text_of(col[LQ__COL_GROUP]);
-    d->partition_key = text_of(col[LQ__COL_PKEY]);
+    d->group = lq__value_text(col[LQ__COL_GROUP]);
+    d->partition_key = lq__value_text(col[LQ__COL_PKEY]);
     d->priority = col[LQ__COL_PRIORITY]->i;
-    d->due = text_of(col[LQ__COL_DUE]);
+    d->due = lq__value_text(col[LQ__COL_DUE]);
     const lq_table *t = s->table;
     const lq__value *payload_bytes = col[LQ__COL_PAYLOAD_SIZE], *headers_bytes = col[LQ__COL_HEADERS_SIZE];
     if (t->max_payload && payload_bytes->type == LQ__V_INT && payload_bytes->i > t->max_payload)

@@ -26,6 +26,9 @@ typedef struct lq__value {
 /* Called once per result row; a non-zero return stops the statement and is
  * returned by exec. */
 typedef int (*lq__row_fn)(void *ctx, const lq__value *columns, int count);
+/* A column's value as a new string (sql/values.c); NULL for NULL, or when
+ * out of memory. */
+LQ__HIDDEN char *lq__value_text(const lq__value *v);
 /* An integer column's value (sql/values.c); 0 for NULL or what is not one. */
 LQ__HIDDEN int64_t lq__value_int(const lq__value *v);
 /* A time column's value as epoch ms (an integer as it is, a time's text

@@ -8,6 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+char *lq__value_text(const lq__value *v) {
+    if (v->type == LQ__V_NULL) return NULL;
+    char *s = malloc(v->n + 1);
+    if (!s) return NULL;
+    if (v->n) memcpy(s, v->p, v->n);
+    s[v->n] = '\0';
+    return s;
+}
+
 int64_t lq__value_int(const lq__value *v) {
     if (v->type == LQ__V_INT) return v->i;
     if (v->type != LQ__V_TEXT || v->n == 0 || v->n >= LQ__INT_TEXT_SIZE) return 0;

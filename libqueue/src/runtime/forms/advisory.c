@@ -21,14 +21,6 @@ typedef struct candidates {
     int count, cap;
 } candidates;
 
-static char *copy_text(const lq__value *v) {
-    char *text = malloc(v->n + 1);
-    if (!text) return NULL;
-    if (v->n) memcpy(text, v->p, v->n);
-    text[v->n] = '\0';
-    return text;
-}
-
 static int on_candidate(void *arg, const lq__value *cols, int count) {
     candidates *c = arg;
     if (count < 2) return lq__error(LQ_BACKEND, "the candidate query returned %d columns", count);
@@ -36,9 +28,10 @@ static int on_candidate(void *arg, const lq__value *cols, int count) {
     int grown = lq__room_for_one(&items, &c->cap, c->count, sizeof *c->items, 8);
     c->items = items;
     if (grown != LQ_OK) return grown;
-    char *key = copy_text(&cols[1]);
+    /* A key rendered from NULL columns is '' (concat), never NULL. */
+    char *key = cols[1].type == LQ__V_NULL ? lq__strdup("") : lq__value_text(&cols[1]);
     bool keyed = count > 2 && cols[2].type != LQ__V_NULL;
-    char *pkey = keyed ? copy_text(&cols[2]) : NULL;
+    char *pkey = keyed ? lq__value_text(&cols[2]) : NULL;
     if (!key || (keyed && !pkey)) {
         free(key);
         free(pkey);
