@@ -126,6 +126,14 @@ typedef enum lq_option {
     LQ_OPT_ACQUIRE_TIMEOUT_MS = 4,  /* wait for a pool connection; default 30000 */
     LQ_OPT_CONNECTION_LIMIT = 5,    /* most connections in all; default 0 = none */
     LQ_OPT_LISTEN_NOTIFY = 6,       /* PostgreSQL wake-ups; default 0 */
+    LQ_OPT_PGBOUNCER = 7,           /* string: "transaction" when the URL leads to PgBouncer
+                                       in pool_mode transaction (as the URL parameter
+                                       ?pgbouncer=transaction): no prepared statements, no
+                                       session settings, no LISTEN on the pooled URL; the
+                                       advisory form is refused */
+    LQ_OPT_LISTEN_URL = 8,          /* string: a URL of the same database that the LISTEN
+                                       connection of listen_notify takes instead of the
+                                       broker's (the server itself, past a pooler) */
     /* Subscription options */
     LQ_OPT_WORKERS = 20,            /* deliveries in work at once; default 1 */
     LQ_OPT_WORKERS_BY_KEY = 21,     /* lanes by partition key; default 0 = off */

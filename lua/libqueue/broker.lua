@@ -36,7 +36,7 @@ B.redact_url = redact_url
 
 --- Opens a broker on a URL ("sqlite:///abs/path.db", "sqlite:relative.db").
 -- Options by name: pool_size, connect_timeout_ms, statement_timeout_ms,
--- acquire_timeout_ms, connection_limit, listen_notify (see libqueue.h).
+-- acquire_timeout_ms, connection_limit, listen_notify, pgbouncer, listen_url (see libqueue.h).
 -- Returns the broker, or nil, message, code.
 function B.open(url, opts)
   check_type(url, "string", 1, "open")

@@ -131,7 +131,8 @@ class Broker:
     core built for them, PostgreSQL and MySQL URLs). Keyword options are
     passed by name to the core (``pool_size=4``, ``connect_timeout_ms=...``,
     ``statement_timeout_ms``, ``acquire_timeout_ms``, ``connection_limit``,
-    ``listen_notify``).
+    ``listen_notify``, and past PgBouncer in transaction pooling ``pgbouncer="transaction"``
+    and ``listen_url``).
 
     Thread-safe: any thread may publish or subscribe. Use as a context
     manager, or call ``close()``; open subscriptions keep the pool alive until

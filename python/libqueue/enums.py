@@ -114,6 +114,8 @@ class Option(IntEnum):
     ACQUIRE_TIMEOUT_MS = 4
     CONNECTION_LIMIT = 5
     LISTEN_NOTIFY = 6
+    PGBOUNCER = 7
+    LISTEN_URL = 8
     WORKERS = 20
     WORKERS_BY_KEY = 21
     BATCH = 22

@@ -93,7 +93,46 @@ lq_stop_postgres() {
     "${run[@]}" "$bin/pg_ctl" -D "$data/db" -m immediate -w stop >/dev/null 2>&1 || true
 }
 
+# Starts PgBouncer in transaction pooling before the PostgreSQL of
+# lq_start_postgres (every database name leads to it), as the postgres user
+# (PgBouncer refuses root), with a pool of 2 server connections per database
+# and user, fewer than the clients the suites open, so that server sessions
+# change hands between transactions. Exports LQ_TEST_PGBOUNCER_URL: the
+# PostgreSQL URL through it, with the parameter that tells libqueue.
+lq_start_pgbouncer() {
+    local dir=$LQ_SERVERS/pgbouncer port i
+    command -v pgbouncer >/dev/null 2>&1 || { echo "pgbouncer is not installed"; return 1; }
+    [[ -n ${LQ_PG_PORT:-} ]] || { echo "PgBouncer needs lq_start_postgres first"; return 1; }
+    port=$(lq_free_port)
+    mkdir -p "$dir"
+    printf '"postgres" ""\n' >"$dir/users.txt"
+    printf '%s\n' "[databases]" "* = host=127.0.0.1 port=$LQ_PG_PORT" "[pgbouncer]" \
+        "listen_addr = 127.0.0.1" "listen_port = $port" "unix_socket_dir =" \
+        "auth_type = trust" "auth_file = $dir/users.txt" "pool_mode = transaction" \
+        "default_pool_size = 2" "max_client_conn = 2000" "logfile = $dir/pgbouncer.log" \
+        "pidfile = $dir/pgbouncer.pid" >"$dir/pgbouncer.ini"
+    local run=()
+    [[ $(id -u) == 0 ]] && { chown -R postgres: "$dir"; run=(runuser -u postgres --); }
+    "${run[@]}" pgbouncer -d "$dir/pgbouncer.ini" >"$dir/start.log" 2>&1 ||
+        { cat "$dir/start.log" "$dir/pgbouncer.log" 2>/dev/null; return 1; }
+    for ((i = 0; i < 100; i++)); do
+        "${LQ_PYTHON:-/usr/bin/python3}" -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" \
+            2>/dev/null && break
+        sleep 0.1
+    done
+    ((i < 100)) || { echo "PgBouncer did not start"; cat "$dir/pgbouncer.log"; return 1; }
+    export LQ_TEST_PGBOUNCER_URL="postgresql://postgres@127.0.0.1:$port/lqtest?sslmode=disable&pgbouncer=transaction"
+    echo "pgbouncer (transaction pooling) on 127.0.0.1:$port"
+}
+
+lq_stop_pgbouncer() {
+    local pidfile=$LQ_SERVERS/pgbouncer/pgbouncer.pid
+    [[ -f $pidfile ]] && kill "$(cat "$pidfile")" 2>/dev/null
+    return 0
+}
+
 lq_stop_servers() {
+    lq_stop_pgbouncer
     lq_stop_postgres
     lq_stop_mariadb
     rm -rf "$LQ_SERVERS"

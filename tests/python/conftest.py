@@ -23,7 +23,7 @@ import pytest
 import libqueue
 
 from backend_mariadb import MariaDB
-from helpers import FORMS_BY_DIALECT, PostgresDB, SqliteDB
+from helpers import FORMS_BY_DIALECT, PgBouncerDB, PostgresDB, SqliteDB
 
 
 def _sqlite(tmp_path: Any) -> SqliteDB:
@@ -38,13 +38,23 @@ def _mariadb(tmp_path: Any) -> MariaDB:
     return MariaDB(os.environ["LQ_TEST_MARIADB_URL"])
 
 
+def _pgbouncer(tmp_path: Any) -> PgBouncerDB:
+    return PgBouncerDB(os.environ["LQ_TEST_PG_URL"], os.environ["LQ_TEST_PGBOUNCER_URL"])
+
+
 #: Backend name -> (dialect, factory(tmp_path), environment variable naming
 #: its server, or None when it needs none).
 BACKENDS: Dict[str, Any] = {
     "sqlite": ("sqlite", _sqlite, None),
     "pg": ("postgresql", _postgres, "LQ_TEST_PG_URL"),
     "mariadb": ("mysql", _mariadb, "LQ_TEST_MARIADB_URL"),
+    # PostgreSQL through PgBouncer in transaction pooling, for the modules
+    # marked `through_pgbouncer`, in the forms that work through it.
+    "pgbouncer": ("postgresql", _pgbouncer, "LQ_TEST_PGBOUNCER_URL"),
 }
+
+#: The forms that work through a pooler in transaction mode.
+POOLED_FORMS = ("row_lock", "lease")
 
 
 def _enabled() -> list:
@@ -63,6 +73,8 @@ def pytest_generate_tests(metafunc: Any) -> None:
     if "db" not in metafunc.fixturenames:
         return
     backends = _enabled()
+    if not metafunc.definition.get_closest_marker("through_pgbouncer"):
+        backends = [b for b in backends if b != "pgbouncer"]
     only = metafunc.definition.get_closest_marker("dialect")
     if only:
         backends = [b for b in backends if BACKENDS[b][0] in only.args]
@@ -75,7 +87,8 @@ def pytest_generate_tests(metafunc: Any) -> None:
         metafunc.parametrize(("db", "caller"), pairs, indirect=True,
                              ids=["%s-%s" % p for p in pairs])
     elif "form" in metafunc.fixturenames:
-        pairs = [(b, f) for b in backends for f in FORMS_BY_DIALECT[BACKENDS[b][0]]]
+        pairs = [(b, f) for b in backends for f in FORMS_BY_DIALECT[BACKENDS[b][0]]
+                 if b != "pgbouncer" or f in POOLED_FORMS]
         forms = metafunc.definition.get_closest_marker("forms")
         if forms:
             pairs = [(b, f) for b, f in pairs if f in forms.args]
@@ -94,6 +107,8 @@ def pytest_configure(config: Any) -> None:
                             "processes (SQLite's in-process advisory keys are left out)")
     config.addinivalue_line("markers", "dialect(*names): the test runs on these dialects only")
     config.addinivalue_line("markers", "forms(*names): the test runs in these forms only")
+    config.addinivalue_line("markers", "through_pgbouncer: the test runs through PgBouncer in "
+                            "transaction pooling too (LQ_TEST_PGBOUNCER_URL)")
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ import contextlib
 import sqlite3
 import threading
 import time
+import urllib.parse
+import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
@@ -178,6 +180,33 @@ class PostgresDB(Database):
 
     def close(self) -> None:
         self.execute("DROP SCHEMA %s CASCADE" % self.quote(self.schema), search_path=False)
+
+
+def _with_database(url: str, name: str) -> str:
+    """The URL with its database replaced by `name` (its parameters kept)."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+
+class PgBouncerDB(PostgresDB):
+    """A database of its own, which the core reaches through PgBouncer in
+    transaction pooling (the URL's ?pgbouncer=transaction) and the test
+    through the server itself. A database rather than a schema: PgBouncer
+    passes no search_path (``options``) on to the server."""
+
+    def __init__(self, server_url: str, bouncer_url: str) -> None:
+        import psycopg2  # Debian's python3-psycopg2
+        self._psycopg2 = psycopg2
+        self.database = "lq_" + uuid.uuid4().hex[:12]
+        self.schema = "public"
+        self.server_url = _with_database(server_url, "postgres")
+        self.execute("CREATE DATABASE %s" % self.quote(self.database), search_path=False)
+        self.server_url = _with_database(server_url, self.database)
+        self.url = _with_database(bouncer_url, self.database)
+
+    def close(self) -> None:
+        self.server_url = _with_database(self.server_url, "postgres")
+        self.execute("DROP DATABASE %s WITH (FORCE)" % self.quote(self.database), search_path=False)
 
 
 #: The forms each dialect serves (SQLite has no row locks).

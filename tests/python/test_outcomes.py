@@ -11,6 +11,9 @@ import libqueue
 
 from helpers import POLL_MS, make_table
 
+# Through PgBouncer's transaction pooling too (the lease and row lock forms).
+pytestmark = pytest.mark.through_pgbouncer
+
 
 def one(sub: libqueue.Subscription, timeout: float = 5) -> libqueue.Delivery:
     d = sub.next(timeout)

@@ -19,6 +19,8 @@ static const option_spec specs[] = {
     {LQ_OPT_ACQUIRE_TIMEOUT_MS, "acquire_timeout_ms", LQ_OPTION_INT, 0, INT32_MAX, 30000},
     {LQ_OPT_CONNECTION_LIMIT, "connection_limit", LQ_OPTION_INT, 0, 100000, 0},
     {LQ_OPT_LISTEN_NOTIFY, "listen_notify", LQ_OPTION_INT, 0, 1, 0},
+    {LQ_OPT_PGBOUNCER, "pgbouncer", LQ_OPTION_STRING, 0, 0, 0},
+    {LQ_OPT_LISTEN_URL, "listen_url", LQ_OPTION_STRING, 0, 0, 0},
     {LQ_OPT_WORKERS, "workers", LQ_OPTION_INT, 1, 4096, 1},
     {LQ_OPT_WORKERS_BY_KEY, "workers_by_key", LQ_OPTION_INT, 0, 4096, 0},
     {LQ_OPT_BATCH, "batch", LQ_OPTION_INT, 0, 100000, 0},

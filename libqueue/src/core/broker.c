@@ -76,10 +76,45 @@ static void broker_free(lq_broker *b) {
     free(b->statements);
     lq__publish_cache_free(&b->publish_statements);
     target_free(b->dialect, &b->target);
+    target_free(b->dialect, &b->listen_target);
     lq_options_free(b->options);
     pthread_mutex_destroy(&b->mu);
     pthread_mutex_destroy(&b->room_mu);
     free(b);
+}
+
+/* A pooler in transaction mode (option pgbouncer, or the URL's parameter)
+ * and the direct URL the LISTEN connection takes past it (listen_url). */
+static int read_pooler_options(lq_broker *b) {
+    const lq__dialect *d = b->dialect;
+    const char *pooler = lq__opt_str(b->options, LQ_OPT_PGBOUNCER);
+    const char *listen_url = lq__opt_str(b->options, LQ_OPT_LISTEN_URL);
+    bool listens = lq__opt_int(b->options, LQ_OPT_LISTEN_NOTIFY) != 0;
+    if (pooler && (!d->transaction_pooling || strcmp(pooler, "transaction") != 0))
+        return lq__error(LQ_MISUSE, d->transaction_pooling
+                                        ? "pgbouncer \"%.32s\": libqueue knows \"transaction\", for "
+                                          "PgBouncer's pool_mode transaction; a pooler in session mode "
+                                          "needs no option"
+                                        : "pgbouncer \"%.32s\": %s takes no pooler option",
+                         pooler, d->name);
+    if (pooler) b->target.transaction_pooling = true;
+    if (listen_url && !listens)
+        return lq__error(LQ_MISUSE, "listen_url is the connection of listen_notify, which is off");
+    if (listens && b->target.transaction_pooling && !listen_url)
+        return lq__error(LQ_MISUSE,
+                         "listen_notify through a pooler in transaction mode: LISTEN lives in a server "
+                         "session, which the pooler hands to other clients; give listen_url, a URL "
+                         "of the server itself, or leave listen_notify off (subscriptions poll)");
+    if (!listen_url) return LQ_OK;
+    const char *rest;
+    if (lq__dialect_for_url(listen_url, &rest) != d)
+        return lq__error(LQ_MISUSE, "listen_url must be a %s URL of the broker's database", d->name);
+    if (!(b->listen_target.url = lq__strdup(listen_url))) return lq__error(LQ_NOMEM, "out of memory");
+    int rc = d->parse_url(&b->listen_target, listen_url, rest);
+    if (rc == LQ_OK && b->listen_target.transaction_pooling)
+        return lq__error(LQ_MISUSE, "listen_url leads to a pooler in transaction mode too: "
+                                    "it must reach the server itself");
+    return rc;
 }
 
 int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) {
@@ -118,12 +153,14 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     int rc = lq__options_copy(&b->options, options);
     if (rc == LQ_OK) rc = (b->target.url = lq__strdup(url)) ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
     if (rc == LQ_OK) rc = d->parse_url(&b->target, url, rest);
+    if (rc == LQ_OK) rc = read_pooler_options(b);
     if (rc == LQ_OK) rc = lq__pool_init(&b->pool, d, &b->target, b->options);
     if (rc == LQ_OK) b->room.budget = b->pool.size > 1 ? b->pool.size - 1 : 1;
     if (rc != LQ_OK) {
         if (b->pool.idle) broker_free(b);
         else {
             target_free(b->dialect, &b->target);
+            target_free(b->dialect, &b->listen_target);
             lq_options_free(b->options);
             pthread_mutex_destroy(&b->mu);
             pthread_mutex_destroy(&b->room_mu);
@@ -145,6 +182,16 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
     }
     *out = b;
     return LQ_OK;
+}
+
+int lq__broker_check_form(const lq_broker *b, const lq_table *t) {
+    if (lq_table_form(t) != LQ_FORM_ADVISORY || !b->target.transaction_pooling) return LQ_OK;
+    char label[256];
+    return lq__error(LQ_MISUSE, "table %s: the advisory form holds each row's lock in a server "
+                                "session, which a pooler in transaction mode hands to other clients "
+                                "between transactions; use the lease or row lock form through the "
+                                "pooler, or connect to the server itself",
+                     lq__table_label(t, label, sizeof label));
 }
 
 int lq__broker_check_open(lq_broker *b) {

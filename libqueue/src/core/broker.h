@@ -37,6 +37,7 @@ struct lq_broker {
     atomic_int refs; /* the caller's, and one per open subscription */
     const lq__dialect *dialect;
     lq__broker_target target;
+    lq__broker_target listen_target; /* listen_url's, when the options give one */
     lq_options *options;
     lq__pool pool;
     pthread_mutex_t mu;
@@ -53,6 +54,10 @@ struct lq_broker {
     struct lq__scheduler *scheduler; /* its schedules' thread, once it has one */
 };
 
+/* LQ_MISUSE where the table's form needs what the broker's connections
+ * cannot keep: the advisory form's session locks through a pooler in
+ * transaction mode. */
+LQ__HIDDEN int lq__broker_check_form(const lq_broker *b, const lq_table *t);
 /* LQ_OK while the broker takes calls, else LQ_CLOSED (and its message). */
 LQ__HIDDEN int lq__broker_check_open(lq_broker *b);
 LQ__HIDDEN void lq__broker_ref(lq_broker *b);

@@ -212,6 +212,7 @@ int lq_cancel(lq_broker *b, const lq_table *t, int64_t id) {
     lq__error_clear();
     LQ__CHECK_ARG(b && t, "the broker or table is NULL");
     int rc = lq__broker_check_open(b);
+    if (rc == LQ_OK) rc = lq__broker_check_form(b, t);
     if (rc != LQ_OK) return rc;
     lq__cancel_sql sql;
     rc = lq__sql_build_cancel(&sql, b->dialect, t);

@@ -10,6 +10,7 @@
 #include "core/message.h"
 #include "core/cancel.h"
 #include "core/pause.h"
+#include "base/redact.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,9 @@ static void *listener_main(void *arg) {
     lq__conn *conn = NULL;
     while (!stopping(l)) {
         if (!conn) {
-            if (b->dialect->connect(&conn, &b->target, b->options) != LQ_OK) {
+            const lq__broker_target *target = b->listen_target.url ? &b->listen_target : &b->target;
+            if (b->dialect->connect(&conn, target, b->options) != LQ_OK) {
+                lq__error_redact(target->password);
                 lq__log_error(LQ_LOG_WARNING, "the LISTEN connection");
                 conn = NULL;
                 sleep_unless_stopping(l, RECONNECT_WAIT_MS);

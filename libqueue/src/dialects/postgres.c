@@ -23,6 +23,7 @@ enum { OID_BOOL = 16, OID_BYTEA = 17, OID_INT8 = 20, OID_INT2 = 21, OID_INT4 = 2
 struct lq__conn {
     PGconn *pg;
     bool borrowed;
+    bool pooled;         /* through a transaction pooler: no named statements */
     bool broken;         /* a deadline passed mid-statement: never reuse */
     int64_t deadline_ms; /* the client's own wait for any answer */
     lq__stmt_cache prepared; /* each statement's name on the server: lq_<id> */
@@ -139,13 +140,44 @@ static int not_broken(const lq__conn *c) {
 
 static int pg_check_version(lq__conn *c, const lq_table *table);
 
+/* PgBouncer's transaction pooling, asked for in the URL as other PostgreSQL
+ * clients spell it (?pgbouncer=transaction). libpq knows no such parameter,
+ * so it leaves the URL before libpq reads it. */
+static int take_pooler_parameter(lq__broker_target *t) {
+    static const char name[] = "pgbouncer=";
+    char *query = strchr(t->url, '?');
+    for (char *p = query ? query + 1 : NULL; p && *p;) {
+        size_t len = strcspn(p, "&");
+        char *next = p + len + (p[len] == '&');
+        if (strncmp(p, name, sizeof name - 1) != 0) {
+            p = next;
+            continue;
+        }
+        const char *value = p + sizeof name - 1;
+        int value_len = (int)(len - (sizeof name - 1));
+        if (value_len != (int)strlen("transaction") || strncmp(value, "transaction", (size_t)value_len) != 0)
+            return lq__error(LQ_MISUSE, "postgresql: the URL's pgbouncer=%.*s: libqueue knows "
+                                        "pgbouncer=transaction, for PgBouncer's pool_mode "
+                                        "transaction; a pooler in session mode needs no parameter",
+                             value_len > 32 ? 32 : value_len, value);
+        t->transaction_pooling = true;
+        memmove(p, next, strlen(next) + 1);
+    }
+    /* A query left empty, or ending in '&', loses its separator. */
+    size_t n = strlen(t->url);
+    while (query && n && (t->url[n - 1] == '&' || t->url[n - 1] == '?')) t->url[--n] = '\0';
+    return LQ_OK;
+}
+
 static int pg_parse_url(lq__broker_target *t, const char *url, const char *rest) {
     (void)rest;
     /* libpq parses the URL itself, with its parameters and environment; the
      * password is kept only to scrub it from messages. */
     t->url = t->url ? t->url : lq__strdup(url);
     if (!t->url) return lq__error(LQ_NOMEM, "out of memory");
-    PQconninfoOption *options = PQconninfoParse(url, NULL);
+    int rc = take_pooler_parameter(t);
+    if (rc != LQ_OK) return rc;
+    PQconninfoOption *options = PQconninfoParse(t->url, NULL);
     for (PQconninfoOption *o = options; o && o->keyword; o++)
         if (strcmp(o->keyword, "password") == 0 && o->val && *o->val) t->password = lq__strdup(o->val);
     PQconninfoFree(options);
@@ -168,6 +200,20 @@ static void log_notice(void *ctx, const char *message) {
     lq__log(LQ_LOG_DEBUG, "postgresql: %.*s", (int)n, message);
 }
 
+/* The session's statement_timeout: the server ends a statement of ours
+ * that runs longer. */
+static int set_statement_timeout(lq__conn *c, int64_t statement_ms) {
+    char timeout[32];
+    snprintf(timeout, sizeof timeout, "%lld", (long long)statement_ms);
+    const char *params[1] = {timeout};
+    int rc = LQ_OK;
+    PGresult *res = finish(c, PQsendQueryParams(c->pg, "SELECT set_config('statement_timeout', $1, false)",
+                                                1, NULL, params, NULL, NULL, 0), &rc);
+    if (res && PQresultStatus(res) != PGRES_TUPLES_OK) return pg_error(c, res, LQ_CONNECT, "cannot set the statement timeout");
+    if (res) PQclear(res);
+    return rc;
+}
+
 static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_options *o) {
     char connect_timeout[32], user_timeout[32];
     int64_t connect_ms = lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS);
@@ -182,6 +228,7 @@ static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_
                             "libqueue", target->url, NULL};
     lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
+    c->pooled = target->transaction_pooling;
     c->pg = PQconnectdbParams(keys, values, 1);
     if (!c->pg) {
         free(c);
@@ -200,17 +247,15 @@ static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_
     }
     /* The server's deadline is set here, not through the URL's options
      * (which a URL may carry for its own settings, replacing ours); the
-     * client waits a little longer, for a server that stops answering. */
+     * client waits a little longer, for a server that stops answering.
+     * Through a transaction pooler a session's setting would stay with a
+     * server connection other clients share: the server's own deadline is
+     * then the role's or the database's (ALTER ROLE .. SET
+     * statement_timeout), and the client's stands. */
     c->deadline_ms = statement_ms + 2000;
     PQsetnonblocking(c->pg, 1);
     PQsetNoticeProcessor(c->pg, log_notice, NULL);
-    char timeout[32];
-    snprintf(timeout, sizeof timeout, "%lld", (long long)statement_ms);
-    const char *params[1] = {timeout};
-    PGresult *res = finish(c, PQsendQueryParams(c->pg, "SELECT set_config('statement_timeout', $1, false)",
-                                                1, NULL, params, NULL, NULL, 0), &rc);
-    if (res && PQresultStatus(res) != PGRES_TUPLES_OK) rc = pg_error(c, res, LQ_CONNECT, "cannot set the statement timeout");
-    else if (res) PQclear(res);
+    if (!c->pooled) rc = set_statement_timeout(c, statement_ms);
     if (rc != LQ_OK) {
         pg_disconnect(c);
         return rc;
@@ -395,10 +440,19 @@ static int ensure_prepared(const char **name, lq__conn *c, const lq__stmt *st) {
     return LQ_OK;
 }
 
+/* Through a transaction pooler, the next transaction may find another
+ * server session, without the statements this one prepared: a statement is
+ * then prepared unnamed, which checks it (its table, its columns) and
+ * keeps nothing, and every run sends its text. */
 static int pg_prepare(lq__conn *c, const lq__stmt *st) {
     const char *name;
     int rc = not_broken(c);
-    return rc != LQ_OK ? rc : ensure_prepared(&name, c, st);
+    if (rc != LQ_OK) return rc;
+    if (!c->pooled) return ensure_prepared(&name, c, st);
+    PGresult *res = finish(c, PQsendPrepare(c->pg, "", st->sql, 0, NULL), &rc);
+    if (res && PQresultStatus(res) != PGRES_COMMAND_OK) return pg_error(c, res, LQ_SCHEMA, "cannot prepare");
+    if (res) PQclear(res);
+    return rc;
 }
 
 /* A big-endian integer of a binary result; written out byte by byte so the
@@ -494,10 +548,11 @@ static void pg_args_bind(pg_args *a, int i, const lq__value *v) {
 /* Runs a statement of ours to its result (NULL, with *status, on failure):
  * prepared on the connection at first use, or where a caller's own
  * connection keeps no statements of ours (it could not tell our names from
- * its own) or the statement runs once (id 0), sent as unnamed text. */
+ * its own), a pooler's may lose them, or the statement runs once (id 0),
+ * sent as unnamed text. */
 static PGresult *run_stmt(lq__conn *c, const lq__stmt *st, int count, const char *const *values,
                           const int *lengths, const int *formats, int result_format, int *status) {
-    bool once = c->borrowed || st->id == 0;
+    bool once = c->borrowed || c->pooled || st->id == 0;
     const char *name = NULL;
     if ((*status = not_broken(c)) != LQ_OK) return NULL;
     if (!once && (*status = ensure_prepared(&name, c, st)) != LQ_OK) return NULL;
@@ -792,6 +847,7 @@ const lq__dialect lq__postgres_dialect = {
     .advisory_holds_connection = true,
     .whole_second_leases = false,
     .listen_notify = true,
+    .transaction_pooling = true,
     .claim_writes_lease = true,
     .insert_returning = true,
     .row_address = "ctid",

@@ -276,6 +276,8 @@ static int check_declaration(lq_subscription *s) {
     if (!(s->broker->dialect->forms & (1u << s->form)) && s->form != LQ_FORM_ROW_LOCK)
         return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
                          s->broker->dialect->name);
+    int rc = lq__broker_check_form(s->broker, t);
+    if (rc != LQ_OK) return rc;
     if (s->form == LQ_FORM_ROW_LOCK && t->isolation == LQ_ISOLATION_READ_UNCOMMITTED &&
         !s->broker->dialect->read_uncommitted)
         return lq__error(LQ_DIALECT, "table %s: %s has no read uncommitted level that locks "

@@ -68,6 +68,11 @@ typedef struct lq__ddl_types {
 struct lq__broker_target {
     char *url;      /* the URL as given, for client libraries that parse it */
     char *password; /* the URL's password, if any: scrubbed from messages */
+    /* A pooler in transaction mode (PgBouncer) stands before the server: it
+     * hands the server's session to other clients between transactions, so
+     * the connection keeps no state of a session (prepared statements,
+     * settings, LISTEN, session locks). */
+    bool transaction_pooling;
     void *own;
 };
 
@@ -85,6 +90,8 @@ typedef struct lq__dialect {
     bool read_uncommitted;
     /* Wakes subscriptions on rows other processes write (LISTEN/NOTIFY). */
     bool listen_notify;
+    /* Works through a pooler in transaction mode (target.transaction_pooling). */
+    bool transaction_pooling;
     /* The lease claim stamps its rows itself. Otherwise the claim is a
      * locking read, and the core stamps each row (sqlset.stamp) in the same
      * READ COMMITTED transaction. */
