@@ -94,8 +94,19 @@ static int64_t sq_count(const char *url) {
 
 /* ---- PostgreSQL ---- */
 
+/* The bench's own connection reads the URL with libpq, which knows no
+ * pgbouncer parameter (libqueue takes it out of its URLs): it goes without. */
 static PGconn *pg_open(const char *url) {
-    PGconn *pg = PQconnectdb(url);
+    char plain[4096];
+    snprintf(plain, sizeof plain, "%s", url);
+    char *param = strstr(plain, "pgbouncer=");
+    if (param && param > plain && (param[-1] == '?' || param[-1] == '&')) {
+        char *end = param + strcspn(param, "&");
+        memmove(param, *end ? end + 1 : end, strlen(*end ? end + 1 : end) + 1);
+        size_t n = strlen(plain);
+        if (n && (plain[n - 1] == '&' || plain[n - 1] == '?')) plain[n - 1] = '\0';
+    }
+    PGconn *pg = PQconnectdb(plain);
     if (PQstatus(pg) != CONNECTION_OK) bench_die("postgresql: %s", PQerrorMessage(pg));
     PQclear(PQexec(pg, "SET client_min_messages = warning"));
     return pg;

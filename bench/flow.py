@@ -22,13 +22,13 @@ import argparse
 import json
 import multiprocessing
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Tuple
 
 import libqueue
 
+from c_driver import lq_bench_w1  # bench/c_driver.py, beside this file
 from w1 import db_name  # bench/w1.py, beside this file
 
 #: The bench table's roles in each form.
@@ -41,15 +41,6 @@ HAND_OFF_S = 0.1
 
 def bench_table(form: str) -> libqueue.Table:
     return libqueue.Table("lq_flow_" + form, **TABLES[form])
-
-
-def lq_bench_w1(lq_bench: str, url: str, n: int, *extra: str) -> float:
-    out = subprocess.run([lq_bench, "w1", "--url", url, "--form", "lease", "--n", str(n),
-                          "--workers", "4", "--poll-ms", "50", *extra],
-                         check=True, capture_output=True, text=True).stdout
-    rates = [json.loads(line).get("jobs_per_s") for line in out.splitlines()
-             if line.startswith("{")]
-    return float(rates[-1] or 0.0)
 
 
 def overhead(args: argparse.Namespace) -> Dict[str, Any]:

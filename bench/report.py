@@ -133,8 +133,9 @@ def figure(records, rec):
 
 def figures(records):
     """The figures of the records, in order; flow control's come as measured."""
-    return [figure(records, r) if r.get("kind") not in ("flow", "ops", "retention") else r
-            for r in records if r.get("kind") in ("lib", "cpu", "flow", "ops", "retention")]
+    measured = ("flow", "ops", "retention", "pooler")
+    return [figure(records, r) if r.get("kind") not in measured else r
+            for r in records if r.get("kind") in ("lib", "cpu") + measured]
 
 
 def cpu_record(db, form, n, lib_out, raw_out, workload="W1-cpu", lib_n=None):
@@ -369,7 +370,8 @@ def markdown(figs, meta):
     lines += ["## Throughput (W1 drain, W2 enqueue)", "",
               "| db | form | binding | workload | jobs/s | raw jobs/s | lib / raw | vs C | p50 ms | p99 ms | note |",
               "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    order = sorted((f for f in figs if f["workload"].startswith(("W1", "W2")) and f["workload"] not in ("W1-cpu", "W1-batch-cpu", "W1-rss", "W1-sys")),
+    order = sorted((f for f in figs if f["workload"].startswith(("W1", "W2")) and f.get("kind") != "pooler"
+                    and f["workload"] not in ("W1-cpu", "W1-batch-cpu", "W1-rss", "W1-sys")),
                    key=lambda f: (DB_ORDER.get(f["db"], 9), f["workload"].startswith("W2"), f.get("form") or "",
                                   f["workload"], ["c", "python", "python-asyncio", "lua"].index(f["binding"]) if f["binding"] in ("c", "python", "python-asyncio", "lua") else 9))
     for f in order:
@@ -424,6 +426,15 @@ def markdown(figs, meta):
                                              f.get("form", ""))):
             lines.append("| %s | %s | %s | %s |" % (f["db"], f["workload"], f.get("form", "lease"),
                                                     flow_measured(f)))
+    pooled = [f for f in figs if f.get("kind") == "pooler"]
+    if pooled:
+        lines += ["", "## Through PgBouncer (transaction pooling, W1, C driver)", "",
+                  "| db | form | through PgBouncer jobs/s | direct jobs/s | pooled / direct |",
+                  "|---|---|---:|---:|---:|"]
+        for f in pooled:
+            lines.append("| %s | %s | %s | %s | %s |" % (
+                f["db"], f["form"], fmt(f.get("jobs_per_s")), fmt(f.get("direct_jobs_per_s")),
+                "-" if f.get("ratio") is None else "%.2f" % f["ratio"]))
     lines += ["", "## Targets", "", "| figure | target | measured | met | margin |", "|---|---|---|---|---|"]
     for row in targets(figs):
         lines.append("| %s | %s | %s | %s | %s |" % row)
@@ -438,7 +449,7 @@ def chart(figs, outdir):
     for db in dbs:
         rows = []
         for f in sorted(figs, key=lambda f: (f["workload"].startswith("W2"), f["workload"], f.get("form") or "")):
-            if f["db"] != db or f["binding"] != "c" or not f["workload"].startswith(("W1", "W2")):
+            if f["db"] != db or f["binding"] != "c" or not f["workload"].startswith(("W1", "W2")) or f.get("kind") == "pooler":
                 continue
             if f["workload"] in ("W1-cpu", "W1-batch-cpu", "W1-rss", "W1-sys") or (f["jobs_per_s"] is None and f["raw_jobs_per_s"] is None):
                 continue
