@@ -39,7 +39,11 @@ int lq__pending_error(const lq__pending *p) {
 }
 
 bool lq__settle_again(int rc, int *tries) {
-    if (rc != LQ_CONTENTION || ++*tries >= LQ__SETTLE_TRIES) return false;
+    /* SQLSTATE class 40: the transaction was rolled back (a deadlock, a
+     * certification or serialization failure), so it may run again at once;
+     * a lock wait that timed out would only wait again. */
+    if (rc != LQ_CONTENTION || strncmp(lq_errcode_sqlstate(), "40", 2) != 0) return false;
+    if (++*tries >= LQ__SETTLE_TRIES) return false;
     lq__error_clear();
     struct timespec pause = {0, 5000000L << *tries}; /* 10, 20, 40, 80 ms */
     nanosleep(&pause, NULL);
