@@ -12,7 +12,8 @@ LQ_PACKAGES=(cmake gcc g++ make pkg-config libsqlite3-dev libpq-dev postgresql p
              lua5.4 liblua5.4-dev swig sqlite3 libmariadb-dev mariadb-server python3-pymysql openssl
              tzdata python3-croniter faketime python3-prometheus-client python3-psycopg
              python3-mysqldb python3-sqlalchemy lua-sql-sqlite3 lua5.3 liblua5.3-dev lua5.1
-             liblua5.1-0-dev luajit libluajit-5.1-dev luarocks lua-luv pgbouncer)
+             liblua5.1-0-dev luajit libluajit-5.1-dev luarocks lua-luv pgbouncer
+             galera-4 rsync)
 
 lq_install_packages() {
     local missing=()

@@ -91,6 +91,7 @@ struct lq__conn {
     bool borrowed; /* the caller's MYSQL *: never closed here */
     bool lost;     /* a call found the connection gone: never reused */
     unsigned long max_packet; /* the session's max_allowed_packet; 0: unknown (borrowed) */
+    bool galera;              /* check_server found a Galera node (wsrep on, a provider) */
     lq__stmt_cache cache; /* MYSQL_STMT handles */
 };
 
@@ -152,7 +153,11 @@ static int error_of(int status, unsigned err, const char *state, const char *msg
     const char *hint = "";
     if (is_connection_error(err)) status = LQ_CONNECT;
     else if (err == 1205 || err == 1213 || err == 3572 || err == 1020)
-        status = LQ_CONTENTION; /* lock wait timeout, deadlock, NOWAIT, changed since read */
+        status = LQ_CONTENTION; /* lock wait timeout, deadlock (and a Galera certification
+                                   conflict), NOWAIT, changed since read */
+    else if (err == 1047 && msg && strstr(msg, "WSREP"))
+        status = LQ_CONTENTION; /* a Galera node not in the primary component yet (joining,
+                                   or cut off): it takes statements again once it is */
     else if (err == 1062 || err == 1586)
         status = LQ_DUPLICATE; /* ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME */
     else if (err == 1969 || err == 3024) {
@@ -744,6 +749,25 @@ static bool parse_version(const char *v, bool *mariadb, int *number) {
     return true;
 }
 
+/* A Galera node: wsrep on, with a provider loaded (MariaDB has both
+ * variables without Galera too; MySQL has neither). */
+static int check_galera(lq__conn *c) {
+    char *row[1];
+    int rc = query_row(c, "SELECT @@GLOBAL.wsrep_on AND @@GLOBAL.wsrep_provider <> 'none'", row,
+                       1);
+    if (rc != LQ_OK) {
+        unsigned err = mysql_errno(c->my);
+        if (err != 1193 && err != 1064) return rc; /* not an unknown variable */
+        lq__error_clear();
+        return LQ_OK;
+    }
+    c->galera = row[0] && strcmp(row[0], "1") == 0;
+    free(row[0]);
+    return LQ_OK;
+}
+
+static bool my_node_local_locks(lq__conn *c) { return c->galera; }
+
 static int check_server(lq__conn *c) {
     char *row[1];
     int rc = query_row(c, "SELECT VERSION()", row, 1);
@@ -783,7 +807,7 @@ static int check_server(lq__conn *c) {
                          "mysql: the server's binary log records statements (binlog_format = "
                          "STATEMENT), and InnoDB refuses writes at READ COMMITTED with that "
                          "format; set binlog_format = ROW (or MIXED) on the server");
-    return LQ_OK;
+    return check_galera(c);
 }
 
 static int my_check_version(lq__conn *c, const lq_table *table) {
@@ -1565,6 +1589,7 @@ const lq__dialect lq__mysql_dialect = {
     .disconnect = my_disconnect,
     .reusable = my_reusable,
     .check_version = my_check_version,
+    .node_local_locks = my_node_local_locks,
     .quote = '\x60',
     .placeholder = my_placeholder,
     .rendered_placeholder = my_placeholder,

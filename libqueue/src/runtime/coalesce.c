@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void lq__coalescer_init(lq__coalescer *c) {
     memset(c, 0, sizeof *c);
@@ -37,9 +38,24 @@ int lq__pending_error(const lq__pending *p) {
     return p->rc;
 }
 
+bool lq__settle_again(int rc, int *tries) {
+    /* SQLSTATE class 40: the transaction was rolled back (a deadlock, a
+     * certification or serialization failure), so it may run again at once;
+     * a lock wait that timed out would only wait again. */
+    if (rc != LQ_CONTENTION || strncmp(lq_errcode_sqlstate(), "40", 2) != 0) return false;
+    if (++*tries >= LQ__SETTLE_TRIES) return false;
+    lq__error_clear();
+    struct timespec pause = {0, 5000000L << *tries}; /* 10, 20, 40, 80 ms */
+    nanosleep(&pause, NULL);
+    return true;
+}
+
+/* A statement on its own commits alone: after a conflict it runs again. */
 static void run_alone(const lq__dialect *d, lq__conn *conn, lq__pending *p) {
     int64_t changes = 0;
-    int rc = d->exec(&changes, conn, p->stmt, p->args, NULL, NULL);
+    int rc, tries = 0;
+    do rc = d->exec(&changes, conn, p->stmt, p->args, NULL, NULL);
+    while (lq__settle_again(rc, &tries));
     record(p, rc, changes);
 }
 

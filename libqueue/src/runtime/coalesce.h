@@ -54,5 +54,12 @@ LQ__HIDDEN int lq__coalesced_exec(int64_t *changes, lq__coalescer *c, lq__pool *
 LQ__HIDDEN void lq__coalesced_run(lq__coalescer *c, lq__pool *pool, lq__pending *list, bool gather);
 /* Sets the calling thread's error from an item that failed. */
 LQ__HIDDEN int lq__pending_error(const lq__pending *p);
+/* After a settlement statement failed with `rc`: true, after a short wait
+ * that grows with *tries, when it met a conflict that rolled it back (a
+ * deadlock, a Galera certification failure: LQ_CONTENTION with SQLSTATE
+ * class 40) and may run again; false once it has run LQ__SETTLE_TRIES
+ * times, or failed otherwise (a lock wait timeout too). */
+#define LQ__SETTLE_TRIES 5
+LQ__HIDDEN bool lq__settle_again(int rc, int *tries);
 
 #endif

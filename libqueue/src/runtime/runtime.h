@@ -213,6 +213,10 @@ LQ__HIDDEN void lq__claim_limits(const lq_subscription *s, lq__value *args);
  * under on_threads; else NULL. */
 LQ__HIDDEN lq__pool *lq__thread_pool(const lq_subscription *s);
 
+/* On one node of a multi-primary cluster (MariaDB Galera), refuses what
+ * rests on locks, which hold on that node alone (multi_primary.c). */
+LQ__HIDDEN int lq__multi_primary_check(const lq_subscription *s, lq__conn *conn);
+
 /* Deliveries. */
 /* Makes a delivery from a row of a claim statement (lq__row_layout). */
 LQ__HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value *cols,

@@ -167,21 +167,28 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
     lq__conn *conn = dv->conn;
     if (!conn && (rc = lq__pool_acquire(&conn, &s->broker->pool)) != LQ_OK) return rc;
     bool own_tx = !in_tx && !stmt; /* a dead letter to a table is three statements */
-    if (own_tx) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     /* A row lock holds its row; a lease or a key may find it gone. */
     int64_t changes = 1, *counted = s->form != LQ_FORM_ROW_LOCK ? &changes : NULL;
-    if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
-    else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
-    bool lost = rc == LQ_OK && changes == 0, chained = false;
-    if (in_tx || own_tx) {
-        /* Nothing written (a release, a retry that counts nothing) or
-         * nothing to keep: the rollback returns the row as it was. A row
-         * lock worker that claims next chains its claim's transaction. */
-        bool keep = rc == LQ_OK && !lost && (!stmt || stmt->sql);
-        bool chain = keep && conn == dv->conn && d->commit_chain && lq__subscription_chains(s);
-        int end = !keep ? d->rollback(conn) : chain ? d->commit_chain(&chained, conn) : d->commit(conn);
-        if (rc == LQ_OK && keep) rc = end;
-    }
+    bool lost = false, chained = false;
+    int tries = 0;
+    do {
+        rc = own_tx ? d->begin(conn, LQ_ISOLATION_DEFAULT) : LQ_OK;
+        if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
+        else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
+        lost = rc == LQ_OK && changes == 0;
+        if (in_tx || own_tx) {
+            /* Nothing written (a release, a retry that counts nothing) or
+             * nothing to keep: the rollback returns the row as it was. A row
+             * lock worker that claims next chains its claim's transaction. */
+            bool keep = rc == LQ_OK && !lost && (!stmt || stmt->sql);
+            bool chain = keep && conn == dv->conn && d->commit_chain && lq__subscription_chains(s);
+            int end = !keep ? d->rollback(conn) : chain ? d->commit_chain(&chained, conn) : d->commit(conn);
+            if (rc == LQ_OK && keep) rc = end;
+        }
+        /* A conflict at commit (a Galera node's certification) rolled back
+         * a settlement of its own: it runs again, not lost. One in the
+         * claim's or the handler's transaction took that transaction with it. */
+    } while (!in_tx && lq__settle_again(rc, &tries));
     dv->tx = false;
     /* The delivery's connection goes back now, but in the advisory form,
      * where it still holds the key until lq__advisory_release. */

@@ -391,6 +391,7 @@ static int prepare_all(lq_subscription *s) {
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
     rc = s->broker->dialect->check_version(conn, s->table);
+    if (rc == LQ_OK) rc = lq__multi_primary_check(s, conn);
     const struct {
         const char *what;
         const lq__stmt *stmt;

@@ -132,6 +132,11 @@ typedef struct lq__dialect {
     /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor for
      * `table` (its form and FIFO groups), or below every floor when NULL. */
     int (*check_version)(lq__conn *conn, const lq_table *table);
+    /* Whether check_version found the server to be one node of a
+     * multi-primary cluster (MariaDB Galera), where row locks and named
+     * locks hold on that node alone and a write that conflicts with another
+     * node's fails at commit. NULL: never. */
+    bool (*node_local_locks)(lq__conn *conn);
 
     /* Statement shapes: quoting, placeholders, and the claims. */
     char quote;
