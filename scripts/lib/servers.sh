@@ -96,8 +96,8 @@ lq_stop_postgres() {
 # Starts PgBouncer in transaction pooling before the PostgreSQL of
 # lq_start_postgres (every database name leads to it), as the postgres user
 # (PgBouncer refuses root), with a pool of 2 server connections per database
-# and user, fewer than the clients the suites open, so that server sessions
-# change hands between transactions. Exports LQ_TEST_PGBOUNCER_URL: the
+# and user ($LQ_PGBOUNCER_POOL), fewer than the clients the suites open, so
+# that server sessions change hands between transactions. Exports LQ_TEST_PGBOUNCER_URL: the
 # PostgreSQL URL through it, with the parameter that tells libqueue.
 lq_start_pgbouncer() {
     local dir=$LQ_SERVERS/pgbouncer port i
@@ -109,7 +109,7 @@ lq_start_pgbouncer() {
     printf '%s\n' "[databases]" "* = host=127.0.0.1 port=$LQ_PG_PORT" "[pgbouncer]" \
         "listen_addr = 127.0.0.1" "listen_port = $port" "unix_socket_dir =" \
         "auth_type = trust" "auth_file = $dir/users.txt" "pool_mode = transaction" \
-        "default_pool_size = 2" "max_client_conn = 2000" "logfile = $dir/pgbouncer.log" \
+        "default_pool_size = ${LQ_PGBOUNCER_POOL:-2}" "max_client_conn = 2000" "logfile = $dir/pgbouncer.log" \
         "pidfile = $dir/pgbouncer.pid" >"$dir/pgbouncer.ini"
     local run=()
     [[ $(id -u) == 0 ]] && { chown -R postgres: "$dir"; run=(runuser -u postgres --); }
