@@ -244,7 +244,7 @@ class PrivateMariaDB(_PrivateServer):
              "--socket=" + self.socket, "--pid-file=" + self.pid_file,
              "--log-error=" + self.log,
              "--innodb-flush-log-at-trx-commit=1", "--innodb-buffer-pool-size=32M",
-             "--max-connections=300", "--skip-log-bin"],
+             "--max-connections=300"] + self.server_flags(),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         end = time.monotonic() + 120
@@ -258,6 +258,10 @@ class PrivateMariaDB(_PrivateServer):
                 return time.monotonic()
             time.sleep(0.1)
         pytest.fail("MariaDB did not start within 120 s: %s" % self.log_tail())
+
+    def server_flags(self) -> List[str]:
+        """The server's flags of its role (a replica's module has others)."""
+        return ["--skip-log-bin"]
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
