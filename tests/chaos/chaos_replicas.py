@@ -119,6 +119,20 @@ class PostgresPair:
             pytest.fail("the primary still runs after pg_ctl stop -m immediate")
         assert self.replica is not None
         self.replica.promote()
+        self.promoted = True
+
+    promoted = False
+
+    def count(self, table: str) -> int:
+        """The rows of ``table`` on the primary of the moment."""
+        server = self.replica if self.promoted else self.primary
+        assert server is not None
+        return int(server.psql("SELECT count(*) FROM %s" % table, "lqchaos"))
+
+    def replica_takes_writes(self) -> bool:
+        assert self.replica is not None
+        return not self.replica.in_recovery() and self.replica.psql(
+            "CREATE TABLE lq_written (); DROP TABLE lq_written; SELECT 1", "lqchaos") == "1"
 
     def close(self) -> None:
         if self.replica is not None:
@@ -205,6 +219,21 @@ class MariaDBPair:
             pytest.fail("the MariaDB primary still runs after SIGKILL")
         assert self.replica is not None
         self.replica.promote()
+        self.promoted = True
+
+    promoted = False
+
+    def count(self, table: str) -> int:
+        """The rows of ``table`` on the primary of the moment."""
+        server = self.replica if self.promoted else self.primary
+        assert server is not None
+        return int(server.sql("SELECT count(*) FROM lqchaos.%s" % table))
+
+    def replica_takes_writes(self) -> bool:
+        """Read-only off, and no replication left configured."""
+        assert self.replica is not None
+        return (self.replica.sql("SELECT @@GLOBAL.read_only") == "0"
+                and self.replica.replication_status() == "")
 
     def close(self) -> None:
         if self.replica is not None:
