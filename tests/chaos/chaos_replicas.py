@@ -179,7 +179,9 @@ class MariaDBReplicating(PrivateMariaDB):
         file, position = primary.sql("SHOW MASTER STATUS").split()[:2]
         self.sql("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER='lq', "
                  "MASTER_PASSWORD='lq', MASTER_LOG_FILE='%s', MASTER_LOG_POS=%d, "
-                 "MASTER_CONNECT_RETRY=1; START SLAVE; SET GLOBAL read_only = 1;"
+                 "MASTER_CONNECT_RETRY=1; START SLAVE; SET GLOBAL read_only = 1; "
+                 # As an application's user: read_only holds for it.
+                 "REVOKE SUPER, READ_ONLY ADMIN ON *.* FROM 'lq'@'127.0.0.1';"
                  % (primary.port, file, int(position)))
         _wait(lambda: all(("%s: Yes" % k) in self.replication_status()
                           for k in ("Slave_IO_Running", "Slave_SQL_Running")),
@@ -198,7 +200,8 @@ class MariaDBReplicating(PrivateMariaDB):
 
 class MariaDBPair:
     """A MariaDB primary and its asynchronous binlog replica (read_only).
-    ``url``: a mysql URL with both hosts, primary first."""
+    ``url``: a mysql URL with both hosts, the replica first: before the
+    failover each connect passes it over (read-only), after it takes it."""
 
     def __init__(self) -> None:
         self.primary = MariaDBReplicating(1, binlog=True)
@@ -209,8 +212,8 @@ class MariaDBPair:
         except BaseException:
             self.close()
             raise
-        self.url = "mysql://lq:lq@127.0.0.1:%d,127.0.0.1:%d/lqchaos" % (self.primary.port,
-                                                                        self.replica.port)
+        self.url = "mysql://lq:lq@127.0.0.1:%d,127.0.0.1:%d/lqchaos" % (self.replica.port,
+                                                                        self.primary.port)
 
     def fail_over(self) -> None:
         """The primary is killed (SIGKILL) and the replica promoted."""
