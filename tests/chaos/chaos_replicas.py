@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from typing import List, Optional
+from typing import Any, List
 
 import pytest
 
@@ -33,6 +33,34 @@ def _wait(predicate, timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     pytest.fail("timed out after %gs waiting for %s" % (timeout, what))
+
+
+class _Pair:
+    """What both pairs share: ``primary`` and ``replica`` (servers with
+    ``count(table)`` and ``promote()``), ``stop_primary()`` (a crash: the
+    server's own), ``promote()``, ``count(table)`` on the primary of the
+    moment, ``close()``."""
+
+    primary: Any
+    replica: Any = None
+    promoted = False
+
+    def stop_primary(self) -> None:
+        self.primary._crash()
+        if self.primary.running():
+            pytest.fail("the primary still runs after its crash")
+
+    def promote(self) -> None:
+        self.replica.promote()
+        self.promoted = True
+
+    def count(self, table: str) -> int:
+        return (self.replica if self.promoted else self.primary).count(table)
+
+    def close(self) -> None:
+        if self.replica is not None:
+            self.replica.close()
+        self.primary.close()
 
 
 # --------------------------------------------------------------------------
@@ -49,6 +77,9 @@ class PostgresPrimary(PrivatePostgres):
         if r.returncode:
             pytest.fail("psql on port %d: %s: %s" % (self.port, sql, r.stdout[-2000:]))
         return r.stdout.strip()
+
+    def count(self, table: str) -> int:
+        return int(self.psql("SELECT count(*) FROM %s" % table, "lqchaos"))
 
 
 class PostgresReplica(PostgresPrimary):
@@ -81,7 +112,7 @@ class PostgresReplica(PostgresPrimary):
             pytest.fail("the replica is still in recovery after pg_ctl promote")
 
 
-class PostgresPair:
+class PostgresPair(_Pair):
     """A primary and its streaming replica. ``synchronous``: the primary
     names the replica in synchronous_standby_names ('*') with
     synchronous_commit ``commit`` (on or remote_apply), so a commit returns
@@ -91,7 +122,6 @@ class PostgresPair:
 
     def __init__(self, synchronous: bool, commit: str = "on") -> None:
         self.primary = PostgresPrimary()
-        self.replica: Optional[PostgresReplica] = None
         try:
             self.replica = PostgresReplica(self.primary)
             _wait(lambda: self.primary.psql(
@@ -111,33 +141,25 @@ class PostgresPair:
         self.url = ("postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/lqchaos?sslmode=disable"
                     "&target_session_attrs=read-write" % (self.primary.port, self.replica.port))
 
-    def fail_over(self) -> None:
-        """The primary stops at once (a crash to its clients) and the replica
-        is promoted."""
-        self.primary.stop_immediate()
-        if self.primary.running():
-            pytest.fail("the primary still runs after pg_ctl stop -m immediate")
-        assert self.replica is not None
-        self.replica.promote()
-        self.promoted = True
-
-    promoted = False
-
-    def count(self, table: str) -> int:
-        """The rows of ``table`` on the primary of the moment."""
-        server = self.replica if self.promoted else self.primary
-        assert server is not None
-        return int(server.psql("SELECT count(*) FROM %s" % table, "lqchaos"))
+    def cut_replication(self) -> None:
+        """The replica gets nothing more (as behind a broken link): the
+        primary refuses replication connections and ends the one it has."""
+        hba = os.path.join(self.primary.data, "pg_hba.conf")
+        with open(hba) as f:
+            rules = f.read()
+        with open(hba, "w") as f:
+            f.write("host replication all 0.0.0.0/0 reject\nhost replication all ::/0 reject\n"
+                    + rules)
+        self.primary.psql("SELECT pg_reload_conf()")
+        self.primary.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
+        _wait(lambda: self.primary.psql("SELECT count(*) FROM pg_stat_replication") == "0",
+              30, "the replication connection to end")
 
     def replica_takes_writes(self) -> bool:
         assert self.replica is not None
         return not self.replica.in_recovery() and self.replica.psql(
             "CREATE TABLE lq_written (); DROP TABLE lq_written; SELECT 1", "lqchaos") == "1"
 
-    def close(self) -> None:
-        if self.replica is not None:
-            self.replica.close()
-        self.primary.close()
 
 
 # --------------------------------------------------------------------------
@@ -171,6 +193,9 @@ class MariaDBReplicating(PrivateMariaDB):
             pytest.fail("mariadb on port %d: %s: %s" % (self.port, statements, r.stdout[-2000:]))
         return r.stdout.strip()
 
+    def count(self, table: str) -> int:
+        return int(self.sql("SELECT count(*) FROM lqchaos.%s" % table))
+
     def replication_status(self) -> str:
         return self.sql("SHOW SLAVE STATUS\\G", names=True)
 
@@ -198,14 +223,13 @@ class MariaDBReplicating(PrivateMariaDB):
             pytest.fail("the MariaDB replica is still read-only after its promotion")
 
 
-class MariaDBPair:
+class MariaDBPair(_Pair):
     """A MariaDB primary and its asynchronous binlog replica (read_only).
     ``url``: a mysql URL with both hosts, the replica first: before the
     failover each connect passes it over (read-only), after it takes it."""
 
     def __init__(self) -> None:
         self.primary = MariaDBReplicating(1, binlog=True)
-        self.replica: Optional[MariaDBReplicating] = None
         try:
             self.replica = MariaDBReplicating(2, binlog=False)
             self.replica.replicate_from(self.primary)
@@ -215,30 +239,13 @@ class MariaDBPair:
         self.url = "mysql://lq:lq@127.0.0.1:%d,127.0.0.1:%d/lqchaos" % (self.replica.port,
                                                                         self.primary.port)
 
-    def fail_over(self) -> None:
-        """The primary is killed (SIGKILL) and the replica promoted."""
-        self.primary.kill9()
-        if self.primary.running():
-            pytest.fail("the MariaDB primary still runs after SIGKILL")
+    def cut_replication(self) -> None:
+        """The replica gets nothing more (its I/O thread stops)."""
         assert self.replica is not None
-        self.replica.promote()
-        self.promoted = True
-
-    promoted = False
-
-    def count(self, table: str) -> int:
-        """The rows of ``table`` on the primary of the moment."""
-        server = self.replica if self.promoted else self.primary
-        assert server is not None
-        return int(server.sql("SELECT count(*) FROM lqchaos.%s" % table))
+        self.replica.sql("STOP SLAVE IO_THREAD")
 
     def replica_takes_writes(self) -> bool:
         """Read-only off, and no replication left configured."""
         assert self.replica is not None
         return (self.replica.sql("SELECT @@GLOBAL.read_only") == "0"
                 and self.replica.replication_status() == "")
-
-    def close(self) -> None:
-        if self.replica is not None:
-            self.replica.close()
-        self.primary.close()

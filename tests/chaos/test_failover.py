@@ -42,6 +42,9 @@ LEASE_MS = 2000
 JOBS = pick(1500, 6000)
 #: Publishes that must return from the new primary before the publisher stops.
 PUBLISHES_AFTER = 50
+#: A lagging replica: the rows done and the publishes returned on the
+#: primary after replication is cut, before the primary stops.
+LAGGING_DONE, LAGGING_PUBLISHES = 100, 20
 
 
 @pytest.fixture
@@ -49,7 +52,8 @@ def pair(request: Any) -> Iterator[Any]:
     """A primary and its replica of their own, for one failover."""
     kind = request.param
     made = (PostgresPair(synchronous=True) if kind == "pg-sync"
-            else PostgresPair(synchronous=False) if kind == "pg-async" else MariaDBPair())
+            else PostgresPair(synchronous=False) if kind.startswith("pg-async")
+            else MariaDBPair())
     yield made
     made.close()
 
@@ -116,8 +120,15 @@ def unexplained_duplicates(seen: Dict[str, List[Tuple[str, int]]], stopped_ns: i
     return twice, wrong
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("pair", ["pg-sync", "pg-async", "mariadb"], indirect=True)
+#: (replication, form) of each run: quick mode, long mode (every pair).
+ALL_CASES = [(kind, form) for kind in ("pg-sync", "pg-async", "mariadb", "pg-async-lagging",
+                                       "mariadb-lagging") for form in FORMS]
+CASES = pick([("pg-sync", "lease"), ("pg-sync", "row_lock"), ("pg-async", "lease"),
+              ("mariadb", "lease"), ("mariadb", "row_lock"), ("pg-async-lagging", "lease"),
+              ("mariadb-lagging", "row_lock")], ALL_CASES)
+
+
+@pytest.mark.parametrize("pair, form", CASES, indirect=["pair"])
 def test_a_failover_during_a_drain(pair: Any, form: str, log: Log, request: Any) -> None:
     kind = request.node.callspec.params["pair"]
     table = make_table(form)
@@ -137,8 +148,18 @@ def test_a_failover_during_a_drain(pair: Any, form: str, log: Log, request: Any)
     try:
         wait_for(lambda: log.poll().done_count >= JOBS // 3, timeout=60, what="a third of the jobs")
         done_before = log.done_count
+        cut = None
+        if kind.endswith("-lagging"):
+            # The asynchronous window made wide: the replica gets nothing
+            # more while jobs are published and done on the primary.
+            cut = (log.mark("fault", "replication-cut"), pair.cut_replication(), now_ns())
+            wait_for(lambda: log.poll().done_count >= done_before + LAGGING_DONE
+                     and publisher.returned_after(cut[2]) >= LAGGING_PUBLISHES,
+                     timeout=60, what="work on the primary past the replica")
         stopped_ns = log.mark("fault", "primary-stopped")
-        pair.fail_over()
+        pair.stop_primary()
+        down_ns = now_ns()
+        pair.promote()
         promoted_ns = log.mark("fault", "replica-promoted")
         wait_for(lambda: publisher.returned_after(promoted_ns) >= PUBLISHES_AFTER, timeout=60,
                  what="publishes on the new primary")
@@ -179,5 +200,19 @@ def test_a_failover_during_a_drain(pair: Any, form: str, log: Log, request: Any)
         assert not lost, "synchronous replication lost %d jobs: %s" % (len(lost), lost[:20])
     else:
         # Asynchronous: only what the old primary committed can be gone.
-        late = [p for p in lost if returned[p] > stopped_ns]
+        late = [p for p in lost if returned[p] > down_ns]
         assert not late, "jobs published after the primary stopped were lost: %s" % late[:20]
+    if cut is not None:
+        # What the primary committed after the cut never reached the
+        # replica: its publishes are lost, and its rows done there (acked
+        # there, or their acks not yet made) come back.
+        cut_ns, cut_done_ns = cut[0], cut[2]
+        early = [p for p in lost if returned[p] < cut_ns]
+        assert not early, "jobs published before replication was cut were lost: %s" % early[:20]
+        kept = [p for p, at in publisher.returned if cut_done_ns < at < stopped_ns
+                and p not in lost]
+        assert not kept, "publishes made past the replica were kept: %s" % kept[:20]
+        held = [p for p, events in seen.items()
+                if any(k == "done" and cut_done_ns < t < stopped_ns for k, t in events)
+                and not any(k == "done" and t > promoted_ns for k, t in events)]
+        assert not held, "rows done past the replica did not come back: %s" % held[:20]
