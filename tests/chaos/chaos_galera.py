@@ -65,7 +65,7 @@ class GaleraNode(PrivateMariaDB):
                 shutil.chown(self.data, self.user, self.user)
         self.url = "mysql://lq:lq@127.0.0.1:%d/lqchaos" % self.port
 
-    def options(self) -> List[str]:
+    def server_flags(self) -> List[str]:
         gcomm = ",".join("127.0.0.1:%d" % p for p in self.gcomm_ports)
         provider = ("gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;"
                     "gcache.size=64M" % (self.gcomm_ports[self.index], self.ist_port))

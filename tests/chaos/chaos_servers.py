@@ -244,7 +244,7 @@ class PrivateMariaDB(_PrivateServer):
              "--socket=" + self.socket, "--pid-file=" + self.pid_file,
              "--log-error=" + self.log,
              "--innodb-flush-log-at-trx-commit=1", "--innodb-buffer-pool-size=32M",
-             "--max-connections=300"] + self.options(),
+             "--max-connections=300"] + self.server_flags(),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         end = time.monotonic() + 120
@@ -259,9 +259,9 @@ class PrivateMariaDB(_PrivateServer):
             time.sleep(0.1)
         pytest.fail("MariaDB did not start within 120 s: %s" % self.log_tail())
 
-    def options(self) -> List[str]:
-        """The server's options past the common ones (a subclass adds its
-        own: chaos_galera.py's cluster nodes)."""
+    def server_flags(self) -> List[str]:
+        """The server's flags of its role, past the common ones (a replica's
+        and a Galera node's modules have others)."""
         return ["--skip-log-bin"]
 
     def running(self) -> bool:

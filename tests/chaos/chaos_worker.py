@@ -12,6 +12,7 @@ SPEC_JSON is one JSON object:
     options    subscription options (workers, lease_ms, ...)
     broker     broker options (statement_timeout_ms, ...)
     sleep      [low, high]: a drain handler sleeps uniform(low, high) seconds
+    log_payload  drain: "start" and "done" lines end with the payload (text)
     count      fence_pull: how many deliveries to pull
     kinds      fence_pull: the settlement of each pulled delivery, in order
 
@@ -125,10 +126,11 @@ def drain(spec: dict, log: LogFile) -> int:
 
             def handle(delivery: libqueue.Delivery) -> None:
                 row = str(delivery.id)
-                log.write("start", row)
+                payload = delivery.payload.decode() if spec.get("log_payload") else ""
+                log.write("start", row, payload)
                 if high > 0:
                     time.sleep(random.uniform(low, high))
-                log.write("done", row)
+                log.write("done", row, payload)
 
             sub.run(handle)
             say("ready")

@@ -434,3 +434,25 @@ def test_create_sql_runs_on_mysql(db) -> None:
                 with sub.next(5) as d:
                     assert (d.payload, d.group, d.headers) == (b"x", "g", {"h": "v"})
                     d.ack()
+
+
+def test_a_host_list_takes_the_first_host_that_answers(db) -> None:
+    """mysql://u:p@h1:p1,h2:p2/db: a host that refuses the connection is
+    passed over, each connect tries the hosts in order."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed_port = s.getsockname()[1]
+    s.close()
+    params = db._params
+    url = "mysql://%s:%s@127.0.0.1:%d,%s:%d/%s" % (params["user"], params["password"], closed_port,
+                                                   params["host"], params["port"], db.database)
+    table = make_table("row_lock")
+    db.create_table(table)
+    with libqueue.Broker(url) as broker:
+        broker.publish(table, b"through the list")
+    assert db.count(table.name) == 1
+    with pytest.raises(libqueue.ConnectError, match="none of the URL's 2 hosts"):
+        libqueue.Broker("mysql://%s:%s@127.0.0.1:%d,127.0.0.1:%d/%s" % (
+            params["user"], params["password"], closed_port, closed_port, db.database),
+            connect_timeout_ms=1000)

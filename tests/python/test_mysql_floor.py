@@ -252,6 +252,11 @@ def test_read_deadline_on_a_server_that_stops_answering(fake_server) -> None:
     ("mysql://u%zz@h/db", libqueue.Misuse),
     ("mysql://u@[::1/db", libqueue.Misuse),
     ("mysql://u@h/db/extra", libqueue.Misuse),
+    ("mysql://u@h:1,,h:2/db", libqueue.Misuse),
+    ("mysql://u@h:1,/db", libqueue.Misuse),
+    ("mysql://u@h:1,h:0/db", libqueue.Misuse),
+    ("mysql://u@" + ",".join(["h"] * 17) + "/db", libqueue.Misuse),
+    ("mysql://u@h:1,h:2/db?socket=/tmp/x.sock", libqueue.Misuse),
 ])
 def test_malformed_mysql_urls(url: str, error: type) -> None:
     with pytest.raises(error):

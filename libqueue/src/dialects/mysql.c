@@ -418,18 +418,28 @@ static int parse_params(url_params *p, const char *url, const char *query) {
     return LQ_OK;
 }
 
+/* A URL names up to this many hosts (host1:port1,host2:port2,...). */
+#define MY_MAX_HOSTS 16
+
+typedef struct my_host {
+    char *name; /* NULL: the client library's default (localhost) */
+    unsigned port; /* 0: 3306 */
+} my_host;
+
 /* The URL's parts as Connector/C takes them (the password is the target's:
- * every dialect's messages are scrubbed of it). */
+ * every dialect's messages are scrubbed of it). With several hosts, each
+ * connect tries them in order and keeps the first that takes writes. */
 typedef struct my_target {
-    char *database, *host, *user, *socket;
-    unsigned port;
+    char *database, *user, *socket;
+    my_host hosts[MY_MAX_HOSTS];
+    int host_count;
 } my_target;
 
 static void my_free_target(void *own) {
     my_target *m = own;
     if (!m) return;
     free(m->database);
-    free(m->host);
+    for (int i = 0; i < m->host_count; i++) free(m->hosts[i].name);
     free(m->user);
     free(m->socket);
     free(m);
@@ -439,6 +449,44 @@ static void my_free_target(void *own) {
 static const char *url_rest(const char *url) {
     const char *sep = strstr(url, "://");
     return sep ? sep + 3 : url;
+}
+
+/* One host of a URL's host list: host or [ipv6], with :port. */
+static int parse_host(my_host *h, const char *url, const char *host, const char *host_end) {
+    char buf[512];
+    const char *port = NULL;
+    const char *name = host, *name_end = host_end;
+    if (host < host_end && *host == '[') {
+        const char *close = memchr(host, ']', (size_t)(host_end - host));
+        if (!close)
+            return lq__error(LQ_MISUSE, "\"%s\": an IPv6 host needs its closing ]",
+                             shown(buf, url));
+        name = host + 1;
+        name_end = close;
+        if (close + 1 < host_end) {
+            if (close[1] != ':') return lq__error(LQ_MISUSE, "\"%s\": a bad host", shown(buf, url));
+            port = close + 2;
+        }
+    } else {
+        const char *colon = memchr(host, ':', (size_t)(host_end - host));
+        if (colon) {
+            name_end = colon;
+            port = colon + 1;
+        }
+    }
+    if (name_end > name && !(h->name = decode(url, name, (size_t)(name_end - name), false)))
+        return lq_errcode();
+    if (port) {
+        unsigned long value = 0;
+        const char *q = port;
+        for (; q < host_end && *q >= '0' && *q <= '9' && value <= 65535; q++)
+            value = value * 10 + (unsigned long)(*q - '0');
+        if (q == port || q != host_end || value == 0 || value > 65535)
+            return lq__error(LQ_MISUSE, "\"%s\": the port is not a number from 1 to 65535",
+                             shown(buf, url));
+        h->port = (unsigned)value;
+    }
+    return LQ_OK;
 }
 
 static int my_parse_url(lq__broker_target *t, const char *url, const char *rest) {
@@ -465,39 +513,26 @@ static int my_parse_url(lq__broker_target *t, const char *url, const char *rest)
         if (colon && !(t->password = decode(url, colon + 1, (size_t)(at - colon - 1), false)))
             return lq_errcode();
     }
-    /* host, [ipv6], with :port */
-    const char *port = NULL;
-    const char *name = host, *name_end = host_end;
-    if (host < host_end && *host == '[') {
-        const char *close = memchr(host, ']', (size_t)(host_end - host));
-        if (!close)
-            return lq__error(LQ_MISUSE, "\"%s\": an IPv6 host needs its closing ]",
-                             shown(buf, url));
-        name = host + 1;
-        name_end = close;
-        if (close + 1 < host_end) {
-            if (close[1] != ':') return lq__error(LQ_MISUSE, "\"%s\": a bad host", shown(buf, url));
-            port = close + 2;
+    /* hosts, each host or [ipv6], with :port, separated by commas */
+    const char *item = host;
+    do {
+        const char *item_end = item;
+        bool bracket = false;
+        while (item_end < host_end && (bracket || *item_end != ',')) {
+            if (*item_end == '[') bracket = true;
+            else if (*item_end == ']') bracket = false;
+            item_end++;
         }
-    } else {
-        const char *colon = memchr(host, ':', (size_t)(host_end - host));
-        if (colon) {
-            name_end = colon;
-            port = colon + 1;
-        }
-    }
-    if (name_end > name && !(m->host = decode(url, name, (size_t)(name_end - name), false)))
-        return lq_errcode();
-    if (port) {
-        unsigned long value = 0;
-        const char *q = port;
-        for (; q < host_end && *q >= '0' && *q <= '9' && value <= 65535; q++)
-            value = value * 10 + (unsigned long)(*q - '0');
-        if (q == port || q != host_end || value == 0 || value > 65535)
-            return lq__error(LQ_MISUSE, "\"%s\": the port is not a number from 1 to 65535",
+        if (m->host_count == MY_MAX_HOSTS)
+            return lq__error(LQ_MISUSE, "\"%s\": more than %d hosts", shown(buf, url),
+                             MY_MAX_HOSTS);
+        if (item_end == item && (item != host || item_end != host_end))
+            return lq__error(LQ_MISUSE, "\"%s\": an empty host in the host list",
                              shown(buf, url));
-        m->port = (unsigned)value;
-    }
+        rc = parse_host(&m->hosts[m->host_count++], url, item, item_end);
+        if (rc != LQ_OK) return rc;
+        item = item_end + 1;
+    } while (item <= host_end);
     if (path && path + 1 < rest + head) {
         const char *db = path + 1;
         size_t n = (size_t)(rest + head - db);
@@ -513,7 +548,10 @@ static int my_parse_url(lq__broker_target *t, const char *url, const char *rest)
         m->socket = p.socket;
         p.socket = NULL;
     }
-    if (p.ssl == SSL_DISABLED && (p.ssl_ca || p.ssl_cert || p.ssl_key || p.ssl_capath))
+    if (m->socket && m->host_count > 1)
+        rc = lq__error(LQ_MISUSE, "\"%s\": a socket with a list of hosts: give one or the other",
+                       shown(buf, url));
+    else if (p.ssl == SSL_DISABLED && (p.ssl_ca || p.ssl_cert || p.ssl_key || p.ssl_capath))
         rc = lq__error(LQ_MISUSE, "\"%s\": ssl_mode DISABLED with certificate options",
                        shown(buf, url));
     params_free(&p);
@@ -629,20 +667,10 @@ static int setup_session(lq__conn *c, const lq_options *o) {
     return LQ_OK;
 }
 
-static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_options *o) {
-    int rc = ensure_thread();
-    if (rc != LQ_OK) return rc;
-    const my_target *m = t->own;
-    url_params p;
-    const char *query = t->url ? strchr(url_rest(t->url), '?') : NULL;
-    rc = parse_params(&p, t->url ? t->url : "", query ? query + 1 : NULL);
-    if (rc != LQ_OK) return rc;
-    lq__conn *c = calloc(1, sizeof *c);
-    if (!c || !(c->my = mysql_init(NULL))) {
-        free(c);
-        params_free(&p);
-        return lq__error(LQ_NOMEM, "out of memory");
-    }
+/* Opens c->my on one host: the options, TLS and the login. */
+static int open_host(lq__conn *c, const my_target *m, const my_host *h,
+                     const lq__broker_target *t, const lq_options *o, const url_params *p) {
+    if (!(c->my = mysql_init(NULL))) return lq__error(LQ_NOMEM, "out of memory");
     unsigned connect_s = whole_seconds(lq__opt_int(o, LQ_OPT_CONNECT_TIMEOUT_MS));
     /* The client's read deadline: a little past the server's own, which
      * fails the statement first and keeps the connection. */
@@ -660,24 +688,22 @@ static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_optio
     failed |= mysql_optionsv(c->my, MYSQL_OPT_LOCAL_INFILE, &no_infile);
     failed |= mysql_optionsv(c->my, MYSQL_OPT_PROTOCOL, &protocol);
     failed |= mysql_optionsv(c->my, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "libqueue");
-    rc = failed ? lq__error(LQ_ERROR, "mysql: the client library refused an option") : LQ_OK;
-    if (rc == LQ_OK) rc = set_tls(c->my, &p);
-    ssl_mode ssl = p.ssl;
-    params_free(&p);
+    int rc = failed ? lq__error(LQ_ERROR, "mysql: the client library refused an option") : LQ_OK;
+    if (rc == LQ_OK) rc = set_tls(c->my, p);
     /* CLIENT_FOUND_ROWS: an UPDATE reports the rows it matched, as the core
      * reads them (a settlement that matched its row took effect). */
     if (rc == LQ_OK &&
-        !mysql_real_connect(c->my, m->host, m->user, t->password, m->database, m->port, m->socket,
+        !mysql_real_connect(c->my, h->name, m->user, t->password, m->database, h->port, m->socket,
                             CLIENT_FOUND_ROWS)) {
         char where[300];
         if (m->socket) snprintf(where, sizeof where, "socket %s", m->socket);
         else
-            snprintf(where, sizeof where, "%s:%u", m->host ? m->host : "localhost",
-                     m->port ? m->port : 3306);
+            snprintf(where, sizeof where, "%s:%u", h->name ? h->name : "localhost",
+                     h->port ? h->port : 3306);
         char what[440];
         /* CR_PLUGIN_NOT_ALLOWED: under ssl_mode REQUIRED, a login that would
          * send the password itself, to a server that started no TLS. */
-        bool plain_login = ssl == SSL_REQUIRED && mysql_errno(c->my) == 5010;
+        bool plain_login = p->ssl == SSL_REQUIRED && mysql_errno(c->my) == 5010;
         snprintf(what, sizeof what, "cannot connect to %s%s", where,
                  plain_login ? " (ssl_mode REQUIRED: the server started no TLS and asked for a "
                                "login that sends the password; refused before sending it)"
@@ -690,9 +716,50 @@ static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_optio
     }
     /* The connector falls back to plain text when the server has no TLS
      * and nothing is verified: REQUIRED means TLS or nothing. */
-    if (rc == LQ_OK && ssl >= SSL_REQUIRED && !mysql_get_ssl_cipher(c->my))
+    if (rc == LQ_OK && p->ssl >= SSL_REQUIRED && !mysql_get_ssl_cipher(c->my))
         rc = lq__error(LQ_CONNECT, "mysql: ssl_mode %s: the server did not start TLS",
-                       SSL_MODES[ssl]);
+                       SSL_MODES[p->ssl]);
+    return rc;
+}
+
+/* A host of a list that does not take writes (read_only, as a replica is)
+ * is passed over: after a failover the promoted replica is the one. */
+static int takes_writes(lq__conn *c, const my_host *h) {
+    char *value[1];
+    int rc = query_row(c, "SELECT @@GLOBAL.read_only", value, 1);
+    if (rc != LQ_OK) return rc == LQ_NOMEM ? rc : LQ_CONNECT;
+    bool read_only = value[0] && strcmp(value[0], "0") != 0;
+    free(value[0]);
+    if (!read_only) return LQ_OK;
+    return lq__error(LQ_CONNECT, "mysql: %s:%u is read-only (read_only = ON): passed over",
+                     h->name ? h->name : "localhost", h->port ? h->port : 3306);
+}
+
+static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_options *o) {
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    const my_target *m = t->own;
+    url_params p;
+    const char *query = t->url ? strchr(url_rest(t->url), '?') : NULL;
+    rc = parse_params(&p, t->url ? t->url : "", query ? query + 1 : NULL);
+    if (rc != LQ_OK) return rc;
+    lq__conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        params_free(&p);
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    /* Each host in order; only a failed connection moves on to the next. */
+    for (int i = 0; i < m->host_count; i++) {
+        rc = open_host(c, m, &m->hosts[i], t, o, &p);
+        if (rc == LQ_OK && m->host_count > 1) rc = takes_writes(c, &m->hosts[i]);
+        if (rc != LQ_CONNECT || i + 1 == m->host_count) break;
+        mysql_close(c->my);
+        c->my = NULL;
+    }
+    params_free(&p);
+    if (rc == LQ_CONNECT && m->host_count > 1)
+        lq__error_prefix("mysql: none of the URL's %d hosts took the connection (each is tried "
+                         "in order, a read-only one passed over); the last", m->host_count);
     if (rc == LQ_OK) {
         rc = setup_session(c, o);
         if (rc != LQ_OK && rc != LQ_NOMEM) {
