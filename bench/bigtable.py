@@ -61,7 +61,7 @@ def pg_explain(raw: Raw, name: str) -> Dict[str, Any]:
     plan = [line for (line,) in cur.fetchall()]
     raw.conn.rollback()
     raw.run("DEALLOCATE lq_claim")
-    return {"statement": statement, "plan": plan}
+    return {"statement": row[0], "plan": plan}
 
 
 def mariadb_claim_logged(raw: Raw, on: bool) -> None:
