@@ -461,6 +461,12 @@ def markdown(figs, meta):
             lines.append("| %s | %s | %s | %s | %s | %s |" % (
                 f["db"], f["form"], f["state"], "{:,}".format(f["finished_rows"] + f["queued_rows"]),
                 fmt(f["jobs_per_s"]), ", ".join(fmt(r) for r in f.get("runs", []))))
+        for f in (f for f in big if f.get("explain")):
+            e = f["explain"]
+            lines += ["", "The claim on %s %s, %s queued rows, and its EXPLAIN:" % (
+                f["db"], f["form"], "{:,}".format(f["queued_rows"])), "",
+                "    " + (e.get("statement") or e.get("note") or "")]
+            lines += [""] + ["    " + line for line in e.get("plan", [])]
     lines += ["", "## Targets", "", "| figure | target | measured | met | margin |", "|---|---|---|---|---|"]
     for row in targets(figs):
         lines.append("| %s | %s | %s | %s | %s |" % row)
