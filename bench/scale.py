@@ -22,7 +22,6 @@ figure on stdout (bench/run collects them):
 import argparse
 import json
 import os
-import statistics
 import struct
 import subprocess
 import sys
