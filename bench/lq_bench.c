@@ -20,12 +20,23 @@
  *       W3 latency: an idle subscription with workers(4); another process
  *       (lq_bench w3-pub) publishes the jobs at the rate with the send time
  *       in the payload; enqueue-to-handler-start p50/p99/max.
+ *   lq_bench serve --url U --form F [--workers 4] [--poll-ms 50] [--progress FILE --slot I]
+ *       One worker process of a fleet (bench/scale.py): opens a push
+ *       subscription with a no-op C handler on the bench table, prints
+ *       "ready", runs it once a line arrives on stdin and until stdin
+ *       closes; meanwhile keeps its settled and claim counts in slot I of
+ *       FILE (two native int64s at I * 16), so that the parent reads the
+ *       fleet's progress without asking the database. At the end, one
+ *       record of its counts.
  */
 #include "bench_common.h"
 #include "bench_db.h"
 #include "libqueue.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -416,6 +427,67 @@ static int cmd_w3_pub(int argc, char **argv) {
     return 0;
 }
 
+/* ------------------------------------------------------------ serve -- */
+
+/* Writes the subscription's settled and claim counts into its slot. */
+static void write_progress(int fd, int64_t slot, lq_subscription *sub) {
+    int64_t counts[2] = {lq_subscription_stat(sub, LQ_STAT_SETTLED),
+                         lq_subscription_stat(sub, LQ_STAT_CLAIMS)};
+    if (fd >= 0 && pwrite(fd, counts, sizeof counts, (off_t)(slot * (int64_t)sizeof counts)) < 0)
+        bench_die("progress file: %s", strerror(errno));
+}
+
+/* Waits up to ms for stdin; false once it has closed. */
+static bool stdin_open(int ms) {
+    struct pollfd p = {.fd = 0, .events = POLLIN};
+    if (poll(&p, 1, ms) <= 0) return true;
+    char buf[64];
+    return read(0, buf, sizeof buf) > 0;
+}
+
+static int cmd_serve(int argc, char **argv) {
+    const char *url = required(argc, argv, "--url");
+    bench_form form = bench_form_of(required(argc, argv, "--form"));
+    if (form == BENCH_NO_FORM) bench_die("unknown form");
+    int64_t workers = bench_arg_int(argc, argv, "--workers", 4);
+    int64_t poll_ms = bench_arg_int(argc, argv, "--poll-ms", 50);
+    const char *progress = bench_arg(argc, argv, "--progress", NULL);
+    int64_t slot = bench_arg_int(argc, argv, "--slot", 0);
+    int fd = progress ? open(progress, O_WRONLY) : -1;
+    if (progress && fd < 0) bench_die("%s: %s", progress, strerror(errno));
+    lq_broker *broker = open_broker(url, 0, false);
+    lq_table *table = bench_table(form);
+    lq_options *o = options();
+    check(lq_options_set_int(o, LQ_OPT_WORKERS, workers), "workers");
+    check(lq_options_set_int(o, LQ_OPT_POLL_INTERVAL_MS, poll_ms), "poll_interval_ms");
+    lq_subscription *sub;
+    check(lq_subscription_open(&sub, broker, table, o), "lq_subscription_open");
+    lq_options_free(o);
+    printf("ready\n");
+    fflush(stdout);
+    if (stdin_open(-1)) {
+        check(lq_subscription_run(sub, noop_handler, NULL), "lq_subscription_run");
+        while (stdin_open(1)) write_progress(fd, slot, sub);
+    }
+    write_progress(fd, slot, sub);
+    int64_t settled = lq_subscription_stat(sub, LQ_STAT_SETTLED);
+    int64_t claims = lq_subscription_stat(sub, LQ_STAT_CLAIMS);
+    int64_t empty = lq_subscription_stat(sub, LQ_STAT_EMPTY_CLAIMS);
+    lq_subscription_close(sub);
+    lq_table_free(table);
+    lq_broker_close(broker);
+    if (fd >= 0) close(fd);
+    bench_json j;
+    bj_head(&j, "serve", bench_db_name(bench_db_of_url(url)), bench_form_name(form), "c", "W4");
+    bj_int(&j, "workers", workers);
+    bj_int(&j, "poll_ms", poll_ms);
+    bj_int(&j, "settled", settled);
+    bj_int(&j, "claims", claims);
+    bj_int(&j, "empty_claims", empty);
+    bj_print(&j);
+    return 0;
+}
+
 /* ------------------------------------------------------------ setup -- */
 
 static int cmd_setup(int argc, char **argv) {
@@ -431,7 +503,7 @@ static int cmd_count(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) bench_die("usage: lq_bench setup|count|w1|w2|w3|w3-pub --url URL ...");
+    if (argc < 2) bench_die("usage: lq_bench setup|count|w1|w2|w3|w3-pub|serve --url URL ...");
     const char *cmd = argv[1];
     if (strcmp(cmd, "setup") == 0) return cmd_setup(argc, argv);
     if (strcmp(cmd, "count") == 0) return cmd_count(argc, argv);
@@ -439,5 +511,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "w2") == 0) return cmd_w2(argc, argv);
     if (strcmp(cmd, "w3") == 0) return cmd_w3(argc, argv);
     if (strcmp(cmd, "w3-pub") == 0) return cmd_w3_pub(argc, argv);
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc, argv);
     bench_die("unknown command %s", cmd);
 }

@@ -133,7 +133,7 @@ def figure(records, rec):
 
 def figures(records):
     """The figures of the records, in order; flow control's come as measured."""
-    measured = ("flow", "ops", "retention", "pooler")
+    measured = ("flow", "ops", "retention", "pooler", "scale", "bigtable")  # as their programs made them
     return [figure(records, r) if r.get("kind") not in measured else r
             for r in records if r.get("kind") in ("lib", "cpu") + measured]
 
@@ -304,6 +304,16 @@ def targets(figs):
     for f in (f for f in figs if f.get("kind") == "ops"):
         add("%s O-stats, %d rows" % (f["db"], f["rows"]), "< 1000 ms", "%.0f ms" % f["stats_ms"],
             f["stats_ms"] < 1000, "%.2fx raw exact counts" % f["ratio"])
+    for f in (f for f in figs if f.get("workload") == "W4-scale"):
+        add("%s W4 %s, 1 -> 8 processes" % (f["db"], f["form"]), "no fall (8 >= 0.95x 1)",
+            "%.2fx" % f["ratio"] if f.get("ratio") else "-", f.get("ok"), "")
+    for f in (f for f in figs if f.get("workload") == "W4-idle"):
+        add("%s W4 idle fleet %s, 8 x workers(8)" % (f["db"], f["form"]),
+            "<= %s claims/s" % fmt(f["bound_per_s"]), "%s claims/s (server: %s)" % (
+                fmt(f["claims_per_s"], 1), fmt(f.get("server_claims_per_s"), 1)), f.get("ok"), "")
+    for f in (f for f in figs if f.get("workload") == "B-bigtable"):
+        add("%s B-claim %s, %s rows %s" % (f["db"], f["form"], fmt(f["rows"]), f["state"]),
+            ">= 0.80x empty", "%.2fx" % f["ratio"], f.get("ok"), "")
     for f in (f for f in figs if f.get("workload") == "R-retention"):
         add("%s R-retention, %d finished rows" % (f["db"], f["finished_rows"]), ">= 0.90x empty",
             "%.2fx" % f["lib_ratio"], f["lib_ratio"] >= 0.9, "raw loop %.2fx" % f["raw_ratio"])
@@ -435,6 +445,38 @@ def markdown(figs, meta):
             lines.append("| %s | %s | %s | %s | %s |" % (
                 f["db"], f["form"], fmt(f.get("jobs_per_s")), fmt(f.get("direct_jobs_per_s")),
                 "-" if f.get("ratio") is None else "%.2f" % f["ratio"]))
+    scale = [f for f in figs if f.get("workload") == "W4"]
+    if scale:
+        lines += ["", "## Processes on one queue (W4: each process workers(4), C handler)", "",
+                  "| db | form | processes | jobs/s | vs 1 process | server CPU µs/job | statements/job | claims/job at the server |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for f in sorted(scale, key=lambda f: (DB_ORDER.get(f["db"], 9), f["form"], f["processes"])):
+            lines.append("| %s | %s | %d | %s | %s | %s | %s | %s |" % (
+                f["db"], f["form"], f["processes"], fmt(f.get("jobs_per_s")), fmt(f.get("vs_1"), 2),
+                fmt(f.get("server_cpu_us_per_job"), 1), fmt(f.get("statements_per_job"), 2),
+                fmt(f.get("server_claims_per_job"), 2)))
+    for f in (f for f in figs if f.get("workload") == "W4-idle"):
+        lines += ["", "Idle fleet, %s %s: %d processes x workers(%d), poll interval %d ms, %s s: "
+                  "%s claims/s by the processes' counts, %s at the server, %s statements/s, "
+                  "server CPU %s%% of a core; bound %s claims/s." % (
+                      f["db"], f["form"], f["processes"], f["workers"], f["poll_ms"], f["seconds"],
+                      fmt(f["claims_per_s"], 1), fmt(f.get("server_claims_per_s"), 1),
+                      fmt(f.get("statements_per_s"), 1), fmt(f.get("server_cpu_pct"), 2),
+                      fmt(f["bound_per_s"]))]
+    big = [f for f in figs if f.get("workload") == "B-claim"]
+    if big:
+        lines += ["", "## Claims on big tables (B-claim: workers(4), Python no-op handler)", "",
+                  "| db | form | state | rows besides the run's | jobs/s | runs |", "|---|---|---|---:|---:|---|"]
+        for f in big:
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                f["db"], f["form"], f["state"], "{:,}".format(f["finished_rows"] + f["queued_rows"]),
+                fmt(f["jobs_per_s"]), ", ".join(fmt(r) for r in f.get("runs", []))))
+        for f in (f for f in big if f.get("explain")):
+            e = f["explain"]
+            lines += ["", "The claim on %s %s, %s queued rows, and its EXPLAIN:" % (
+                f["db"], f["form"], "{:,}".format(f["queued_rows"])), "",
+                "    " + (e.get("statement") or e.get("note") or "")]
+            lines += [""] + ["    " + line for line in e.get("plan", [])]
     lines += ["", "## Targets", "", "| figure | target | measured | met | margin |", "|---|---|---|---|---|"]
     for row in targets(figs):
         lines.append("| %s | %s | %s | %s | %s |" % row)

@@ -105,44 +105,52 @@ def raw_drain(raw: Raw) -> int:
         done += 1
 
 
-def lib_drain(broker: libqueue.Broker, jobs: int) -> None:
-    with broker.subscribe(TABLE, workers=4, poll_interval_ms=50, lease_ms=LEASE_MS) as sub:
+def lib_drain(broker: libqueue.Broker, jobs: int, table: libqueue.Table = TABLE) -> None:
+    """Runs workers(4) with a no-op handler until `jobs` have settled."""
+    options = dict(lease_ms=LEASE_MS) if table.has("locked_until") else {}
+    with broker.subscribe(table, workers=4, poll_interval_ms=50, **options) as sub:
         sub.run(lambda delivery: None)
         while sub.stat("settled") < jobs:
             time.sleep(0.002)
         sub.stop()
 
 
-def analyze(raw: Raw) -> None:
-    raw.run("ANALYZE" if raw.db == "sqlite" else "ANALYZE TABLE %s" % NAME
-            if raw.db == "mariadb" else "ANALYZE %s" % NAME)
+def analyze(raw: Raw, name: str = NAME) -> None:
+    raw.run("ANALYZE" if raw.db == "sqlite" else "ANALYZE TABLE %s" % name
+            if raw.db == "mariadb" else "ANALYZE %s" % name)
 
 
-def prepare(raw: Raw, broker: libqueue.Broker, finished: int) -> int:
-    """TABLE anew, holding `finished` finished rows (bulk-inserted in SQL);
-    returns its largest id, above which each run's rows are."""
-    raw.run("DROP TABLE IF EXISTS %s" % NAME)
-    broker.create_table(TABLE)
+def prepare(raw: Raw, broker: libqueue.Broker, finished: int, table: libqueue.Table = TABLE,
+            queued: int = 0) -> int:
+    """The table anew, holding `finished` finished rows and then `queued`
+    rows to do (bulk-inserted in SQL); returns its largest id, above which
+    each run's rows are."""
+    name = table.name
+    raw.run("DROP TABLE IF EXISTS %s" % name)
+    broker.create_table(table)
     past, _ = raw.times()
-    for start in range(0, finished, 100_000):  # a bounded statement at a time
-        n = min(100_000, finished - start)
+    total = finished + queued
+    for start in range(0, total, 100_000):  # a bounded statement at a time
+        n = min(100_000, total - start)
+        done = "CASE WHEN %d + n <= %d THEN %s END" % (start, finished, past)
         raw.run("INSERT INTO %s (id, payload, attempt, processed_at) SELECT %d + n, 'x', 1, %s "
-                "FROM %s" % (NAME, start, past, raw.numbers(n)))
+                "FROM %s" % (name, start, done, raw.numbers(n)))
     if raw.db == "postgresql":  # the next generated id, past the rows written with theirs
-        raw.run("SELECT setval(pg_get_serial_sequence('%s', 'id'), %d)" % (NAME, finished + 1))
-    analyze(raw)
-    return finished
+        raw.run("SELECT setval(pg_get_serial_sequence('%s', 'id'), %d)" % (name, total + 1))
+    analyze(raw, name)
+    return total
 
 
-def queue(broker: libqueue.Broker, raw: Raw, jobs: int, above: int) -> None:
+def queue(broker: libqueue.Broker, raw: Raw, jobs: int, above: int,
+          table: libqueue.Table = TABLE) -> None:
     """The rows of a run, queued; the finished rows of the last run deleted."""
-    raw.run("DELETE FROM %s WHERE id > %d" % (NAME, above))
+    raw.run("DELETE FROM %s WHERE id > %d" % (table.name, above))
     if raw.db == "postgresql":
         raw.conn.autocommit = True
-        raw.run("VACUUM %s" % NAME)
+        raw.run("VACUUM %s" % table.name)
         raw.conn.autocommit = False
     for start in range(0, jobs, 1000):
-        broker.publish_many(TABLE, [b"x"] * min(1000, jobs - start))
+        broker.publish_many(table, [b"x"] * min(1000, jobs - start))
 
 
 def timed(fn: Callable[[], Any]) -> float:

@@ -61,6 +61,8 @@ lq_pg_bin() {
 # LQ_TEST_PG_URL for the suites. That URL asks for a plain connection
 # (sslmode=disable): libpq's default, prefer, would take TLS now that the
 # server offers it, and the suites and benchmarks run as before.
+# LQ_PG_SETTINGS adds server settings ("-c name=value ..."): bench/run loads
+# pg_stat_statements with it; the suites leave it empty.
 lq_start_postgres() {
     local bin data=$LQ_SERVERS/pg key
     bin=$(lq_pg_bin) || { echo "no PostgreSQL server installed"; return 1; }
@@ -76,7 +78,7 @@ lq_start_postgres() {
     "${run[@]}" "$bin/pg_ctl" -D "$data/db" -l "$data/server.log" -w -t 60 start \
         -o "-c listen_addresses=127.0.0.1 -p $LQ_PG_PORT -c unix_socket_directories=$data \
             -c max_connections=200 -c shared_buffers=128MB -c fsync=on -c synchronous_commit=on \
-            -c ssl=on -c ssl_cert_file=$LQ_SERVERS/tls/server.pem -c ssl_key_file=$key" \
+            -c ssl=on -c ssl_cert_file=$LQ_SERVERS/tls/server.pem -c ssl_key_file=$key ${LQ_PG_SETTINGS:-}" \
         >/dev/null || { cat "$data/server.log"; return 1; }
     "${run[@]}" "$bin/psql" -q -h 127.0.0.1 -p "$LQ_PG_PORT" -U postgres -d postgres \
         -c "CREATE DATABASE lqtest" >/dev/null || return 1
