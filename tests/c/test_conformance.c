@@ -20,6 +20,7 @@
 #include <libqueue.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -731,6 +732,59 @@ static void workers_by_key(target *tg, const lq_table *t) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* concurrency (and a rate limit that never binds) in the lease form: the
+ * claim counts the queue's leased rows under the queue's lock, in a
+ * transaction that PostgreSQL sends in two round trips (a pipeline). */
+
+enum { LIMITED_ROWS = 40, LIMIT = 2 };
+
+typedef struct limit_state {
+    atomic_int running, most, done;
+} limit_state;
+
+static int limit_handler(lq_delivery *d, void *userdata) {
+    (void)d;
+    limit_state *ls = userdata;
+    int now = atomic_fetch_add(&ls->running, 1) + 1;
+    for (int most = atomic_load(&ls->most); now > most && !atomic_compare_exchange_weak(&ls->most, &most, now);)
+        ;
+    sleep_ms(3);
+    atomic_fetch_sub(&ls->running, 1);
+    atomic_fetch_add(&ls->done, 1);
+    return LQ_OK;
+}
+
+static void queue_limit(target *tg, const lq_table *t, bool rate_too) {
+    static limit_state ls;
+    atomic_store(&ls.running, 0);
+    atomic_store(&ls.most, 0);
+    atomic_store(&ls.done, 0);
+    for (int i = 0; i < LIMITED_ROWS; i++) publish_text(tg->broker, t, "limited");
+    lq_options *o = NULL;
+    lq_subscription *s = NULL;
+    CHECK(lq_options_new(&o) == LQ_OK);
+    CHECK(lq_options_set_int(o, LQ_OPT_POLL_INTERVAL_MS, POLL_MS) == LQ_OK);
+    CHECK(lq_options_set_int(o, LQ_OPT_WORKERS, 6) == LQ_OK);
+    CHECK(lq_options_set_int(o, LQ_OPT_CONCURRENCY, LIMIT) == LQ_OK);
+    if (rate_too) CHECK(lq_options_set_int(o, LQ_OPT_RATE_LIMIT, 100000) == LQ_OK);
+    int rc = lq_subscription_open(&s, tg->broker, t, o);
+    lq_options_free(o);
+    if (rc != LQ_OK) fprintf(stderr, "lq_subscription_open: %s %s\n", lq_status_name(rc), lq_errmsg());
+    CHECK(rc == LQ_OK);
+    if (rc != LQ_OK) return;
+    CHECK(lq_subscription_run(s, limit_handler, &ls) == LQ_OK);
+    for (int i = 0; i < 1500 && lq_subscription_stat(s, LQ_STAT_SETTLED) < LIMITED_ROWS; i++) sleep_ms(10);
+    CHECK(lq_subscription_stop(s) == LQ_OK);
+    CHECK(lq_subscription_stat(s, LQ_STAT_SETTLED) == LIMITED_ROWS);
+    lq_subscription_close(s);
+    CHECK(atomic_load(&ls.done) == LIMITED_ROWS);
+    CHECK(atomic_load(&ls.most) >= 1 && atomic_load(&ls.most) <= LIMIT);
+    s = subscribe(tg->broker, t, 1, 0, 0, NULL);
+    if (s) NOTHING(s);
+    lq_subscription_close(s);
+}
+
+/* ------------------------------------------------------------------------ */
 
 /* lq_queue_stats and lq_queue_attempts on a table with dead letters: rows
  * due, within a cap, one dead-lettered, then the queue drained. */
@@ -785,6 +839,10 @@ static void run_form(target *tg, int form) {
         workers_by_key(tg, kt);
         create(tg->broker, ct);
         queue_stats(tg, ct, form);
+        if (form == LQ_FORM_LEASE) {
+            queue_limit(tg, ct, false);
+            queue_limit(tg, ct, true);
+        }
     }
     lq_table_free(t);
     lq_table_free(dead);

@@ -74,6 +74,20 @@ static bool wait_socket(lq__conn *c, short events, int64_t *deadline) {
     }
 }
 
+/* The deadline passed with no answer. No cancel request: libpq before 17
+ * sends one on a new connection and waits, with no deadline, for the server
+ * to close it, which a frozen server or a half-open link never does. On a
+ * connection of ours, a running server has ended the statement already (its
+ * statement_timeout fires 2 s earlier); closing the connection ends the
+ * session, and with it the transaction. Nor does the close wait: on a
+ * nonblocking connection PQfinish sends only what the socket takes at once. */
+static int no_answer(lq__conn *c) {
+    c->broken = true;
+    return lq__error(LQ_TIMEOUT, "postgresql: no answer within %lld ms; %s", (long long)c->deadline_ms,
+                     c->borrowed ? "the caller's connection still runs the statement"
+                                 : "the connection is closed");
+}
+
 /* The answer to what was just sent, within the connection's deadline: a
  * server that stops answering becomes an error, not a hang. On a passed
  * deadline the connection is marked broken, so the pool closes it. Returns
@@ -99,19 +113,8 @@ static PGresult *await_result(lq__conn *c, int *status) {
     if (!first) goto broken;
     return first;
 timeout:
-    /* No cancel request: libpq before 17 sends one on a new connection and
-     * waits, with no deadline, for the server to close it, which a frozen
-     * server or a half-open link never does. On a connection of ours, a
-     * running server has ended the statement already (its statement_timeout
-     * fires 2 s earlier); closing the connection ends the session, and with
-     * it the transaction. Nor does the close wait: on a nonblocking
-     * connection PQfinish sends only what the socket takes at once. */
     if (first) PQclear(first);
-    c->broken = true;
-    *status = lq__error(LQ_TIMEOUT, "postgresql: no answer within %lld ms; %s",
-                        (long long)c->deadline_ms,
-                        c->borrowed ? "the caller's connection still runs the statement"
-                                    : "the connection is closed");
+    *status = no_answer(c);
     return NULL;
 broken:
     if (first) PQclear(first);
@@ -561,6 +564,19 @@ static PGresult *run_stmt(lq__conn *c, const lq__stmt *st, int count, const char
     return finish(c, sent, status);
 }
 
+/* Gives each row of a result to on_row (which may be NULL). */
+static int read_rows(const PGresult *res, lq__row_fn on_row, void *ctx) {
+    int rows = PQntuples(res), cols = PQnfields(res), rc = LQ_OK;
+    lq__value row[LQ__COL_COUNT + 4];
+    char times[LQ__COL_COUNT + 4][LQ__TIME_TEXT_SIZE];
+    if (cols > (int)(sizeof row / sizeof row[0])) cols = (int)(sizeof row / sizeof row[0]);
+    for (int r = 0; r < rows && rc == LQ_OK && on_row; r++) {
+        for (int i = 0; i < cols; i++) read_column(&row[i], res, r, i, times[i]);
+        rc = on_row(ctx, row, cols);
+    }
+    return rc;
+}
+
 static int pg_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__value *args,
                    lq__row_fn on_row, void *ctx) {
     int count = lq__stmt_values(st);
@@ -575,14 +591,7 @@ static int pg_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
         return pg_error(c, res, LQ_BACKEND, "a statement failed");
     if (changes) *changes = atoll(PQcmdTuples(res));
-    int rows = PQntuples(res), cols = PQnfields(res);
-    lq__value row[LQ__COL_COUNT + 4];
-    char times[LQ__COL_COUNT + 4][LQ__TIME_TEXT_SIZE];
-    if (cols > (int)(sizeof row / sizeof row[0])) cols = (int)(sizeof row / sizeof row[0]);
-    for (int r = 0; r < rows && rc == LQ_OK && on_row; r++) {
-        for (int i = 0; i < cols; i++) read_column(&row[i], res, r, i, times[i]);
-        rc = on_row(ctx, row, cols);
-    }
+    rc = read_rows(res, on_row, ctx);
     PQclear(res);
     return rc;
 }
@@ -747,11 +756,16 @@ static int pg_take_slots(int *taken, lq__conn *c, const char *key, int limit, in
     return LQ_OK;
 }
 
-static int pg_lock_queue(lq__conn *c, const char *key) {
+/* lock_timeout for the queue's lock: a second before the statement's
+ * deadline, or half a deadline of two seconds or less. */
+static void lock_wait_text(const lq__conn *c, char out[32]) {
     int64_t statement_ms = c->deadline_ms - 2000;
+    snprintf(out, 32, "%lld", (long long)(statement_ms > 2000 ? statement_ms - 1000 : statement_ms / 2));
+}
+
+static int pg_lock_queue(lq__conn *c, const char *key) {
     char wait[32];
-    snprintf(wait, sizeof wait, "%lld",
-             (long long)(statement_ms > 2000 ? statement_ms - 1000 : statement_ms / 2));
+    lock_wait_text(c, wait);
     const char *params[2] = {key, wait};
     int rc = LQ_OK;
     PGresult *res = run_stmt(c, &lock_queue_stmt, 2, params, NULL, NULL, 0, &rc);
@@ -760,6 +774,154 @@ static int pg_lock_queue(lq__conn *c, const char *key) {
         return pg_error(c, res, LQ_BACKEND, "a queue's lock could not be taken");
     PQclear(res);
     return LQ_OK;
+}
+
+/* ---- pipelines: a limited claim's transaction in two round trips ---- */
+
+/* One statement of a pipeline: text without parameters (BEGIN, COMMIT), a
+ * statement of the dialect's own with text values, or the core's with its
+ * arguments; its rows go to on_row. */
+typedef struct pg_piece {
+    const char *text;
+    const lq__stmt *stmt;
+    const char *const *params;
+    int nparams;
+    const lq__value *args;
+    lq__row_fn on_row;
+    void *ctx;
+} pg_piece;
+
+/* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
+#define PG_PIPE_STEPS 4
+
+/* A statement's name on the server, where it is prepared there (prepare
+ * comes before the pipeline: its answer is awaited on its own). */
+static int piece_name(const char **name, lq__conn *c, const lq__stmt *st) {
+    *name = NULL;
+    if (!st || c->borrowed || c->pooled || st->id == 0) return LQ_OK;
+    return ensure_prepared(name, c, st);
+}
+
+static bool send_piece(lq__conn *c, const pg_piece *p, const char *name) {
+    if (p->text) return PQsendQueryParams(c->pg, p->text, 0, NULL, NULL, NULL, NULL, 0);
+    const lq__stmt *st = p->stmt;
+    if (p->params)
+        return name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 0)
+                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 0);
+    int count = lq__stmt_values(st);
+    pg_args a;
+    if (pg_args_make(&a, count) != LQ_OK) return false;
+    for (int i = 0; i < count; i++) pg_args_bind(&a, i, lq__stmt_arg(st, p->args, i));
+    bool sent = name ? PQsendQueryPrepared(c->pg, name, count, a.values, a.lengths, a.formats, 1)
+                     : PQsendQueryParams(c->pg, st->sql, count, NULL, a.values, a.lengths, a.formats, 1);
+    free(a.block);
+    return sent;
+}
+
+/* Until a result can be read without blocking, within the deadline. */
+static int await_ready(lq__conn *c, int64_t *deadline) {
+    while (PQisBusy(c->pg)) {
+        if (!wait_socket(c, POLLIN, deadline)) return no_answer(c);
+        if (!PQconsumeInput(c->pg)) {
+            c->broken = true;
+            return pg_error(c, NULL, LQ_CONNECT, "the connection failed");
+        }
+    }
+    return LQ_OK;
+}
+
+/* Reads one statement's answer: its result, then the NULL that ends it.
+ * `*first` keeps the first failure of the pipeline; after it the server
+ * skips the statements (PGRES_PIPELINE_ABORTED), which are only read. */
+static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadline) {
+    int rc = await_ready(c, deadline);
+    PGresult *res = rc == LQ_OK ? PQgetResult(c->pg) : NULL;
+    if (rc == LQ_OK && !res) {
+        c->broken = true;
+        return pg_error(c, NULL, LQ_CONNECT, "a pipeline's answer is missing");
+    }
+    if (rc != LQ_OK) return rc;
+    ExecStatusType status = PQresultStatus(res);
+    if (*first != LQ_OK || status == PGRES_PIPELINE_ABORTED) {
+        PQclear(res);
+    } else if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+        *first = read_rows(res, p->on_row, p->ctx);
+        PQclear(res);
+    } else {
+        *first = pg_error(c, res, LQ_BACKEND, "a statement failed");
+    }
+    rc = await_ready(c, deadline);
+    if (rc == LQ_OK && (res = PQgetResult(c->pg))) {
+        PQclear(res);
+        c->broken = true;
+        return pg_error(c, NULL, LQ_CONNECT, "a pipeline's answer has more than it should");
+    }
+    return rc;
+}
+
+/* Sends every piece, then a sync, at once, and reads the answers in order:
+ * one round trip. The first failure is the result; the server skips what
+ * follows it up to the sync, and a transaction it was in stays open, failed,
+ * for the caller's rollback. */
+static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
+    const char *names[PG_PIPE_STEPS + 2];
+    int rc = not_broken(c);
+    for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
+    if (rc != LQ_OK) return rc;
+    if (!PQenterPipelineMode(c->pg)) return pg_error(c, NULL, LQ_BACKEND, "cannot start a pipeline");
+    bool sent = true;
+    for (int i = 0; sent && i < count; i++) sent = send_piece(c, &pieces[i], names[i]);
+    if (!sent || !PQpipelineSync(c->pg)) {
+        c->broken = true; /* what was sent of it is unknown: the pool closes it */
+        return pg_error(c, NULL, LQ_BACKEND, "cannot send a pipeline");
+    }
+    int64_t deadline = 0;
+    int flushed;
+    while ((flushed = PQflush(c->pg)) == 1) {
+        if (!wait_socket(c, POLLIN | POLLOUT, &deadline)) return no_answer(c);
+        if (!PQconsumeInput(c->pg)) flushed = -1;
+    }
+    if (flushed < 0) {
+        c->broken = true;
+        return pg_error(c, NULL, LQ_CONNECT, "the connection failed");
+    }
+    int first = LQ_OK;
+    for (int i = 0; rc == LQ_OK && i < count; i++) rc = read_piece(&first, c, &pieces[i], &deadline);
+    PGresult *sync = NULL;
+    if (rc == LQ_OK && (rc = await_ready(c, &deadline)) == LQ_OK) sync = PQgetResult(c->pg);
+    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || !PQexitPipelineMode(c->pg))) {
+        c->broken = true;
+        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
+    }
+    if (sync) PQclear(sync);
+    return rc != LQ_OK ? rc : first;
+}
+
+/* The pieces of the core's steps, after `at` pieces of the dialect's. */
+static int add_steps(pg_piece *pieces, int at, const lq__step *steps, int count) {
+    if (count > PG_PIPE_STEPS) return lq__error(LQ_ERROR, "postgresql: a pipeline of %d steps", count);
+    for (int i = 0; i < count; i++)
+        pieces[at + i] = (pg_piece){.stmt = steps[i].stmt, .args = steps[i].args,
+                                    .on_row = steps[i].on_row, .ctx = steps[i].ctx};
+    return LQ_OK;
+}
+
+static int pg_begin_locked(lq__conn *c, const char *key, const lq__step *steps, int count) {
+    pg_piece pieces[PG_PIPE_STEPS + 2];
+    char wait[32];
+    lock_wait_text(c, wait);
+    const char *params[2] = {key, wait};
+    pieces[0] = (pg_piece){.text = "BEGIN ISOLATION LEVEL READ COMMITTED"};
+    pieces[1] = (pg_piece){.stmt = &lock_queue_stmt, .params = params, .nparams = 2};
+    int rc = add_steps(pieces, 2, steps, count);
+    return rc != LQ_OK ? rc : run_pieces(c, pieces, count + 2);
+}
+
+static int pg_exec_commit(lq__conn *c, const lq__step *steps, int count) {
+    pg_piece pieces[PG_PIPE_STEPS + 1];
+    int rc = add_steps(pieces, 0, steps, count);
+    pieces[count] = (pg_piece){.text = "COMMIT"};
+    return rc != LQ_OK ? rc : run_pieces(c, pieces, count + 1);
 }
 
 /* ---- tables ---- */
@@ -891,6 +1053,8 @@ const lq__dialect lq__postgres_dialect = {
     .ddl_lock_query = pg_ddl_lock_query,
     .now_ms_sql = pg_now_ms_sql,
     .lock_queue = pg_lock_queue,
+    .begin_locked = pg_begin_locked,
+    .exec_commit = pg_exec_commit,
     .take_slots = pg_take_slots,
     .advisory_key = pg_advisory_key,
     .try_lock_key = pg_try_lock_key,

@@ -26,6 +26,15 @@ typedef struct lq__value {
 /* Called once per result row; a non-zero return stops the statement and is
  * returned by exec. */
 typedef int (*lq__row_fn)(void *ctx, const lq__value *columns, int count);
+
+/* One statement of several sent together: its arguments, and its rows'
+ * reader (may be NULL). */
+typedef struct lq__step {
+    const lq__stmt *stmt;
+    const lq__value *args;
+    lq__row_fn on_row;
+    void *ctx;
+} lq__step;
 /* A column's value as a new string (sql/values.c); NULL for NULL, or when
  * out of memory. */
 LQ__HIDDEN char *lq__value_text(const lq__value *v);
@@ -229,6 +238,15 @@ typedef struct lq__dialect {
      * turns (LQ_CONTENTION when the wait ends first). NULL where the
      * transaction is the lock already (SQLite's one writer). */
     int (*lock_queue)(lq__conn *conn, const char *key);
+    /* A limited claim's transaction in fewer round trips where the database
+     * pipelines statements (NULL: the core sends them one by one):
+     * begin_locked opens a READ COMMITTED transaction, takes the queue's
+     * lock as lock_queue does and runs the steps (at most 4); exec_commit
+     * runs the steps and commits. Each sends all at once and reads the
+     * answers in order; the first failure is the result, the statements
+     * after it do nothing, and the transaction is left for a rollback. */
+    int (*begin_locked)(lq__conn *conn, const char *key, const lq__step *steps, int count);
+    int (*exec_commit)(lq__conn *conn, const lq__step *steps, int count);
     /* Gives it back after the transaction ended (false: not confirmed, and
      * the connection must not be reused); NULL where it ends with it. */
     bool (*unlock_queue)(lq__conn *conn, const char *key);

@@ -167,22 +167,24 @@ static bool cut_to(int *limit, int64_t room) {
  * claimable again. */
 static int limit_to_room(int *limit, bool *locked, lq_subscription *s, lq__conn *conn,
                          lq__value *args) {
-    const lq__dialect *d = s->broker->dialect;
-    int rc = d->lock_queue ? d->lock_queue(conn, s->limit_key) : LQ_OK;
-    *locked = rc == LQ_OK && d->lock_queue;
-    if (rc == LQ_OK && s->concurrency) {
-        int64_t in_work = 0;
-        rc = d->exec(NULL, conn, &s->sql.in_work, args, read_count, &in_work);
-        /* Cut short by the limit: the next settlement here wakes a claim. */
-        if (rc == LQ_OK) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
-    }
-    if (rc == LQ_OK && s->rate_limit) {
-        lq__window w = {0};
-        rc = d->exec(NULL, conn, &s->sql.starts, args, lq__read_window, &w);
-        if (rc == LQ_OK) *limit = lq__rate_room(s, &w, *limit);
-    }
+    int64_t in_work = 0;
+    lq__window w = {0};
+    lq__step counts[2];
+    int n = 0;
+    if (s->concurrency) counts[n++] = (lq__step){&s->sql.in_work, args, read_count, &in_work};
+    if (s->rate_limit) counts[n++] = (lq__step){&s->sql.starts, args, lq__read_window, &w};
+    int rc = lq__begin_locked(locked, s, conn, counts, n);
+    /* Cut short by the limit: the next settlement here wakes a claim. */
+    if (rc == LQ_OK && s->concurrency) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
+    if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
     return rc;
+}
+
+/* Whether nothing follows the claim in its transaction but the commit. */
+static bool claim_ends_it(const lq_subscription *s) {
+    return s->broker->dialect->claim_writes_lease && !s->partition_concurrency && !s->key_rate_limit &&
+           !s->rate_limit;
 }
 
 /* Gives back, in the claim's transaction, a row it leased. */
@@ -246,18 +248,23 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
          * the stamps after a locking read. */
         bool guarded = true;
-        rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
-        if (rc == LQ_OK && limited) rc = limit_to_room(&limit, &locked, s, conn, args);
+        rc = limited ? limit_to_room(&limit, &locked, s, conn, args)
+                     : d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
         if (rc == LQ_OK && limit > 0) rc = lq__fifo_guard(&guarded, s, conn);
-        if (rc == LQ_OK && guarded && limit > 0)
-            rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
-        if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
-        if (rc == LQ_OK && s->partition_concurrency)
-            rc = lq__trim_keys(out, s, conn, args, leased_room, give_back_now, NULL);
-        if (rc == LQ_OK && s->key_rate_limit)
-            rc = lq__limit_key_rates(out, s, conn, args, give_back_now, NULL);
-        if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
-        if (rc == LQ_OK) rc = d->commit(conn);
+        lq__step claim = {&s->sql.claim, args, on_claimed_row, &ctx};
+        bool claims = guarded && limit > 0;
+        if (rc == LQ_OK && claim_ends_it(s)) {
+            rc = lq__exec_commit(s, conn, &claim, claims ? 1 : 0); /* one round trip */
+        } else {
+            if (rc == LQ_OK && claims) rc = d->exec(NULL, conn, claim.stmt, args, on_claimed_row, &ctx);
+            if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
+            if (rc == LQ_OK && s->partition_concurrency)
+                rc = lq__trim_keys(out, s, conn, args, leased_room, give_back_now, NULL);
+            if (rc == LQ_OK && s->key_rate_limit)
+                rc = lq__limit_key_rates(out, s, conn, args, give_back_now, NULL);
+            if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
+            if (rc == LQ_OK) rc = d->commit(conn);
+        }
         if (rc != LQ_OK) {
             d->rollback(conn);
             /* Nothing was leased: the rows are free as they were, and none

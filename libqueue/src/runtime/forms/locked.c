@@ -1,0 +1,38 @@
+/* A limited claim's transaction: the queue's lock with the counts taken
+ * under it, then the claim with its commit. Where the dialect pipelines
+ * statements each pair goes in one round trip (two in all, where one at a
+ * time takes five: begin, lock, count, claim, commit); a claim's
+ * statements wait on each other's answers only where the client must
+ * compute between them (the room from the counts). */
+#include "runtime/runtime.h"
+
+static int run_steps(const lq__dialect *d, lq__conn *conn, const lq__step *steps, int count) {
+    int rc = LQ_OK;
+    for (int i = 0; rc == LQ_OK && i < count; i++)
+        rc = d->exec(NULL, conn, steps[i].stmt, steps[i].args, steps[i].on_row, steps[i].ctx);
+    return rc;
+}
+
+int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, const lq__step *steps,
+                     int count) {
+    const lq__dialect *d = s->broker->dialect;
+    *locked = false;
+    if (d->begin_locked) {
+        int rc = d->begin_locked(conn, s->limit_key, steps, count);
+        *locked = rc == LQ_OK; /* its lock ends with the transaction */
+        return rc;
+    }
+    int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
+    if (rc == LQ_OK && d->lock_queue) {
+        rc = d->lock_queue(conn, s->limit_key);
+        *locked = rc == LQ_OK;
+    }
+    return rc == LQ_OK ? run_steps(d, conn, steps, count) : rc;
+}
+
+int lq__exec_commit(lq_subscription *s, lq__conn *conn, const lq__step *steps, int count) {
+    const lq__dialect *d = s->broker->dialect;
+    if (d->exec_commit) return d->exec_commit(conn, steps, count);
+    int rc = run_steps(d, conn, steps, count);
+    return rc == LQ_OK ? d->commit(conn) : rc;
+}
