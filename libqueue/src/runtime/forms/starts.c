@@ -49,15 +49,10 @@ int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__co
     lq__value args[LQ__P_COUNT] = {0};
     bind_queue(args, s);
     *r = (lq__reserved){0};
-    int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
-    if (rc != LQ_OK) return rc;
-    bool locked = false;
-    if (d->lock_queue) {
-        rc = d->lock_queue(conn, s->limit_key);
-        locked = rc == LQ_OK;
-    }
     lq__window w = {0};
-    if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.starts, args, lq__read_window, &w);
+    lq__step window = {&s->sql.starts, args, lq__read_window, &w};
+    bool locked = false;
+    int rc = lq__begin_locked(&locked, s, conn, &window, 1);
     int granted = rc == LQ_OK ? lq__rate_room(s, &w, want) : 0;
     args[LQ__P_STARTED_AT] = (lq__value){.type = LQ__V_INT, .i = w.now};
     if (rc == LQ_OK && granted) rc = d->exec(NULL, conn, &s->sql.start_prune, args, NULL, NULL);
