@@ -49,7 +49,7 @@ def test_an_int_option_takes_its_range_and_refuses_past_either_end(name: str) ->
             build_options({name: value})
 
 
-STRING_OPTIONS = {"group", "cron", "tz", "catch_up"}
+STRING_OPTIONS = {"group", "cron", "tz", "catch_up", "pgbouncer", "listen_url"}
 
 
 def test_every_option_has_a_name_the_bindings_find() -> None:

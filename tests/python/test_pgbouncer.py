@@ -196,11 +196,15 @@ def test_listen_url_must_reach_the_server_itself(pooled) -> None:
         libqueue.Broker(pooled.url, listen_notify=1, listen_url=pooled.url)
 
 
-@pytest.mark.parametrize("where", ["alone", "first", "middle", "last"])
+@pytest.mark.parametrize("where", ["alone", "first", "middle", "last", "after a password with ?"])
 def test_the_url_parameter_leaves_the_url_whole(pooled, where) -> None:
     """libpq refuses a parameter it does not know: libqueue takes
-    pgbouncer=transaction out wherever it stands, and the rest still reads."""
+    pgbouncer=transaction out wherever it stands, and the rest still reads
+    (the pooler trusts loopback here, so a password is not checked)."""
     base = without_pooler_parameter(pooled.url).split("?")[0]
+    if where.startswith("after"):
+        base = base.replace("postgres@", "postgres:pa?ss@")
+        where = "alone"
     query = {
         "alone": "pgbouncer=transaction",
         "first": "pgbouncer=transaction&sslmode=disable&connect_timeout=5",

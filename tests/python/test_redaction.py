@@ -59,6 +59,10 @@ def test_no_path_shows_the_password(db, caplog) -> None:
     failure(re.sub(r"/[^/?]+(\?|$)", r"/lq_no_such_db\1", with_password(db.url), count=1))
     failure(with_password(db.url), pool_sise=2)                           # a bad option
     failure(unreachable.split("?")[0] + "?password=%s" % MARK)            # a query parameter
+    if db.dialect == "postgresql":
+        bad = with_password(unreachable, MARK + "%zz")                    # a URL libpq cannot read
+        failure(bad)
+        failure(db.url, listen_notify=1, listen_url=bad)                  # the LISTEN connection's
     if db.dialect == "mysql":
         failure(with_password(db.url))                                    # a wrong password
     # A broker that opens (PostgreSQL's test server trusts loopback), and the

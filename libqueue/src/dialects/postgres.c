@@ -148,7 +148,13 @@ static int pg_check_version(lq__conn *c, const lq_table *table);
  * so it leaves the URL before libpq reads it. */
 static int take_pooler_parameter(lq__broker_target *t) {
     static const char name[] = "pgbouncer=";
-    char *query = strchr(t->url, '?');
+    /* The query begins after the user info, whose password may hold a '?':
+     * as libpq reads it, the user info ends at an '@' before any '/'. */
+    char *host = strstr(t->url, "://");
+    host = host ? host + 3 : t->url;
+    size_t info = strcspn(host, "@/");
+    if (host[info] == '@') host += info + 1;
+    char *query = strchr(host, '?');
     for (char *p = query ? query + 1 : NULL; p && *p;) {
         size_t len = strcspn(p, "&");
         char *next = p + len + (p[len] == '&');
@@ -180,8 +186,15 @@ static int pg_parse_url(lq__broker_target *t, const char *url, const char *rest)
     if (!t->url) return lq__error(LQ_NOMEM, "out of memory");
     int rc = take_pooler_parameter(t);
     if (rc != LQ_OK) return rc;
-    PQconninfoOption *options = PQconninfoParse(t->url, NULL);
-    for (PQconninfoOption *o = options; o && o->keyword; o++)
+    char *why = NULL;
+    PQconninfoOption *options = PQconninfoParse(t->url, &why);
+    /* libpq's reason may quote the URL's password: it is not repeated. */
+    if (why) PQfreemem(why);
+    if (!options)
+        return lq__error(LQ_MISUSE, "postgresql: the URL cannot be read (libpq's URI syntax: "
+                                    "postgresql://user:password@host:port/database?parameters, "
+                                    "with reserved characters percent-encoded)");
+    for (PQconninfoOption *o = options; o->keyword; o++)
         if (strcmp(o->keyword, "password") == 0 && o->val && *o->val) t->password = lq__strdup(o->val);
     PQconninfoFree(options);
     return LQ_OK;
@@ -760,7 +773,8 @@ static int pg_take_slots(int *taken, lq__conn *c, const char *key, int limit, in
  * deadline, or half a deadline of two seconds or less. */
 static void lock_wait_text(const lq__conn *c, char out[32]) {
     int64_t statement_ms = c->deadline_ms - 2000;
-    snprintf(out, 32, "%lld", (long long)(statement_ms > 2000 ? statement_ms - 1000 : statement_ms / 2));
+    int64_t wait = statement_ms > 2000 ? statement_ms - 1000 : statement_ms / 2;
+    snprintf(out, 32, "%lld", (long long)(wait > 0 ? wait : 1)); /* 0 would wait without end */
 }
 
 static int pg_lock_queue(lq__conn *c, const char *key) {
@@ -777,6 +791,7 @@ static int pg_lock_queue(lq__conn *c, const char *key) {
 }
 
 /* ---- pipelines: a limited claim's transaction in two round trips ---- */
+#ifdef LIBPQ_HAS_PIPELINING /* libpq 14 and later; before it, one statement at a time */
 
 /* One statement of a pipeline: text without parameters (BEGIN, COMMIT), a
  * statement of the dialect's own with text values, or the core's with its
@@ -789,6 +804,7 @@ typedef struct pg_piece {
     const lq__value *args;
     lq__row_fn on_row;
     void *ctx;
+    bool *done; /* set when the server ran it (may be NULL) */
 } pg_piece;
 
 /* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
@@ -802,20 +818,25 @@ static int piece_name(const char **name, lq__conn *c, const lq__stmt *st) {
     return ensure_prepared(name, c, st);
 }
 
-static bool send_piece(lq__conn *c, const pg_piece *p, const char *name) {
-    if (p->text) return PQsendQueryParams(c->pg, p->text, 0, NULL, NULL, NULL, NULL, 0);
+/* LQ_OK once queued for sending; LQ_NOMEM, or LQ_BACKEND (libpq's message). */
+static int send_piece(lq__conn *c, const pg_piece *p, const char *name) {
+    if (p->text) return PQsendQueryParams(c->pg, p->text, 0, NULL, NULL, NULL, NULL, 0) ? LQ_OK : LQ_BACKEND;
     const lq__stmt *st = p->stmt;
-    if (p->params)
-        return name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 0)
+    int sent;
+    if (p->params) {
+        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 0)
                     : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 0);
+        return sent ? LQ_OK : LQ_BACKEND;
+    }
     int count = lq__stmt_values(st);
     pg_args a;
-    if (pg_args_make(&a, count) != LQ_OK) return false;
+    int rc = pg_args_make(&a, count);
+    if (rc != LQ_OK) return rc;
     for (int i = 0; i < count; i++) pg_args_bind(&a, i, lq__stmt_arg(st, p->args, i));
-    bool sent = name ? PQsendQueryPrepared(c->pg, name, count, a.values, a.lengths, a.formats, 1)
-                     : PQsendQueryParams(c->pg, st->sql, count, NULL, a.values, a.lengths, a.formats, 1);
+    sent = name ? PQsendQueryPrepared(c->pg, name, count, a.values, a.lengths, a.formats, 1)
+                : PQsendQueryParams(c->pg, st->sql, count, NULL, a.values, a.lengths, a.formats, 1);
     free(a.block);
-    return sent;
+    return sent ? LQ_OK : LQ_BACKEND;
 }
 
 /* Until a result can be read without blocking, within the deadline. */
@@ -842,9 +863,11 @@ static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadl
     }
     if (rc != LQ_OK) return rc;
     ExecStatusType status = PQresultStatus(res);
+    bool ran = status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK;
+    if (p->done) *p->done = ran;
     if (*first != LQ_OK || status == PGRES_PIPELINE_ABORTED) {
         PQclear(res);
-    } else if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+    } else if (ran) {
         *first = read_rows(res, p->on_row, p->ctx);
         PQclear(res);
     } else {
@@ -869,11 +892,11 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
     if (rc != LQ_OK) return rc;
     if (!PQenterPipelineMode(c->pg)) return pg_error(c, NULL, LQ_BACKEND, "cannot start a pipeline");
-    bool sent = true;
-    for (int i = 0; sent && i < count; i++) sent = send_piece(c, &pieces[i], names[i]);
-    if (!sent || !PQpipelineSync(c->pg)) {
+    for (int i = 0; rc == LQ_OK && i < count; i++) rc = send_piece(c, &pieces[i], names[i]);
+    if (rc == LQ_OK && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
+    if (rc != LQ_OK) {
         c->broken = true; /* what was sent of it is unknown: the pool closes it */
-        return pg_error(c, NULL, LQ_BACKEND, "cannot send a pipeline");
+        return rc == LQ_NOMEM ? rc : pg_error(c, NULL, LQ_BACKEND, "cannot send a pipeline");
     }
     int64_t deadline = 0;
     int flushed;
@@ -885,9 +908,15 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
         c->broken = true;
         return pg_error(c, NULL, LQ_CONNECT, "the connection failed");
     }
+    /* Each statement has the connection's deadline of its own, as when sent
+     * alone: the server's statement_timeout is per statement too. */
     int first = LQ_OK;
-    for (int i = 0; rc == LQ_OK && i < count; i++) rc = read_piece(&first, c, &pieces[i], &deadline);
+    for (int i = 0; rc == LQ_OK && i < count; i++) {
+        deadline = 0;
+        rc = read_piece(&first, c, &pieces[i], &deadline);
+    }
     PGresult *sync = NULL;
+    deadline = 0;
     if (rc == LQ_OK && (rc = await_ready(c, &deadline)) == LQ_OK) sync = PQgetResult(c->pg);
     if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || !PQexitPipelineMode(c->pg))) {
         c->broken = true;
@@ -917,12 +946,15 @@ static int pg_begin_locked(lq__conn *c, const char *key, const lq__step *steps, 
     return rc != LQ_OK ? rc : run_pieces(c, pieces, count + 2);
 }
 
-static int pg_exec_commit(lq__conn *c, const lq__step *steps, int count) {
+static int pg_exec_commit(bool *committed, lq__conn *c, const lq__step *steps, int count) {
     pg_piece pieces[PG_PIPE_STEPS + 1];
+    *committed = false;
     int rc = add_steps(pieces, 0, steps, count);
-    pieces[count] = (pg_piece){.text = "COMMIT"};
-    return rc != LQ_OK ? rc : run_pieces(c, pieces, count + 1);
+    if (rc != LQ_OK) return rc;
+    pieces[count] = (pg_piece){.text = "COMMIT", .done = committed};
+    return run_pieces(c, pieces, count + 1);
 }
+#endif
 
 /* ---- tables ---- */
 
@@ -1053,8 +1085,10 @@ const lq__dialect lq__postgres_dialect = {
     .ddl_lock_query = pg_ddl_lock_query,
     .now_ms_sql = pg_now_ms_sql,
     .lock_queue = pg_lock_queue,
+#ifdef LIBPQ_HAS_PIPELINING
     .begin_locked = pg_begin_locked,
     .exec_commit = pg_exec_commit,
+#endif
     .take_slots = pg_take_slots,
     .advisory_key = pg_advisory_key,
     .try_lock_key = pg_try_lock_key,

@@ -323,15 +323,16 @@ LQ__HIDDEN int lq__read_window(void *ctx, const lq__value *cols, int count);
 LQ__HIDDEN int lq__rate_room(lq_subscription *s, const lq__window *w, int want);
 /* A limited claim's transaction (forms/locked.c): opens it (READ
  * COMMITTED), takes the queue's lock (s->limit_key) and runs the steps;
- * *locked once the lock is held, for a dialect that gives it back itself
- * (unlock_queue). On failure the transaction is left for a rollback. */
+ * *locked once a lock that must be given back (unlock_queue) is held. On
+ * failure the transaction is left for a rollback. */
 LQ__HIDDEN int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn,
                                 const lq__step *steps, int count);
 /* Runs the steps and commits; on failure the transaction is left for a
- * rollback. A failure of a step's row reader comes after the commit was
- * sent where the dialect pipelines: rows the claim took then stay leased,
- * as after an autocommit claim, until their leases end. */
-LQ__HIDDEN int lq__exec_commit(lq_subscription *s, lq__conn *conn, const lq__step *steps, int count);
+ * rollback, unless *committed: where the dialect pipelines, a step's row
+ * reader that fails (out of memory) does so after the commit was sent, and
+ * the rows it read are the claim's all the same. */
+LQ__HIDDEN int lq__exec_commit(bool *committed, lq_subscription *s, lq__conn *conn,
+                               const lq__step *steps, int count);
 /* Starts a row lock or advisory claim reserved, at the database's time `at`. */
 typedef struct lq__reserved {
     int count;

@@ -252,9 +252,9 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
                      : d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
         if (rc == LQ_OK && limit > 0) rc = lq__fifo_guard(&guarded, s, conn);
         lq__step claim = {&s->sql.claim, args, on_claimed_row, &ctx};
-        bool claims = guarded && limit > 0;
+        bool claims = guarded && limit > 0, committed = false;
         if (rc == LQ_OK && claim_ends_it(s)) {
-            rc = lq__exec_commit(s, conn, &claim, claims ? 1 : 0); /* one round trip */
+            rc = lq__exec_commit(&committed, s, conn, &claim, claims ? 1 : 0); /* one round trip */
         } else {
             if (rc == LQ_OK && claims) rc = d->exec(NULL, conn, claim.stmt, args, on_claimed_row, &ctx);
             if (rc == LQ_OK && !d->claim_writes_lease) rc = stamp_claimed(out, s, conn, args, now);
@@ -265,7 +265,9 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
             if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
             if (rc == LQ_OK) rc = d->commit(conn);
         }
-        if (rc != LQ_OK) {
+        /* Committed all the same (a row reader failed after the commit was
+         * sent): the rows read are the claim's, as after an autocommit claim. */
+        if (rc != LQ_OK && !committed) {
             d->rollback(conn);
             /* Nothing was leased: the rows are free as they were, and none
              * of them is handed out. */

@@ -17,11 +17,7 @@ int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, const lq_
                      int count) {
     const lq__dialect *d = s->broker->dialect;
     *locked = false;
-    if (d->begin_locked) {
-        int rc = d->begin_locked(conn, s->limit_key, steps, count);
-        *locked = rc == LQ_OK; /* its lock ends with the transaction */
-        return rc;
-    }
+    if (d->begin_locked) return d->begin_locked(conn, s->limit_key, steps, count); /* its lock ends with the transaction */
     int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
     if (rc == LQ_OK && d->lock_queue) {
         rc = d->lock_queue(conn, s->limit_key);
@@ -30,9 +26,12 @@ int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, const lq_
     return rc == LQ_OK ? run_steps(d, conn, steps, count) : rc;
 }
 
-int lq__exec_commit(lq_subscription *s, lq__conn *conn, const lq__step *steps, int count) {
+int lq__exec_commit(bool *committed, lq_subscription *s, lq__conn *conn, const lq__step *steps,
+                    int count) {
     const lq__dialect *d = s->broker->dialect;
-    if (d->exec_commit) return d->exec_commit(conn, steps, count);
+    if (d->exec_commit) return d->exec_commit(committed, conn, steps, count);
     int rc = run_steps(d, conn, steps, count);
-    return rc == LQ_OK ? d->commit(conn) : rc;
+    if (rc == LQ_OK) rc = d->commit(conn);
+    *committed = rc == LQ_OK;
+    return rc;
 }
