@@ -384,6 +384,12 @@ class Subscription:
                 puller = self._pullers[loop] = Puller(self, loop, self._fd)
             return puller
 
+    def _acks_behind(self) -> bool:
+        """Whether an ack may go to the core's acker thread
+        (``Delivery._ack_behind``)."""
+        with self._using() as pointer:
+            return bool(lib.lq_subscription_acks_behind(pointer))
+
     def _async_settler(self) -> "Settler":
         from libqueue.aio import Settler
 
