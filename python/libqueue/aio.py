@@ -275,8 +275,8 @@ async def run_handlers(subscription: "Subscription",
     none is ready."""
     loop = asyncio.get_running_loop()
     acks_behind = subscription._acks_behind()
-    running: Dict[asyncio.Task, "Delivery"] = {}
-    given_up: Dict[asyncio.Task, str] = {}
+    running: Dict["Delivery", asyncio.Task] = {}
+    given_up: Dict["Delivery", str] = {}
     behind: Set[asyncio.Future] = set()  # settlements behind the handlers, off the loop
     interval = watch_interval(subscription._timeout_ms)
     watcher: Optional[asyncio.TimerHandle] = None
@@ -288,20 +288,20 @@ async def run_handlers(subscription: "Subscription",
     def watch() -> None:
         nonlocal watcher
         watcher = None
-        for task, delivery in list(running.items()):
-            if task in given_up or task.done() or not delivery.alive:
+        for delivery, task in list(running.items()):
+            if delivery in given_up or task.done() or not delivery.alive:
                 continue
             why = ("its run passed timeout_ms" if delivery.expired
                    else "its row was cancelled" if delivery.cancelled else None)
             if why:
-                given_up[task] = why
+                given_up[delivery] = why
                 task.cancel()
         if running:
             watcher = loop.call_later(interval, watch)
 
     def start(delivery: "Delivery") -> None:
         nonlocal watcher
-        running[loop.create_task(handle(delivery))] = delivery
+        running[delivery] = loop.create_task(handle(delivery))
         if watcher is None:
             watcher = loop.call_later(interval, watch)
 
@@ -327,9 +327,9 @@ async def run_handlers(subscription: "Subscription",
         behind.add(future)
         future.add_done_callback(settled_behind)
 
-    def slot_left(task: asyncio.Task, delivery: "Delivery") -> None:
-        running.pop(task, None)
-        given_up.pop(task, None)
+    def slot_left(delivery: "Delivery") -> None:
+        running.pop(delivery, None)
+        given_up.pop(delivery, None)
         delivery.release()  # after a settlement behind, once that is done
         waiting = slot_free
         if ending or waiting is None or waiting.done():
@@ -343,13 +343,12 @@ async def run_handlers(subscription: "Subscription",
             waiting.set_result(None)
 
     async def handle(delivery: "Delivery") -> None:
-        task = asyncio.current_task()
         try:
             try:
                 await handler(delivery)
                 failed = False
             except asyncio.CancelledError:
-                why = given_up.get(task)  # type: ignore[arg-type]
+                why = given_up.get(delivery)
                 if why is None:
                     raise  # run_async was cancelled: the row goes back unsettled
                 logger.info("handler %s cancelled on row %d of %r: %s", _name(handler),
@@ -369,7 +368,7 @@ async def run_handlers(subscription: "Subscription",
             if delivery.alive and not delivery.settled:
                 settle(delivery, failed)
         finally:
-            slot_left(task, delivery)  # type: ignore[arg-type]
+            slot_left(delivery)
 
     try:
         while True:
@@ -391,13 +390,13 @@ async def run_handlers(subscription: "Subscription",
                 start(delivery)
     except asyncio.CancelledError:
         ending = True
-        for task in running:
+        for task in running.values():
             task.cancel()
         raise
     finally:
         ending = True
         if running:
-            await asyncio.gather(*running, return_exceptions=True)
+            await asyncio.gather(*running.values(), return_exceptions=True)
         if behind:
             await asyncio.gather(*behind, return_exceptions=True)
         if watcher is not None:

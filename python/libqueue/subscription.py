@@ -362,13 +362,22 @@ class Subscription:
     def _try_next(self) -> Optional[Delivery]:
         """A delivery ready now, or None; never waits."""
         out = ffi.new("lq_delivery **")
-        with self._using() as pointer:
+        # As _using, spelled out: the pull of every async delivery.
+        idle = self._idle
+        with idle:
+            pointer = self._live()
+            self._busy += 1
+        try:
             status = lib.lq_subscription_try_next(out, pointer)
             if status == lib.LQ_OK:
                 return Delivery(out[0], self, owned=True)
             if status == lib.LQ_TIMEOUT:
                 return None
             raise last_error(status, "try_next")
+        finally:
+            with idle:
+                self._busy -= 1
+                idle.notify_all()
 
     def _puller(self, loop: Any) -> "Puller":
         from libqueue.aio import Puller
