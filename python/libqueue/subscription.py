@@ -476,13 +476,16 @@ class Subscription:
         """Run ``async def handler(delivery)`` for each delivery, as tasks of
         the running loop, at most ``concurrency`` at once, until the
         subscription is stopped or closed; returns once the handlers running
-        then have finished and their settlements are done.
+        then have finished and their settlements are done, or queued for the
+        core's acker thread, which commits them by the time ``stop()``
+        returns.
 
         A handler that returns acks its delivery unless it settled it; one
         that raises has the exception logged (logger ``"libqueue"``) and the
         delivery retried (dead-lettered at max_attempts), as a ``run``
         handler. The settlement goes off the loop, behind the handler, which
-        frees its slot at once. A handler whose run passes ``timeout_ms``
+        frees its slot at once (an ack to the core's acker thread where the
+        form allows, as after ``run`` handlers). A handler whose run passes ``timeout_ms``
         (``expired``) or whose row is cancelled (``cancelled``) is cancelled
         (``asyncio.CancelledError`` in it): the flags are looked at every
         quarter of timeout_ms (between 10 and 250 ms). Cancelling run_async
