@@ -5,42 +5,15 @@
  * a lost lease is logged and counted, not returned; where acks cannot go
  * behind (coalesce 0, a stopped subscription) the call acks at once. */
 #include "check.h"
+#include "sqlite_file.h"
 
 #include <libqueue.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-static char path[4096];
-
-static void sql(const char *text) {
-    sqlite3 *db;
-    sqlite3_open(path, &db);
-    sqlite3_busy_timeout(db, 5000);
-    char *err = NULL;
-    if (sqlite3_exec(db, text, NULL, NULL, &err) != SQLITE_OK) {
-        fprintf(stderr, "sql: %s: %s\n", text, err);
-        check_failures++;
-    }
-    sqlite3_free(err);
-    sqlite3_close(db);
-}
-
-static long long rows(void) {
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    long long n = -1;
-    sqlite3_open(path, &db);
-    sqlite3_busy_timeout(db, 5000);
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM jobs", -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return n;
-}
+static long long rows(void) { return count_rows("SELECT count(*) FROM jobs"); }
 
 /* The warnings logged, from any thread (the acker's among them). */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
