@@ -957,6 +957,27 @@ LQ_API int lq_delivery_dead_letter(lq_delivery *delivery);
  * LQ_MISUSE, settling none, when one is settled already or they are of
  * several subscriptions. The deliveries stay the caller's to free. */
 LQ_API int lq_deliveries_ack(int *statuses, lq_delivery *const *deliveries, size_t count);
+/* Acks a pulled delivery behind the caller, who goes on at once: where
+ * lq_subscription_acks_behind says so, the ack goes to the subscription's
+ * acker thread (started at the first such call, ended by
+ * lq_subscription_stop), which runs the acks gathered meanwhile as one
+ * statement and one commit, as it does after push handlers. LQ_OK then
+ * says the ack is queued, not done: until it commits the row is in work
+ * (its lease kept alive), and an ack that fails (the lease was lost, the
+ * database unreachable) is logged and counted (LQ_STAT_LEASE_LOST,
+ * LQ_STAT_SETTLE_ERRORS), and the row comes back when its lease runs out.
+ * Elsewhere (a form that holds a connection or a transaction, coalesce 0,
+ * a push delivery, a stopped subscription) it acks on the calling thread
+ * and returns the ack's outcome, as lq_delivery_ack. LQ_MISUSE when the
+ * delivery is settled already. The delivery stays the caller's, freed with
+ * lq_delivery_free before or after the ack is done (the acker keeps its own
+ * reference); later settlements of it fail with LQ_MISUSE. Thread-safe
+ * across deliveries. */
+LQ_API int lq_delivery_ack_behind(lq_delivery *delivery);
+/* 1 where lq_delivery_ack_behind of the subscription's pulled deliveries
+ * queues the ack for its acker thread, 0 where it acks on the calling
+ * thread; 0 for NULL. Thread-safe. */
+LQ_API int lq_subscription_acks_behind(const lq_subscription *subscription);
 /* Runs one statement of the handler's own, with text parameters in the
  * database's own placeholders ($1 on PostgreSQL, ? on MySQL and SQLite; a
  * NULL entry is SQL NULL). In transactional mode it runs on the delivery's

@@ -3,11 +3,13 @@
 Waits go through the core's readiness descriptor (``lq_subscription_fd``),
 watched with the loop's reader: no thread per wait and no polling. The
 descriptor is level-triggered, so a reader that takes what is ready and
-finds nothing more simply waits again. Settlements run off the loop on a
-few threads of the subscription's own, acks gathered into one
-``lq_deliveries_ack`` per turn (one statement and one commit where the form
-allows), and their outcomes come back to the loop with one wake-up per
-turn.
+finds nothing more simply waits again. The ack after a ``run_async``
+handler goes to the core's acker thread (``lq_delivery_ack_behind``) where
+the form lets acks go behind, straight from the loop: no thread of ours, no
+future. Other settlements run off the loop on a few threads of the
+subscription's own, acks gathered into one ``lq_deliveries_ack`` per turn
+(one statement and one commit where the form allows), and their outcomes
+come back to the loop with one wake-up per turn.
 """
 
 from __future__ import annotations
@@ -267,42 +269,86 @@ def watch_interval(timeout_ms: int) -> float:
 async def run_handlers(subscription: "Subscription",
                        handler: Callable[["Delivery"], Awaitable[Any]],
                        concurrency: int) -> None:
-    """The loop of ``Subscription.run_async``."""
+    """The loop of ``Subscription.run_async``. While every slot is busy the
+    handler that ends takes the next delivery ready into its slot at once;
+    the loop below waits on the descriptor only while a slot is free and
+    none is ready."""
     loop = asyncio.get_running_loop()
-    slots = asyncio.Semaphore(concurrency)
-    running: Dict[asyncio.Task, "Delivery"] = {}
-    given_up: Dict[asyncio.Task, str] = {}
-    behind: Set[asyncio.Future] = set()  # settlements behind the handlers
+    acks_behind = subscription._acks_behind()
+    running: Dict["Delivery", asyncio.Task] = {}
+    given_up: Dict["Delivery", str] = {}
+    behind: Set[asyncio.Future] = set()  # settlements behind the handlers, off the loop
     interval = watch_interval(subscription._timeout_ms)
     watcher: Optional[asyncio.TimerHandle] = None
+    # Set while every slot is busy: the handler that ends wakes the loop
+    # below when it leaves its slot free (none was ready), or a pull failed.
+    slot_free: Optional[asyncio.Future] = None
+    ending = False
 
     def watch() -> None:
         nonlocal watcher
         watcher = None
-        for task, delivery in list(running.items()):
-            if task in given_up or task.done() or not delivery.alive:
+        for delivery, task in list(running.items()):
+            if delivery in given_up or task.done() or not delivery.alive:
                 continue
             why = ("its run passed timeout_ms" if delivery.expired
                    else "its row was cancelled" if delivery.cancelled else None)
             if why:
-                given_up[task] = why
+                given_up[delivery] = why
                 task.cancel()
         if running:
             watcher = loop.call_later(interval, watch)
+
+    def start(delivery: "Delivery") -> None:
+        nonlocal watcher
+        running[delivery] = loop.create_task(handle(delivery))
+        if watcher is None:
+            watcher = loop.call_later(interval, watch)
+
+    def fill() -> None:
+        """Takes the deliveries ready now into the free slots."""
+        while len(running) < concurrency:
+            delivery = subscription._try_next()
+            if delivery is None:
+                return
+            start(delivery)
 
     def settled_behind(future: asyncio.Future) -> None:
         behind.discard(future)
         if not future.cancelled() and future.exception() is not None:
             logger.warning("settling after an async handler: %s", future.exception())
 
+    def settle(delivery: "Delivery", failed: bool) -> None:
+        """Behind the handler, as the core's acker does: the slot is free at once."""
+        if not failed and acks_behind:
+            delivery._ack_behind()
+            return
+        future = delivery._settle_behind(failed)
+        behind.add(future)
+        future.add_done_callback(settled_behind)
+
+    def slot_left(delivery: "Delivery") -> None:
+        running.pop(delivery, None)
+        given_up.pop(delivery, None)
+        delivery.release()  # after a settlement behind, once that is done
+        waiting = slot_free
+        if ending or waiting is None or waiting.done():
+            return
+        try:
+            fill()
+        except BaseException as e:  # noqa: BLE001 - the loop below raises it
+            waiting.set_exception(e)
+            return
+        if len(running) < concurrency:
+            waiting.set_result(None)
+
     async def handle(delivery: "Delivery") -> None:
-        task = asyncio.current_task()
         try:
             try:
                 await handler(delivery)
                 failed = False
             except asyncio.CancelledError:
-                why = given_up.get(task)  # type: ignore[arg-type]
+                why = given_up.get(delivery)
                 if why is None:
                     raise  # run_async was cancelled: the row goes back unsettled
                 logger.info("handler %s cancelled on row %d of %r: %s", _name(handler),
@@ -320,40 +366,37 @@ async def run_handlers(subscription: "Subscription",
                                  subscription.table.name)
                 failed = True
             if delivery.alive and not delivery.settled:
-                # Behind the handler, as the core's acker does: the slot is free at once.
-                future = delivery._settle_behind(failed)
-                behind.add(future)
-                future.add_done_callback(settled_behind)
+                settle(delivery, failed)
         finally:
-            running.pop(task, None)  # type: ignore[arg-type]
-            given_up.pop(task, None)  # type: ignore[arg-type]
-            slots.release()
-            delivery.release()  # after a settlement behind, once that is done
+            slot_left(delivery)
 
     try:
         while True:
-            await slots.acquire()
             try:
+                fill()
+                if len(running) >= concurrency:
+                    slot_free = loop.create_future()
+                    try:
+                        await slot_free
+                    finally:
+                        slot_free = None
+                    continue
                 delivery = await subscription.anext()
             except BaseException as e:
-                slots.release()
                 if getattr(e, "status", None) == lib.LQ_CLOSED:
                     break
                 raise
-            if delivery is None:  # none without a timeout; kept for safety
-                slots.release()
-                continue
-            task = loop.create_task(handle(delivery))
-            running[task] = delivery
-            if watcher is None:
-                watcher = loop.call_later(interval, watch)
+            if delivery is not None:  # None without a timeout: kept for safety
+                start(delivery)
     except asyncio.CancelledError:
-        for task in running:
+        ending = True
+        for task in running.values():
             task.cancel()
         raise
     finally:
+        ending = True
         if running:
-            await asyncio.gather(*running, return_exceptions=True)
+            await asyncio.gather(*running.values(), return_exceptions=True)
         if behind:
             await asyncio.gather(*behind, return_exceptions=True)
         if watcher is not None:

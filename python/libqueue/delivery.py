@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Dict, Optional, Union
 
 from libqueue._ffi import ctext, ffi, lib, text
-from libqueue.errors import check, make_error
+from libqueue.errors import check, last_error, make_error
+from libqueue.logs import logger
 
 if TYPE_CHECKING:
     import asyncio
@@ -280,6 +281,17 @@ class Delivery:
         self._settling = False
         if self._kill_later is not None:
             self._kill(self._kill_later)
+
+    def _ack_behind(self) -> None:
+        """An async handler's ack, handed to the core's acker thread from the
+        loop (``lq_delivery_ack_behind``; only where the subscription's acks
+        go behind, so it never waits for the database). A failure of the ack
+        itself the core logs, as after a push handler."""
+        status = lib.lq_delivery_ack_behind(self._live())
+        self._settled = True
+        if status != lib.LQ_OK:
+            logger.warning("settling after an async handler: %s",
+                           last_error(status, "ack of row %d" % self.id))
 
     def _settle_behind(self, failed: bool) -> "asyncio.Future[None]":
         """An async handler's outcome: a retry when it raised, else an ack."""

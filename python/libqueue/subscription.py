@@ -362,13 +362,22 @@ class Subscription:
     def _try_next(self) -> Optional[Delivery]:
         """A delivery ready now, or None; never waits."""
         out = ffi.new("lq_delivery **")
-        with self._using() as pointer:
+        # As _using, spelled out: the pull of every async delivery.
+        idle = self._idle
+        with idle:
+            pointer = self._live()
+            self._busy += 1
+        try:
             status = lib.lq_subscription_try_next(out, pointer)
             if status == lib.LQ_OK:
                 return Delivery(out[0], self, owned=True)
             if status == lib.LQ_TIMEOUT:
                 return None
             raise last_error(status, "try_next")
+        finally:
+            with idle:
+                self._busy -= 1
+                idle.notify_all()
 
     def _puller(self, loop: Any) -> "Puller":
         from libqueue.aio import Puller
@@ -383,6 +392,12 @@ class Subscription:
                     self._fd = int(fd[0])
                 puller = self._pullers[loop] = Puller(self, loop, self._fd)
             return puller
+
+    def _acks_behind(self) -> bool:
+        """Whether an ack may go to the core's acker thread
+        (``Delivery._ack_behind``)."""
+        with self._using() as pointer:
+            return bool(lib.lq_subscription_acks_behind(pointer))
 
     def _async_settler(self) -> "Settler":
         from libqueue.aio import Settler
@@ -461,13 +476,16 @@ class Subscription:
         """Run ``async def handler(delivery)`` for each delivery, as tasks of
         the running loop, at most ``concurrency`` at once, until the
         subscription is stopped or closed; returns once the handlers running
-        then have finished and their settlements are done.
+        then have finished and their settlements are done, or queued for the
+        core's acker thread, which commits them by the time ``stop()``
+        returns.
 
         A handler that returns acks its delivery unless it settled it; one
         that raises has the exception logged (logger ``"libqueue"``) and the
         delivery retried (dead-lettered at max_attempts), as a ``run``
         handler. The settlement goes off the loop, behind the handler, which
-        frees its slot at once. A handler whose run passes ``timeout_ms``
+        frees its slot at once (an ack to the core's acker thread where the
+        form allows, as after ``run`` handlers). A handler whose run passes ``timeout_ms``
         (``expired``) or whose row is cancelled (``cancelled``) is cancelled
         (``asyncio.CancelledError`` in it): the flags are looked at every
         quarter of timeout_ms (between 10 and 250 ms). Cancelling run_async

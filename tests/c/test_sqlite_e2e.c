@@ -2,6 +2,7 @@
 /* End to end on a real SQLite file through the public ABI: publish, pull,
  * settle, a lost lease, push workers, and a clean close. */
 #include "check.h"
+#include "sqlite_file.h"
 #include "runtime/runtime.h" /* the broker's interned statements */
 
 #include <libqueue.h>
@@ -12,33 +13,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static char path[4096];
-
-static void sql(const char *text) {
-    sqlite3 *db;
-    sqlite3_open(path, &db);
-    sqlite3_busy_timeout(db, 5000);
-    char *err = NULL;
-    if (sqlite3_exec(db, text, NULL, NULL, &err) != SQLITE_OK) {
-        fprintf(stderr, "sql: %s: %s\n", text, err);
-        check_failures++;
-    }
-    sqlite3_free(err);
-    sqlite3_close(db);
-}
-
-static long long count_rows(const char *text) {
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    long long n = -1;
-    sqlite3_open(path, &db);
-    if (sqlite3_prepare_v2(db, text, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return n;
-}
 
 /* Waits until the table is empty and the subscription has counted every
  * settlement (it counts one after its commit returns), then checks both. */

@@ -168,6 +168,35 @@ def test_run_async_keeps_to_its_concurrency(db, broker, form) -> None:
     wait_until(lambda: db.count("jobs") == 0, what="every row acked")
 
 
+@pytest.mark.forms("lease")
+@pytest.mark.parametrize("coalesce", [1, 0])
+def test_run_async_acks_behind_through_the_core(db, broker, form, coalesce) -> None:
+    """A returning handler's ack goes to the core's acker thread (no Python
+    settling thread) where acks may go behind, to the settling threads with
+    coalesce 0; either way every ack has committed once stop returns."""
+    table = make_table(form)
+    db.create_table(table)
+    broker.publish_many(table, [b"%d" % i for i in range(30)])
+
+    async def work() -> Any:
+        with broker.subscribe(table, workers=4, coalesce=coalesce,
+                              poll_interval_ms=POLL_MS) as sub:
+            async def handler(d: libqueue.Delivery) -> None:
+                await asyncio.sleep(0)
+
+            task = asyncio.ensure_future(sub.run_async(handler, concurrency=4))
+            while sub.stat("delivered") < 30:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0)
+            sub.stop()
+            await task
+            return sub._settler, db.count("jobs"), sub.stat("acked")
+
+    settler, left, acked = run(work())
+    assert (settler is None) == (coalesce == 1)
+    assert (left, acked) == (0, 30)
+
+
 def test_run_async_settles_as_run_does(db, broker, form, caplog) -> None:
     """The same handler, sync under run() and async under run_async(): a
     raise retries (and at max_attempts dead-letters), a return acks, a

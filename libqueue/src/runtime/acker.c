@@ -38,8 +38,8 @@ static void *acker_main(void *arg) {
     lq_delivery *taken[ACKER_QUEUE_MAX];
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        while (!a->queued && !a->stopping) pthread_cond_wait(&a->arrived, &a->mu);
-        if (!a->queued) break; /* stopping, and nothing left */
+        while (!a->queued && (!a->stopping || a->arriving)) pthread_cond_wait(&a->arrived, &a->mu);
+        if (!a->queued) break; /* stopping, and nothing left or coming */
         size_t n = 0;
         while (a->head && n < ACKER_QUEUE_MAX) {
             lq_delivery *d = a->head;
@@ -58,17 +58,32 @@ static void *acker_main(void *arg) {
     return NULL;
 }
 
-int lq__acker_start(lq__acker *a) {
+/* a->mu held. */
+static int start_locked(lq__acker *a) {
+    if (a->stopping) return lq__error(LQ_CLOSED, "the subscription is stopped");
+    if (a->running) return LQ_OK;
     if (pthread_create(&a->thread, NULL, acker_main, a) != 0)
         return lq__error(LQ_ERROR, "cannot start the acker thread");
     a->running = true;
     return LQ_OK;
 }
 
-bool lq__acker_take(lq__acker *a, lq_delivery *d) {
-    if (!a->running) return false;
-    lq__subscription_settling(d->sub, &d, 1);
+int lq__acker_start(lq__acker *a) {
     pthread_mutex_lock(&a->mu);
+    int rc = start_locked(a);
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+bool lq__acker_take(lq__acker *a, lq_delivery *d, bool start) {
+    pthread_mutex_lock(&a->mu);
+    bool taken = start ? start_locked(a) == LQ_OK : a->running && !a->stopping;
+    if (taken) a->arriving++; /* a stop waits for it */
+    pthread_mutex_unlock(&a->mu);
+    if (!taken) return false;
+    lq__subscription_settling(d->sub, &d, 1); /* not under a->mu: s->mu comes first */
+    pthread_mutex_lock(&a->mu);
+    a->arriving--;
     while (a->queued >= ACKER_QUEUE_MAX && !a->stopping) pthread_cond_wait(&a->room, &a->mu);
     d->queue_next = NULL;
     if (a->tail) a->tail->queue_next = d;
@@ -81,12 +96,11 @@ bool lq__acker_take(lq__acker *a, lq_delivery *d) {
 }
 
 void lq__acker_stop(lq__acker *a) {
-    if (!a->running) return;
     pthread_mutex_lock(&a->mu);
-    a->stopping = true;
+    a->stopping = true; /* for good: a later take finds it stopped */
+    bool running = a->running;
     pthread_cond_broadcast(&a->arrived);
     pthread_cond_broadcast(&a->room);
     pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
-    a->running = false;
+    if (running) pthread_join(a->thread, NULL);
 }

@@ -23,22 +23,27 @@ typedef struct lq__acker {
     pthread_cond_t room;    /* the queue has room again */
     lq_delivery *head, *tail;
     int queued;
+    int arriving; /* takes let in and not yet queued */
     bool stopping;
     bool running;
     pthread_t thread;
 } lq__acker;
 
-/* Whether a subscription's acks go behind its handlers: push mode, the lease
- * form or advisory keys kept in the process, option coalesce not 0, not transactional, not a batch handler (whose
- * return acks its batch as one set already). */
+/* Whether a subscription's acks go behind its handlers (push mode, or
+ * lq_delivery_ack_behind): the lease form or advisory keys kept in the
+ * process, option coalesce not 0, not transactional, not a batch (whose
+ * handler's return acks its batch as one set already). */
 LQ__HIDDEN bool lq__acker_wanted(const lq_subscription *s);
 LQ__HIDDEN void lq__acker_init(lq__acker *a);
 LQ__HIDDEN int lq__acker_start(lq__acker *a);
 /* Hands the ack of a delivery whose handler returned to the acker, with
- * the caller's reference; false when the acker is not running (the caller
- * acks it itself). Waits while the queue is full. */
-LQ__HIDDEN bool lq__acker_take(lq__acker *a, lq_delivery *d);
-/* Runs every ack queued, then ends the thread. */
+ * the caller's reference; false when the acker is not running, or stopped
+ * (the caller acks it itself). `start`: starts it first if need be (a
+ * pulled subscription's, started at its first ack behind). Waits while the
+ * queue is full. Thread-safe. */
+LQ__HIDDEN bool lq__acker_take(lq__acker *a, lq_delivery *d, bool start);
+/* Runs every ack queued, then ends the thread; for good: later takes are
+ * refused. */
 LQ__HIDDEN void lq__acker_stop(lq__acker *a);
 LQ__HIDDEN void lq__acker_destroy(lq__acker *a);
 

@@ -221,7 +221,7 @@ void lq_delivery_free(lq_delivery *handle) {
     lq__error_clear();
     lq_delivery *d = lq__delivery_of(handle);
     if (!d) return;
-    if (!d->settled && !d->in_set && lq__settle(d, LQ__RELEASE, 0) != LQ_OK)
+    if (!d->behind && !d->settled && !d->in_set && lq__settle(d, LQ__RELEASE, 0) != LQ_OK)
         lq__log_error(LQ_LOG_WARNING, "releasing an unsettled delivery");
     lq__delivery_unref(d);
 }
@@ -282,11 +282,18 @@ int lq_delivery_expired(const lq_delivery *h) {
     return expired;
 }
 
+/* A delivery whose ack went behind: the caller settles it no more. */
+static int gone_behind(const lq_delivery *d) {
+    return lq__error(LQ_MISUSE, "row %lld is already settled (its ack went behind)",
+                     (long long)d->id);
+}
+
 /* Settles the delivery of a handle, or says it is stale. */
 static int settle_handle(lq_delivery *h, lq__outcome outcome, int64_t delay_ms) {
     LQ__CHECK_ARG(h, "delivery is NULL");
     LIVE(h);
-    return d ? lq__settle(d, outcome, delay_ms) : stale();
+    if (!d) return stale();
+    return d->behind ? gone_behind(d) : lq__settle(d, outcome, delay_ms);
 }
 
 int lq_delivery_ack(lq_delivery *h) {
@@ -308,6 +315,30 @@ int lq_delivery_retry_after(lq_delivery *h, int64_t delay_ms) {
 int lq_delivery_dead_letter(lq_delivery *h) {
     lq__error_clear();
     return settle_handle(h, LQ__DEAD_LETTER, 0);
+}
+
+int lq_delivery_ack_behind(lq_delivery *h) {
+    lq__error_clear();
+    LQ__CHECK_ARG(h, "delivery is NULL");
+    LIVE(h);
+    if (!d) return stale();
+    if (d->behind) return gone_behind(d);
+    lq_subscription *s = d->sub;
+    pthread_mutex_lock(&d->mu);
+    bool settled = d->settled || d->in_set;
+    pthread_mutex_unlock(&d->mu);
+    if (!settled && s->mode == LQ__MODE_PULL && lq__acker_wanted(s)) {
+        atomic_fetch_add(&d->refs, 1); /* the acker's, let go when its ack is done */
+        d->behind = true;
+        if (lq__acker_take(&s->acker, d, true)) return LQ_OK;
+        d->behind = false; /* stopped: acked here */
+        lq__delivery_unref(d);
+    }
+    return lq__settle(d, LQ__ACK, 0);
+}
+
+int lq_subscription_acks_behind(const lq_subscription *s) {
+    return s && lq__acker_wanted(s) ? 1 : 0;
 }
 
 void lq_delivery_handled(lq_delivery *h) {
@@ -335,7 +366,7 @@ int lq_deliveries_ack(int *statuses, lq_delivery *const *handles, size_t count) 
             break;
         }
         pthread_mutex_lock(&dvs[i]->mu);
-        bool settled = dvs[i]->settled || dvs[i]->in_set;
+        bool settled = dvs[i]->behind || dvs[i]->settled || dvs[i]->in_set;
         pthread_mutex_unlock(&dvs[i]->mu);
         if (settled)
             rc = lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
@@ -375,7 +406,7 @@ int lq_delivery_exec(int64_t *changes_out, lq_delivery *h, const char *sql,
     const lq__dialect *dialect = d->sub->broker->dialect;
     pthread_mutex_lock(&d->mu);
     int rc = LQ_OK;
-    if (d->settled || d->in_set) {
+    if (d->behind || d->settled || d->in_set) {
         rc = lq__error(LQ_MISUSE, "row %lld is already settled", (long long)d->id);
     } else if (d->tx) {
         rc = dialect->execute(changes_out, d->conn, sql, params, (int)count);

@@ -87,6 +87,10 @@ struct lq_delivery {
      * set holds no delivery's mutex while its statement runs. */
     bool in_set;
     bool handed; /* counted in the subscription's in_work */
+    /* Its ack went to the acker (lq_delivery_ack_behind): the caller's
+     * settlements refuse it, and its free lets go of its reference alone.
+     * The caller's alone: the acker never reads it. */
+    bool behind;
     bool key_counted; /* counted in the subscription's key_counts */
     bool settling; /* counted in its settling */
     int lane;    /* workers_by_key: the lane its partition key hashes to */

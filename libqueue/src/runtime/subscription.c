@@ -1204,7 +1204,7 @@ static void settle_unsettled(lq_delivery *d, int status) {
 /* Settles what a handler left unsettled by its return, and lets go. An ack
  * goes to the acker where it runs (the acker lets go). */
 static void finish_delivery(lq_delivery *d, int status) {
-    if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d)) return;
+    if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d, false)) return;
     settle_unsettled(d, status);
     lq__delivery_unref(d);
 }
