@@ -106,7 +106,7 @@ static int read_pooler_options(lq_broker *b) {
                          "session, which the pooler hands to other clients; give listen_url, a URL "
                          "of the server itself, or leave listen_notify off (subscriptions poll)");
     if (!listen_url) return LQ_OK;
-    const char *rest;
+    const char *rest = NULL;
     if (lq__dialect_for_url(listen_url, &rest) != d)
         return lq__error(LQ_MISUSE, "listen_url must be a %s URL of the broker's database", d->name);
     if (!(b->listen_target.url = lq__strdup(listen_url))) return lq__error(LQ_NOMEM, "out of memory");
