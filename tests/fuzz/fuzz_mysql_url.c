@@ -19,9 +19,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* The layout of mysql.c's my_target, which the dialect keeps private. The
  * corpus replay fails at once if the two part ways: every valid seed goes
  * through the round trip below. */
-typedef struct my_target {
-    char *database, *host, *user, *socket;
+typedef struct my_host {
+    char *name;
     unsigned port;
+} my_host;
+
+typedef struct my_target {
+    char *database, *user, *socket;
+    my_host hosts[16];
+    int host_count;
 } my_target;
 
 static void fail(const char *what, const char *url) {
@@ -64,7 +70,9 @@ static int same_text(const char *a, const char *b) {
 static void round_trip(const lq__broker_target *t, const char *url) {
     const my_target *m = t->own;
     if (!m) fail("no target", url);
-    if (m->port > 65535) fail("a port past 65535", url);
+    if (m->host_count < 0 || m->host_count > 16) fail("a host count out of its range", url);
+    for (int i = 0; i < m->host_count; i++)
+        if (m->hosts[i].port > 65535) fail("a port past 65535", url);
     lq__strbuf sb = {0};
     lq__sb_add(&sb, SCHEME);
     if (m->user) add_encoded(&sb, m->user);
@@ -73,8 +81,11 @@ static void round_trip(const lq__broker_target *t, const char *url) {
         add_encoded(&sb, t->password);
     }
     if (m->user || t->password) lq__sb_addc(&sb, '@');
-    if (m->host) add_encoded(&sb, m->host);
-    if (m->port) lq__sb_addf(&sb, ":%u", m->port);
+    for (int i = 0; i < m->host_count; i++) {
+        if (i) lq__sb_addc(&sb, ',');
+        if (m->hosts[i].name) add_encoded(&sb, m->hosts[i].name);
+        if (m->hosts[i].port) lq__sb_addf(&sb, ":%u", m->hosts[i].port);
+    }
     if (m->database) {
         lq__sb_addc(&sb, '/');
         add_encoded(&sb, m->database);
@@ -87,8 +98,10 @@ static void round_trip(const lq__broker_target *t, const char *url) {
     lq__broker_target again;
     if (parse(&again, sb.data) != LQ_OK) fail("the rebuilt URL is refused", sb.data);
     const my_target *n = again.own;
-    if (!same_text(m->user, n->user) || !same_text(t->password, again.password) ||
-        !same_text(m->host, n->host) || m->port != n->port ||
+    int same_hosts = m->host_count == n->host_count;
+    for (int i = 0; same_hosts && i < m->host_count; i++)
+        same_hosts = same_text(m->hosts[i].name, n->hosts[i].name) && m->hosts[i].port == n->hosts[i].port;
+    if (!same_text(m->user, n->user) || !same_text(t->password, again.password) || !same_hosts ||
         !same_text(m->database, n->database) || !same_text(m->socket, n->socket))
         fail("the rebuilt URL parses to other parts", url);
     target_free(&again);
