@@ -10,6 +10,7 @@ up to 4 ms.
 MODE "hold": pulls one delivery, prints its id, and sleeps until killed.
 """
 
+import faulthandler
 import json
 import os
 import random
@@ -49,6 +50,7 @@ def read_spans(log_path: str) -> List[Span]:
 
 
 def main() -> int:
+    faulthandler.enable()  # a crash prints every thread's stack to the test's stderr
     url, table_json, log_path, mode = sys.argv[1:5]
     options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     table = libqueue.Table(**json.loads(table_json))
