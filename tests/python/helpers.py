@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -244,6 +247,19 @@ def run_then_stop(broker: libqueue.Broker, table: libqueue.Table, rows: int,
     delivered = sub.stat("delivered")
     sub.close()
     return delivered
+
+
+def publish_elsewhere(url: str, payload: bytes, **broker_options: Any) -> None:
+    """Publishes ``payload`` to the lease table "jobs" from another process,
+    on a broker opened with ``broker_options`` (with listen_notify on, its
+    publish notifies)."""
+    program = ("import json, libqueue, sys\n"
+               "t = libqueue.Table('jobs', payload='payload', attempt='attempt', "
+               "locked_until='locked_until')\n"
+               "with libqueue.Broker(sys.argv[1], **json.loads(sys.argv[2])) as b:\n"
+               "    b.publish(t, sys.argv[3].encode())\n")
+    subprocess.run([sys.executable, "-c", program, url, json.dumps(broker_options),
+                    payload.decode()], check=True)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = WAIT_S, what: str = "") -> Any:

@@ -8,8 +8,6 @@ instead, and listen_url takes wake-ups past the pooler. The outcome suite
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import urllib.parse
 
@@ -17,7 +15,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, PgBouncerDB, make_table, wait_until
+from helpers import POLL_MS, PgBouncerDB, make_table, publish_elsewhere, wait_until
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LQ_TEST_PGBOUNCER_URL"),
                                 reason="LQ_TEST_PGBOUNCER_URL names no PgBouncer")
@@ -149,13 +147,7 @@ def test_listen_url_takes_wake_ups_past_the_pooler(pooled) -> None:
     with libqueue.Broker(pooled.url, listen_notify=1, listen_url=pooled.server_url) as broker:
         with broker.subscribe(table, poll_interval_ms=60000) as sub:
             assert sub.next(1.0) is None  # idle: its first claim found nothing
-            publisher = ("import libqueue, sys\n"
-                         "t = libqueue.Table('jobs', payload='payload', attempt='attempt', "
-                         "locked_until='locked_until')\n"
-                         "with libqueue.Broker(sys.argv[1], listen_notify=1, listen_url=sys.argv[2]) as b:\n"
-                         "    b.publish(t, b'wake')\n")
-            subprocess.run([sys.executable, "-c", publisher, pooled.url, pooled.server_url],
-                           check=True)
+            publish_elsewhere(pooled.url, b"wake", listen_notify=1, listen_url=pooled.server_url)
             delivery = sub.next(20)
             assert delivery is not None and delivery.payload == b"wake"
             delivery.ack()

@@ -14,7 +14,7 @@ import pytest
 import libqueue
 
 from fake_postgres import FakePostgres
-from helpers import POLL_MS, make_table, wait_until
+from helpers import POLL_MS, make_table, publish_elsewhere, wait_until
 
 
 pytestmark = pytest.mark.dialect("postgresql")
@@ -107,13 +107,8 @@ def test_notification_wakes_an_idle_subscription(pg, tmp_path) -> None:
     with libqueue.Broker(pg.url, listen_notify=1) as broker:
         with broker.subscribe(table, poll_interval_ms=60000) as sub:
             assert sub.next(1.0) is None  # idle: its first claim found nothing
-            publisher = ("import libqueue, sys\n"
-                         "t = libqueue.Table('jobs', payload='payload', attempt='attempt', "
-                         "locked_until='locked_until')\n"
-                         "with libqueue.Broker(sys.argv[1], listen_notify=1) as b:\n"
-                         "    b.publish(t, b'wake')\n")
             started = time.monotonic()
-            subprocess.run([sys.executable, "-c", publisher, pg.url], check=True)
+            publish_elsewhere(pg.url, b"wake", listen_notify=1)
             delivery = sub.next(20)
             assert delivery is not None and delivery.payload == b"wake"
             assert time.monotonic() - started < 20, "woken well before the 60 s poll"
