@@ -331,6 +331,17 @@ def spans_by_key(log: str) -> Dict[str, List[Tuple[int, int]]]:
 @pytest.mark.forms("lease", "advisory")
 @pytest.mark.across_processes
 def test_partition_concurrency_one_runs_each_key_alone(db, form, tmp_path) -> None:
+    each_key_alone(db, form, tmp_path)
+
+
+@pytest.mark.forms("row_lock")
+@pytest.mark.dialect("postgresql")
+@pytest.mark.across_processes
+def test_partition_concurrency_one_runs_each_key_alone_on_key_slots(db, form, tmp_path) -> None:
+    each_key_alone(db, form, tmp_path)
+
+
+def each_key_alone(db: Any, form: str, tmp_path: Any) -> None:
     """partition_concurrency=1 with 10 keys, 3 processes x 6 workers: no two
     spans of one key overlap, and different keys do run side by side."""
     table = make_table(form, partition_key="account")
@@ -382,6 +393,16 @@ def test_partition_rate_limit_holds_per_key_across_processes(db, form, tmp_path)
 
 @pytest.mark.forms("lease", "advisory")
 def test_partition_concurrency_two_per_key_in_one_process(db, broker, form) -> None:
+    two_per_key(db, broker, form)
+
+
+@pytest.mark.forms("row_lock")
+@pytest.mark.dialect("postgresql")
+def test_partition_concurrency_two_per_key_on_key_slots(db, broker, form) -> None:
+    two_per_key(db, broker, form)
+
+
+def two_per_key(db: Any, broker: libqueue.Broker, form: str) -> None:
     """partition_concurrency=2, 8 workers, 3 keys of 8 rows and 4 rows
     without a key: at most 2 rows of a key in work at once, a key reaching 2,
     and the keyless rows not held back; every database (SQLite's advisory
@@ -403,12 +424,53 @@ def test_partition_concurrency_two_per_key_in_one_process(db, broker, form) -> N
 
 
 @pytest.mark.forms("row_lock")
-def test_partition_concurrency_in_the_row_lock_form_is_refused(db, broker, form) -> None:
+@pytest.mark.dialect("mysql")
+def test_partition_concurrency_in_the_row_lock_form_is_refused_on_mysql(db, broker, form) -> None:
+    """MySQL's locks outlive the transaction a row lock delivery commits."""
     table = make_table(form, partition_key="account")
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="partition_concurrency counts the leases of the "
-                                              "lease form or the slot keys"):
+    with pytest.raises(libqueue.Misuse, match="partition_concurrency in the row lock form takes a "
+                                              "slot lock per key, which mysql has not"):
         broker.subscribe(table, partition_concurrency=2)
+
+
+@pytest.mark.forms("row_lock")
+@pytest.mark.dialect("postgresql")
+def test_partition_concurrency_of_a_row_lock_batch_is_refused(db, broker, form) -> None:
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match="a batch's rows share one"):
+        broker.subscribe(table, partition_concurrency=2, batch=4)
+
+
+@pytest.mark.forms("row_lock")
+@pytest.mark.dialect("postgresql")
+def test_a_key_slot_is_held_until_the_transaction_ends(db, broker, form) -> None:
+    """partition_concurrency=1 on key slots, across two brokers: while one
+    holds a row of key a, the other gets the row of key b and not a's second;
+    once the first settles, a's second row comes."""
+    table = make_table(form, partition_key="account")
+    db.create_table(table)
+    broker.publish_many(table, [dict(payload=b"a1", partition_key="a"),
+                                dict(payload=b"a2", partition_key="a"),
+                                dict(payload=b"b1", partition_key="b")])
+    with libqueue.Broker(db.url) as other, \
+            broker.subscribe(table, partition_concurrency=1, poll_interval_ms=POLL_MS) as sa, \
+            other.subscribe(table, partition_concurrency=1, poll_interval_ms=POLL_MS) as sb:
+        first = sa.next(5)
+        assert first is not None and first.payload == b"a1"
+        second = sb.next(5)
+        assert second is not None and second.payload == b"b1"
+        assert sb.next(0.5) is None, "a second row of key a was claimed while a1 was in work"
+        second.ack()
+        first.ack()
+        third = None
+        deadline = time.monotonic() + 5
+        while third is None and time.monotonic() < deadline:
+            third = sa.next(0.1) or sb.next(0.1)
+        assert third is not None and third.payload == b"a2"
+        third.ack()
+    assert db.count(table.name) == 0
 
 
 @pytest.mark.parametrize("options, message", [

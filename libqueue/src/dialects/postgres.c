@@ -316,10 +316,61 @@ static int pg_check_version(lq__conn *c, const lq_table *table) {
 
 static void pg_placeholder(lq__strbuf *sb, int position) { lq__sb_addf(sb, "$%d", position); }
 
+/* " (<key> IS NULL OR <one of the key's slots taken>)": a slot of a
+ * partition key is the two-key advisory lock (hash of the table and the key,
+ * slot number), taken for the transaction without waiting. Rows without a
+ * key take none. */
+static void key_slot_taken(lq__sql *b, const char *key) {
+    const lq_table *t = b->table;
+    char label[256], prefix[300], last[LQ__INT_TEXT_SIZE];
+    lq__table_label(t, label, sizeof label);
+    snprintf(prefix, sizeof prefix, "partition:%s:", label);
+    lq__int_text(last, t->partition_limit - 1);
+    lq__sql_add(b, " (");
+    lq__sql_ident(b, key);
+    lq__sql_add(b, " IS NULL OR EXISTS (SELECT 1 FROM generate_series(0, ");
+    lq__sql_add(b, last);
+    lq__sql_add(b, ") AS \"lq_i\" WHERE pg_try_advisory_xact_lock(hashtext(");
+    lq__sql_literal(b, prefix);
+    lq__sql_add(b, " || ");
+    lq__sql_ident(b, key);
+    lq__sql_add(b, "), \"lq_i\")))");
+}
+
+/* Row lock with partition_concurrency: the candidates in claim order, each
+ * taking a slot of its key as the scan reaches it (OFFSET 0 keeps the try
+ * above a sort, so no slot is taken for a row the claim does not reach), and
+ * for each the row locked, where no other transaction holds it. A candidate
+ * another transaction holds is passed over, and a slot it took stays with
+ * this transaction (a lock cannot be given back before the transaction
+ * ends): a key may run below its limit while that lasts, never above. */
+static int build_key_slot_claim(lq__sql *b) {
+    lq__sql_add(b, "SELECT \"lq_row\".* FROM (SELECT ");
+    lq__sql_id(b);
+    lq__sql_add(b, " AS \"lq_id\", ");
+    lq__sql_col(b, LQ_ROLE_PARTITION_KEY);
+    lq__sql_add(b, "::text AS \"lq_pkey\"");
+    lq__sql_from_claimable(b, false);
+    if (b->table->fifo) lq__sql_fifo_head(b, false);
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " OFFSET 0) AS \"lq_candidates\" CROSS JOIN LATERAL (SELECT ");
+    lq__sql_row_columns(b, NULL);
+    lq__sql_from_claimable(b, false);
+    lq__sql_add(b, " AND ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = \"lq_candidates\".\"lq_id\" FOR UPDATE SKIP LOCKED) AS \"lq_row\" WHERE");
+    key_slot_taken(b, "lq_pkey");
+    lq__sql_add(b, " LIMIT ");
+    lq__sql_param(b, LQ__P_LIMIT);
+    return lq__sql_finish(b);
+}
+
 /* Row lock: the claim's transaction holds the row until the settlement. */
 static int build_row_lock_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
+    if (t->partition_limit) return build_key_slot_claim(&b);
     lq__sql_locking_read(&b, false);
     return lq__sql_finish(&b);
 }

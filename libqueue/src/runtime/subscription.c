@@ -196,10 +196,14 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
                          label, s->broker->dialect->name);
-    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK)
-        return lq__error(LQ_MISUSE, "table %s: partition_concurrency counts the leases of the "
-                                    "lease form or the slot keys of the advisory form; this "
-                                    "table's form is row lock",
+    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK && !s->broker->dialect->take_slots)
+        return lq__error(LQ_MISUSE, "table %s: partition_concurrency in the row lock form takes a "
+                                    "slot lock per key, which %s has not; use the lease form",
+                         label, s->broker->dialect->name);
+    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK && s->batch)
+        return lq__error(LQ_MISUSE, "table %s: partition_concurrency in the row lock form counts "
+                                    "a key's slots per transaction, and a batch's rows share one; "
+                                    "use the lease form for batches",
                          label);
     if (s->key_rate_limit && s->form == LQ_FORM_ROW_LOCK)
         return lq__error(LQ_MISUSE, "table %s: partition_rate_limit counts the claims of the "
@@ -492,10 +496,12 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
         s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
-        /* Written into the claim's statements (the row lock form refuses them). */
-        bool keyed_limits = lq_table_form(s->table) != LQ_FORM_ROW_LOCK;
-        s->table->partition_limit = keyed_limits ? s->partition_concurrency : 0;
-        s->table->key_rate_limit = keyed_limits ? s->key_rate_limit : 0;
+        /* Written into the claim's statements (the row lock form refuses a
+         * partition_rate_limit, and takes key slots where it has them). */
+        bool row_lock = lq_table_form(s->table) == LQ_FORM_ROW_LOCK;
+        bool key_slots = !row_lock || b->dialect->take_slots;
+        s->table->partition_limit = key_slots ? s->partition_concurrency : 0;
+        s->table->key_rate_limit = row_lock ? 0 : s->key_rate_limit;
         s->table->key_rate_period_ms = s->key_rate_period_ms;
     }
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&
@@ -1176,8 +1182,10 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
         room_freed = account_room(s);
     }
     for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
-    /* A key came free, or room under the queue-wide limit. */
-    if (s->form == LQ_FORM_ADVISORY || atomic_load(&s->at_limit)) s->woken = true;
+    /* A key came free (an advisory key, a row lock's key slot), or room
+     * under the queue-wide limit. */
+    bool key_freed = s->form == LQ_FORM_ADVISORY || (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
+    if (key_freed || atomic_load(&s->at_limit)) s->woken = true;
     wake_a_claimer(s);
     if (s->lanes || s->key_limit) { /* its lane or key may take the next */
         pthread_cond_broadcast(&s->ready_cv);
