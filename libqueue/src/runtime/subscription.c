@@ -989,6 +989,16 @@ static void *claimer_main(void *arg) {
     return NULL;
 }
 
+/* Takes a reference on a delivery of the book unless its last one is gone:
+ * then a thread is freeing it, and waits for s->mu (held here) only to take
+ * it out of the book. A reference taken then would outlive the free. */
+static bool ref_if_live(lq_delivery *d) {
+    int refs = atomic_load(&d->refs);
+    while (refs > 0)
+        if (atomic_compare_exchange_weak(&d->refs, &refs, refs + 1)) return true;
+    return false;
+}
+
 int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     *n = s->book.count;
@@ -999,8 +1009,10 @@ int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s) {
         return lq__error(LQ_NOMEM, "out of memory");
     }
     /* The entry is the delivery's first member. */
-    *n = lq__book_snapshot(&s->book, (lq__book_entry **)*out, *n);
-    for (size_t i = 0; i < *n; i++) atomic_fetch_add(&(*out)[i]->refs, 1);
+    size_t listed = lq__book_snapshot(&s->book, (lq__book_entry **)*out, *n);
+    *n = 0;
+    for (size_t i = 0; i < listed; i++)
+        if (ref_if_live((*out)[i])) (*out)[(*n)++] = (*out)[i];
     pthread_mutex_unlock(&s->mu);
     return LQ_OK;
 }
