@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { ROUNDS = 8, ROWS = 300 };
+enum { ROUNDS = 30, ROWS = 300 };
 
 static atomic_int handled;
 
