@@ -10,7 +10,7 @@
 
 static char path[4096];
 
-static void sql(const char *text) {
+static inline void sql(const char *text) {
     sqlite3 *db;
     sqlite3_open(path, &db);
     sqlite3_busy_timeout(db, 5000);
@@ -23,7 +23,7 @@ static void sql(const char *text) {
     sqlite3_close(db);
 }
 
-static long long count_rows(const char *text) {
+static inline long long count_rows(const char *text) {
     sqlite3 *db;
     sqlite3_stmt *st;
     long long n = -1;

@@ -81,6 +81,9 @@ struct lq_delivery {
     bool taken_out;
     lq__freed freed_early; /* what an expiry or a cancel let go, reported at its settlement */
     bool cancelled; /* its row was cancelled while it ran (lq_cancel) */
+    /* Lease form: an extension found another claim holding its row (its
+     * lease ran out first): it is not handed out. */
+    bool lease_lost;
     int64_t handed_ms; /* monotonic: when it was handed out */
     /* Its ack runs in a set (lq__settle_acks), which owns it until settled: no
      * other settlement and no lease extension touches it meanwhile, and the
@@ -281,6 +284,12 @@ LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);
  * when the next one will (monotonic ms), or 0 when none is in work. */
 LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);
 LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
+/* Whether a delivery about to be handed out still holds its lease (true in
+ * the other forms). One whose lease has run out, or nearly (its extensions
+ * came late), is extended first: its token fences the row, so the extension
+ * fails where another claim took it meanwhile, and then it does not. s->mu
+ * not held. */
+LQ__HIDDEN bool lq__lease_holds(lq_delivery *d);
 LQ__HIDDEN int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit);
 /* Transactional mode: opens the handler's transaction on the delivery's
  * connection (taking one from the pool where the form holds none). */

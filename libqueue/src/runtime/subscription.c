@@ -995,6 +995,16 @@ static void *claimer_main(void *arg) {
     return NULL;
 }
 
+/* Takes a reference on a delivery of the book unless its last one is gone:
+ * then a thread is freeing it, and waits for s->mu (held here) only to take
+ * it out of the book. A reference taken then would outlive the free. */
+static bool ref_if_live(lq_delivery *d) {
+    int refs = atomic_load(&d->refs);
+    while (refs > 0)
+        if (atomic_compare_exchange_weak(&d->refs, &refs, refs + 1)) return true;
+    return false;
+}
+
 int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
     *n = s->book.count;
@@ -1005,8 +1015,10 @@ int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s) {
         return lq__error(LQ_NOMEM, "out of memory");
     }
     /* The entry is the delivery's first member. */
-    *n = lq__book_snapshot(&s->book, (lq__book_entry **)*out, *n);
-    for (size_t i = 0; i < *n; i++) atomic_fetch_add(&(*out)[i]->refs, 1);
+    size_t listed = lq__book_snapshot(&s->book, (lq__book_entry **)*out, *n);
+    *n = 0;
+    for (size_t i = 0; i < listed; i++)
+        if (ref_if_live((*out)[i])) (*out)[(*n)++] = (*out)[i];
     pthread_mutex_unlock(&s->mu);
     return LQ_OK;
 }
@@ -1128,6 +1140,26 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     return d;
 }
 
+/* Takes a waiting delivery for a handler or a caller where its lease still
+ * holds (lq__lease_holds); else lets it go unrun and returns NULL: its row
+ * is another claim's now, or goes back. s->mu held, let go meanwhile in the
+ * lease form. */
+static lq_delivery *take_held(lq_subscription *s, lq_delivery **slot) {
+    lq_delivery *d = take_locked(s, slot);
+    if (s->form != LQ_FORM_LEASE) return d;
+    pthread_mutex_unlock(&s->mu);
+    bool holds = lq__lease_holds(d);
+    if (!holds) {
+        lq__log(LQ_LOG_WARNING, "row %lld: its lease ran out while it waited for a worker (its "
+                                "extensions came late); not run here, left to its next claim",
+                (long long)d->id);
+        if (lq__settle(d, LQ__RELEASE, 0) != LQ_OK) lq__error_clear(); /* lost: counted so */
+        lq__delivery_unref(d);
+    }
+    pthread_mutex_lock(&s->mu);
+    return holds ? d : NULL;
+}
+
 void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n) {
     if (s->flow.holds) return; /* their connections stay held until they settle */
     pthread_mutex_lock(&s->mu);
@@ -1221,7 +1253,8 @@ static void finish_delivery(lq_delivery *d, int status) {
 static size_t take_many(lq_subscription *s, lq_delivery **out, size_t capacity) {
     size_t n = 0;
     lq_delivery **slot;
-    while (n < capacity && (slot = next_ready(s, -1))) out[n++] = take_locked(s, slot);
+    while (n < capacity && (slot = next_ready(s, -1)))
+        if ((out[n] = take_held(s, slot))) n++;
     return n;
 }
 
@@ -1243,6 +1276,7 @@ static void *batch_worker_main(void *arg) {
         while (!s->stopping && !next_ready(s, -1)) await_rows(s);
         if (s->stopping) break;
         size_t n = take_many(s, batch, (size_t)s->batch);
+        if (n == 0) continue; /* their leases ran out */
         pthread_mutex_unlock(&s->mu);
         for (size_t i = 0; i < n; i++) handles[i] = lq__handle_of(batch[i]);
         running_handler_of = s;
@@ -1297,7 +1331,8 @@ static void *handler_thread_main(void *arg) {
             await_rows(s);
         }
         if (s->stopping) break;
-        lq_delivery *d = take_locked(s, slot);
+        lq_delivery *d = take_held(s, slot);
+        if (!d) continue; /* its lease ran out */
         pthread_mutex_unlock(&s->mu);
         drop_chained(s); /* a row came some other way: no claim next */
         if (s->transactional && lq__delivery_begin(d) != LQ_OK) {
@@ -1419,13 +1454,15 @@ int lq_subscription_next_batch(lq_delivery **out, size_t capacity, size_t *count
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ__MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
-    while (rc == LQ_OK && !s->stopping && !next_ready(s, -1)) {
-        if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
-        else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
-            rc = timed_out(s, timeout_ms);
+    while (rc == LQ_OK && *count_out == 0) {
+        while (rc == LQ_OK && !s->stopping && !next_ready(s, -1)) {
+            if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
+            else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
+                rc = timed_out(s, timeout_ms);
+        }
+        if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+        if (rc == LQ_OK) *count_out = take_many(s, out, capacity); /* none: their leases ran out */
     }
-    if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
-    if (rc == LQ_OK) *count_out = take_many(s, out, capacity);
     for (size_t i = 0; i < *count_out; i++) out[i] = lq__handle_of(out[i]);
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -1451,15 +1488,17 @@ int lq_subscription_next(lq_delivery **out, lq_subscription *s, int64_t timeout_
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ__MODE_PULL);
     struct timespec deadline = lq__deadline_in(timeout_ms);
-    lq_delivery **slot = NULL;
-    while (rc == LQ_OK && !s->stopping && !(slot = next_ready(s, -1))) {
-        lq__flow_waited(&s->flow);
-        if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
-        else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
-            rc = timed_out(s, timeout_ms);
+    while (rc == LQ_OK && !*out) {
+        lq_delivery **slot = NULL;
+        while (rc == LQ_OK && !s->stopping && !(slot = next_ready(s, -1))) {
+            lq__flow_waited(&s->flow);
+            if (timeout_ms < 0) pthread_cond_wait(&s->ready_cv, &s->mu);
+            else if (pthread_cond_timedwait(&s->ready_cv, &s->mu, &deadline) == ETIMEDOUT)
+                rc = timed_out(s, timeout_ms);
+        }
+        if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+        if (rc == LQ_OK) *out = take_held(s, slot); /* NULL: its lease ran out */
     }
-    if (rc == LQ_OK && s->stopping) rc = lq__error(LQ_CLOSED, "the subscription is stopped");
-    if (rc == LQ_OK) *out = take_locked(s, slot);
     pthread_mutex_unlock(&s->mu);
     return hand_out(out, s, rc);
 }
@@ -1471,14 +1510,17 @@ int lq_subscription_try_next(lq_delivery **out, lq_subscription *s) {
     LQ__CHECK_ARG(s, "the subscription is NULL");
     pthread_mutex_lock(&s->mu);
     int rc = start_locked(s, LQ__MODE_PULL);
-    lq_delivery **slot = NULL;
-    if (rc == LQ_OK && s->stopping) {
-        rc = lq__error(LQ_CLOSED, "the subscription is stopped");
-    } else if (rc == LQ_OK && !(slot = next_ready(s, -1))) {
-        lq__flow_waited(&s->flow); /* a taker found none: claims look ahead */
-        rc = lq__error(LQ_TIMEOUT, "no delivery ready now");
+    while (rc == LQ_OK && !*out) {
+        lq_delivery **slot = NULL;
+        if (s->stopping) {
+            rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+        } else if (!(slot = next_ready(s, -1))) {
+            lq__flow_waited(&s->flow); /* a taker found none: claims look ahead */
+            rc = lq__error(LQ_TIMEOUT, "no delivery ready now");
+        } else {
+            *out = take_held(s, slot); /* NULL: its lease ran out */
+        }
     }
-    if (rc == LQ_OK) *out = take_locked(s, slot);
     pthread_mutex_unlock(&s->mu);
     return hand_out(out, s, rc);
 }

@@ -331,12 +331,36 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
             d->cancelled = true; /* out of its queue while this lease held it: lq_cancel */
             lq__log(LQ_LOG_INFO, "row %lld was cancelled while in work", (long long)d->id);
         } else if (rc == LQ_OK) {
+            d->lease_lost = true;
             lq__log(LQ_LOG_WARNING, "row %lld: its lease was lost before it could be extended",
                     (long long)d->id);
         }
     }
     pthread_mutex_unlock(&d->mu);
     return rc;
+}
+
+bool lq__lease_holds(lq_delivery *d) {
+    lq_subscription *s = d->sub;
+    if (s->form != LQ_FORM_LEASE) return true;
+    /* The keeper extends every half lease: a quarter left means it is late. */
+    pthread_mutex_lock(&d->mu);
+    bool fresh = !d->lease_lost && d->token - lq__now_ms() >= s->lease_ms / 4;
+    pthread_mutex_unlock(&d->mu);
+    if (fresh) return true;
+    lq__pool *pool = &s->broker->pool;
+    lq__conn *conn;
+    int rc = lq__pool_acquire(&conn, pool);
+    if (rc == LQ_OK) {
+        rc = extend_one(s, conn, d);
+        lq__pool_release(pool, conn, rc == LQ_CONNECT);
+    }
+    if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "extending a lease before its run");
+    lq__error_clear();
+    pthread_mutex_lock(&d->mu);
+    bool holds = !d->lease_lost && d->token > lq__now_ms();
+    pthread_mutex_unlock(&d->mu);
+    return holds;
 }
 
 int64_t lq__lease_expire_overdue(lq_subscription *s) {

@@ -1,0 +1,93 @@
+"""A claimed row waiting in the process for a worker whose lease runs out
+before it is handed out (its extensions came late: here the test holds the
+row's lock, the write lock on SQLite, past the lease's end): where another
+claim took the row meanwhile, it is not handed out, and that claim's lease
+is left as it is; where none did, it is extended first and handed out with
+a lease that holds."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import time
+from typing import Any, Optional
+
+import pytest
+
+from helpers import POLL_MS, far_future, make_table, wait_until
+
+LEASE_MS = 1000
+
+
+def lease_end(value: Any) -> float:
+    """A lease column's value as epoch seconds (naive times are UTC)."""
+    if isinstance(value, str):
+        value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.timezone.utc)
+    return value.timestamp()
+
+
+@contextlib.contextmanager
+def row_locked(db: Any, row: int, taken_by: Optional[str]):
+    """Holds the row's lock (SQLite: the write lock) in a transaction of the
+    test's own, yielding the row's lease expiry as it stands; at the end,
+    another claim's lease `taken_by` (or none) is written, and it commits."""
+    conn = db.connect()
+    steal = "UPDATE jobs SET locked_until = %s WHERE id = %d" % (taken_by, row)
+    try:
+        if db.dialect == "sqlite":
+            conn.execute("BEGIN IMMEDIATE")
+            run = conn.execute
+            expiry = conn.execute("SELECT locked_until FROM jobs WHERE id = %d" % row).fetchone()[0]
+        else:
+            cur = conn.cursor()
+            run = cur.execute
+            run("BEGIN")
+            if taken_by and db.dialect == "mysql":
+                # InnoDB: an update after the keeper's wait began would be a
+                # deadlock's victim; the first write takes the lock instead,
+                # and keeps the expiry it replaced.
+                run(steal.replace("WHERE", "WHERE (@was := locked_until) IS NOT NULL AND"))
+                run("SELECT @was")
+                taken_by = None
+            else:
+                run("SELECT locked_until FROM jobs WHERE id = %d FOR UPDATE" % row)
+            expiry = cur.fetchone()[0]
+        yield lease_end(expiry)
+        if taken_by:
+            run(steal)
+        run("COMMIT")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["taken", "not-taken"])
+def test_a_waiting_row_whose_lease_ran_out_is_fenced(db, broker, taken: bool) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    first, waiting = broker.publish_many(table, [b"first", b"waiting"])
+    with broker.subscribe(table, workers=2, lease_ms=LEASE_MS, poll_interval_ms=POLL_MS) as sub:
+        held = sub.next(5)
+        assert held is not None and held.id == first
+        wait_until(lambda: sub.stat("waiting") == 1, what="the second row claimed ahead")
+        with row_locked(db, waiting, far_future(db) if taken else None) as expiry:
+            time.sleep(max(0.0, expiry - time.time()) + 0.3)  # its lease is over
+        handed = []
+        while True:
+            d = sub.next(1.0)
+            if d is None:
+                break
+            handed.append(d.id)
+            if d.id == waiting:
+                assert d.lease_expiry_ms > time.time() * 1000, "handed out with its lease over"
+            d.ack()  # `first` may come again: its lease ran out too where the lock was the file's
+            d.release()
+        if taken:
+            assert waiting not in handed, "a row another claim holds was handed out"
+            assert sub.stat("lease_lost") >= 1
+            assert db.count("jobs", "locked_until = %s" % far_future(db)) == 1
+        else:
+            assert waiting in handed
+            assert db.count("jobs", "id = %d" % waiting) == 0
+        held.release()
