@@ -5,8 +5,10 @@
 
 #include "check.h"
 
+#include <libqueue.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <unistd.h>
 
 static char path[4096];
 
@@ -33,6 +35,22 @@ static inline long long count_rows(const char *text) {
     sqlite3_finalize(st);
     sqlite3_close(db);
     return n;
+}
+
+/* A lease queue, table "jobs", in a file of its own: <dir>/<name>-<pid>.db
+ * (which `path` then names), made and opened. */
+static inline lq_broker *open_lease_file(lq_table **t, const char *dir, const char *name) {
+    snprintf(path, sizeof path, "%s/%s-%d.db", dir, name, (int)getpid());
+    char url[4200];
+    snprintf(url, sizeof url, "sqlite:%s", path);
+    lq_table_new(t, "jobs");
+    lq_table_set_column(*t, LQ_ROLE_PAYLOAD, "payload");
+    lq_table_set_column(*t, LQ_ROLE_ATTEMPT, "attempt");
+    lq_table_set_column(*t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
+    lq_broker *b = NULL;
+    CHECK(lq_broker_open(&b, url, NULL) == LQ_OK);
+    CHECK(lq_table_create(b, *t, 0) == LQ_OK);
+    return b;
 }
 
 #endif

@@ -49,19 +49,9 @@ static lq_subscription *subscribe(lq_broker *b, const lq_table *t, int coalesce)
 enum { MANY = 40 };
 
 int main(int argc, char **argv) {
-    snprintf(path, sizeof path, "%s/ack-behind-%d.db", argc > 1 ? argv[1] : ".", (int)getpid());
-    char url[4200];
-    snprintf(url, sizeof url, "sqlite:%s", path);
     lq_set_log(on_log, NULL);
-
     lq_table *t;
-    lq_table_new(&t, "jobs");
-    lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
-    lq_table_set_column(t, LQ_ROLE_ATTEMPT, "attempt");
-    lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
-    lq_broker *b;
-    CHECK(lq_broker_open(&b, url, NULL) == LQ_OK);
-    CHECK(lq_table_create(b, t, 0) == LQ_OK);
+    lq_broker *b = open_lease_file(&t, argc > 1 ? argv[1] : ".", "ack-behind");
     CHECK(lq_delivery_ack_behind(NULL) == LQ_MISUSE);
     CHECK(lq_subscription_acks_behind(NULL) == 0);
 

@@ -67,18 +67,9 @@ static lq_subscription *run(lq_broker *b, const lq_table *t) {
 }
 
 int main(int argc, char **argv) {
-    snprintf(path, sizeof path, "%s/keeper-race-%d.db", argc > 1 ? argv[1] : ".", (int)getpid());
-    char url[4200];
-    snprintf(url, sizeof url, "sqlite:%s", path);
     lq_set_log(quiet, NULL);
     lq_table *t;
-    lq_table_new(&t, "jobs");
-    lq_table_set_column(t, LQ_ROLE_PAYLOAD, "payload");
-    lq_table_set_column(t, LQ_ROLE_ATTEMPT, "attempt");
-    lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
-    lq_broker *b;
-    CHECK(lq_broker_open(&b, url, NULL) == LQ_OK);
-    CHECK(lq_table_create(b, t, 0) == LQ_OK);
+    lq_broker *b = open_lease_file(&t, argc > 1 ? argv[1] : ".", "keeper-race");
 
     /* Each round closes its subscription halfway through its rows, with
      * handlers and acks in flight; the next round takes what is left. */
