@@ -92,3 +92,86 @@ def test_bad_timeouts_are_refused(db, broker, options, message: str) -> None:
     db.create_table(table)
     with pytest.raises(libqueue.Misuse, match=message):
         broker.subscribe(table, **options)
+
+
+def _lock_row(db, row: int):
+    """Another session holding the lock of one row (its transaction open):
+    a statement writing the row waits for it."""
+    conn = db.connect()
+    if db.dialect == "postgresql":
+        conn.autocommit = False
+    else:
+        conn.autocommit(False)
+    with conn.cursor() as cur:
+        cur.execute("SELECT id FROM jobs WHERE id = %d FOR UPDATE" % row)
+    return conn
+
+
+def _waiting_for(db, holder) -> int:
+    """How many sessions wait for a lock `holder` holds."""
+    if db.dialect == "postgresql":
+        return db.scalar("SELECT count(*) FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
+                         % holder.get_backend_pid())
+    return db.scalar("SELECT count(*) FROM information_schema.innodb_lock_waits w "
+                     "JOIN information_schema.innodb_trx t ON t.trx_id = w.blocking_trx_id "
+                     "WHERE t.trx_mysql_thread_id = %d" % holder.thread_id())
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("lease")
+def test_a_run_whose_ack_is_queued_behind_is_not_sent_back(db, broker, form) -> None:
+    """timeout_ms covers the handler's run alone. A row whose ack waits in
+    the acker's queue past the limit (the acker held up by a lock on rows
+    it acks first) is not in work any more: it is not sent back, and its ack
+    lands once. A run still going past it is sent back as before.
+
+    The acker takes the acks queued as one set when it is free: the first
+    row's ack holds it while b1 and b2 queue, then the set of those two
+    waits for b1's lock, and the ack of `acked` queues behind it. `acked` is
+    handed out before `hangs`, so the look at the book that sends `hangs`
+    back finds `acked` past the limit too."""
+    table = make_table(form)
+    db.create_table(table)
+    first, b1, b2, acked, hangs = [broker.publish(table, p)
+                                   for p in (b"first", b"b1", b"b2", b"acked", b"hangs")]
+    holds = []
+    try:
+        with broker.subscribe(table, workers=8, coalesce=1, timeout_ms=300, lease_ms=30000,
+                              poll_interval_ms=POLL_MS) as sub:
+            assert sub._acks_behind()
+            pulled = [sub.next(10)]
+            assert pulled[0].id == first
+            # Locked once leased (a claim passes over locked rows), each
+            # ack asked for at once after its row is handed out.
+            hold_first = _lock_row(db, first)
+            holds.append(hold_first)
+            pulled[0]._ack_behind()
+            wait_until(lambda: _waiting_for(db, hold_first) == 1, what="the acker to wait")
+            pulled += [sub.next(10), sub.next(10)]
+            assert [d.id for d in pulled] == [first, b1, b2]
+            hold_b1 = _lock_row(db, b1)
+            holds.append(hold_b1)
+            pulled[1]._ack_behind()
+            pulled[2]._ack_behind()
+            hold_first.commit()
+            wait_until(lambda: _waiting_for(db, hold_b1) == 1, what="the set to wait for b1")
+            done = sub.next(10)
+            assert done.id == acked
+            done._ack_behind()  # queued: the acker waits for b1
+            running = sub.next(10)
+            assert running.id == hangs
+            wait_until(lambda: running.expired, what="the run still going to pass timeout_ms")
+            assert not done.expired and not any(d.expired for d in pulled)
+            hold_b1.commit()
+            wait_until(lambda: db.count("jobs") == 1, what="the queued acks to land")
+            assert [r[0] for r in db.query("SELECT id FROM jobs")] == [hangs]
+            again = sub.next(10)
+            assert again.id == hangs and again.attempt == 2
+            again.ack()
+            assert sub.next(0.3) is None  # nothing else comes back
+            assert sub.stat("expired") == 1 and sub.stat("retried") == 1
+            assert sub.stat("acked") == 5 and sub.stat("lease_lost") == 0
+    finally:
+        for hold in holds:
+            hold.close()
+    assert db.count("jobs") == 0

@@ -140,6 +140,7 @@ int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value
     lq_delivery *d = delivery_block(s, payload_size);
     if (!d) return lq__error(LQ_NOMEM, "out of memory");
     atomic_init(&d->refs, 1);
+    atomic_init(&d->run_ended, false);
     d->id = col[LQ__COL_ID]->i;
     d->payload = (unsigned char *)(d + 1);
     d->payload_size = payload_size;
@@ -215,6 +216,12 @@ void lq__deliveries_unref(lq_delivery *const *dvs, size_t n) {
 
 void lq__delivery_unref(lq_delivery *d) {
     if (d) lq__deliveries_unref(&d, 1);
+}
+
+void lq__delivery_end_run(lq_delivery *d) {
+    pthread_mutex_lock(&d->mu); /* takes its turn with an expiry (lq__settle_expired) */
+    atomic_store(&d->run_ended, true);
+    pthread_mutex_unlock(&d->mu);
 }
 
 void lq_delivery_free(lq_delivery *handle) {
@@ -326,6 +333,7 @@ int lq_delivery_ack_behind(lq_delivery *h) {
     lq_subscription *s = d->sub;
     pthread_mutex_lock(&d->mu);
     bool settled = d->settled || d->in_set;
+    if (!settled) atomic_store(&d->run_ended, true); /* its ack is asked for: the run is over */
     pthread_mutex_unlock(&d->mu);
     if (!settled && s->mode == LQ__MODE_PULL && lq__acker_wanted(s)) {
         atomic_fetch_add(&d->refs, 1); /* the acker's, let go when its ack is done */
@@ -343,7 +351,9 @@ int lq_subscription_acks_behind(const lq_subscription *s) {
 
 void lq_delivery_handled(lq_delivery *h) {
     LIVE(h);
-    if (d && d->sub) lq__subscription_settling(d->sub, &d, 1);
+    if (!d || !d->sub) return;
+    lq__delivery_end_run(d);
+    lq__subscription_settling(d->sub, &d, 1);
 }
 
 int lq_deliveries_ack(int *statuses, lq_delivery *const *handles, size_t count) {

@@ -119,7 +119,10 @@ static void take_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     args[LQ__P_REASON] = (lq__value){.type = LQ__V_TEXT, .p = "cancelled", .n = strlen("cancelled")};
     lq__run_cancels *c = &s->cancels;
     pthread_mutex_lock(&d->mu);
-    if (d->settled || d->in_set || d->expired || d->taken_out || !d->conn || d->shared || d->tx) {
+    /* A run that ended is left to its settlement (run_ended): if it sends
+     * the row back, the cancel takes it as a queued row. */
+    if (d->settled || d->in_set || d->expired || d->taken_out || atomic_load(&d->run_ended) ||
+        !d->conn || d->shared || d->tx) {
         pthread_mutex_unlock(&d->mu);
         return;
     }

@@ -90,6 +90,13 @@ struct lq_delivery {
      * set holds no delivery's mutex while its statement runs. */
     bool in_set;
     bool handed; /* counted in the subscription's in_work */
+    /* Its run ended: its handler returned, or its settlement was asked for
+     * (a settlement began, its ack went behind, lq_delivery_handled). The
+     * time limit covers the run alone: from then on timeout_ms does not
+     * send its row back, nor does a cancel take it out of its run; its
+     * settlement decides. Set under mu (lq__delivery_end_run); read under mu
+     * where it decides, and without as the keeper's hint. */
+    atomic_bool run_ended;
     /* Its ack went to the acker (lq_delivery_ack_behind): the caller's
      * settlements refuse it, and its free lets go of its reference alone.
      * The caller's alone: the acker never reads it. */
@@ -229,6 +236,9 @@ LQ__HIDDEN int lq__multi_primary_check(const lq_subscription *s, lq__conn *conn)
 LQ__HIDDEN int lq__delivery_from_row(lq_delivery **out, lq_subscription *s, const lq__value *cols,
                                     int count);
 LQ__HIDDEN void lq__delivery_unref(lq_delivery *d);
+/* Marks a delivery's run ended (its run_ended): its handler returned, or
+ * its settlement is on its way. d->mu not held. */
+LQ__HIDDEN void lq__delivery_end_run(lq_delivery *d);
 /* Lets go of deliveries of one subscription, as many at once as it can. */
 LQ__HIDDEN void lq__deliveries_unref(lq_delivery *const *dvs, size_t n);
 /* Frees the blocks a subscription kept of deliveries let go. */

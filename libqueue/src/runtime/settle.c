@@ -238,6 +238,7 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
         return lq__error(LQ_MISUSE, "row %lld: the table has no dead-letter destination",
                          (long long)dv->id);
     }
+    atomic_store(&dv->run_ended, true); /* under mu: no expiry from now on */
     if (dv->expired || dv->taken_out) { /* its row went already: only counted out */
         dv->settled = true;
         bool expired = dv->expired, cancelled = dv->cancelled;
@@ -271,8 +272,13 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
 
 int lq__settle_expired(lq_delivery *dv) {
     lq_subscription *s = dv->sub;
+    /* A run's end and its expiry take turns under dv->mu, and the first
+     * wins: a run that ended (run_ended: its handler returned, its
+     * settlement was asked for) is not sent back; one expired first finds,
+     * at its settlement, that its row went already, and only counts it
+     * out (lq__settle). Either way the row is settled once. */
     pthread_mutex_lock(&dv->mu);
-    if (dv->settled || dv->in_set || dv->expired || dv->taken_out) {
+    if (dv->settled || dv->in_set || dv->expired || dv->taken_out || atomic_load(&dv->run_ended)) {
         pthread_mutex_unlock(&dv->mu);
         return LQ_OK;
     }
@@ -402,6 +408,7 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
     if (!set || !at || !rcs) first = lq__error(LQ_NOMEM, "out of memory"); /* each on its own */
     for (size_t i = 0; first == LQ_OK && i < n; i++) {
         pthread_mutex_lock(&dvs[i]->mu);
+        atomic_store(&dvs[i]->run_ended, true); /* its ack is asked for */
         if (joins_set(dvs[i]) && (k == 0 || dvs[i]->shared == set[0]->shared)) {
             dvs[i]->in_set = true;
             at[k] = i;

@@ -1244,6 +1244,7 @@ static void settle_unsettled(lq_delivery *d, int status) {
 /* Settles what a handler left unsettled by its return, and lets go. An ack
  * goes to the acker where it runs (the acker lets go). */
 static void finish_delivery(lq_delivery *d, int status) {
+    lq__delivery_end_run(d);
     if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d, false)) return;
     settle_unsettled(d, status);
     lq__delivery_unref(d);
@@ -1282,6 +1283,7 @@ static void *batch_worker_main(void *arg) {
         running_handler_of = s;
         int status = s->batch_handler(handles, n, s->userdata);
         running_handler_of = NULL;
+        for (size_t i = 0; i < n; i++) lq__delivery_end_run(batch[i]);
         if (status == LQ_OK) lq__settle_acks(NULL, batch, n, s->coalesce);
         for (size_t i = 0; i < n; i++) settle_unsettled(batch[i], status);
         lq__deliveries_unref(batch, n);

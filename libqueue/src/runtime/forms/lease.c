@@ -371,7 +371,10 @@ int64_t lq__lease_expire_overdue(lq_subscription *s) {
     for (size_t i = 0; i < n; i++) {
         lq_delivery *d = entries[i];
         pthread_mutex_lock(&s->mu);
-        bool running = d->handed;
+        /* A run that ended waits for its settlement, not in work: passed
+         * over here without its mutex, which a settlement may hold while
+         * its statement runs; lq__settle_expired decides under it. */
+        bool running = d->handed && !atomic_load(&d->run_ended);
         int64_t due = d->handed_ms + s->timeout_ms;
         pthread_mutex_unlock(&s->mu);
         if (running && due <= now) {
