@@ -271,16 +271,20 @@ async def run_handlers(subscription: "Subscription",
                        handler: Callable[["Delivery"], Awaitable[Any]],
                        concurrency: int) -> None:
     """The loop of ``Subscription.run_async``. While every slot is busy the
-    handlers that end in one turn of the loop hand their acks to the core's
-    acker together and take the deliveries ready into their slots, at the
-    turn's end, with one call each; the loop below waits on the descriptor
-    only while a slot is free and none is ready."""
+    handler that ends starts the next delivery ready in its slot at once,
+    from a take of up to ``concurrency`` deliveries in one call; the acks of
+    the handlers that end in one turn of the loop go to the core's acker
+    together at its end. The loop below waits on the descriptor only while
+    a slot is free and none is ready."""
     loop = asyncio.get_running_loop()
     acks_behind = subscription._acks_behind()
     # The pulls' buffers, one call taking every delivery ready for the free slots.
     ready_out = ffi.new("lq_delivery *[]", concurrency)
     ready_count = ffi.new("size_t *")
     take_ready = subscription._take_ready
+    # Deliveries taken and not started yet: one take serves the next slots
+    # that come free, each refilled as its handler ends.
+    taken: Deque["Delivery"] = collections.deque()
     # Acks of the handlers that returned this turn, handed on at its end.
     acks: List["Delivery"] = []
     turn_end_due = False
@@ -321,11 +325,13 @@ async def run_handlers(subscription: "Subscription",
             watcher = loop.call_later(interval, watch)
 
     def fill() -> None:
-        """Takes the deliveries ready now into the free slots."""
-        free = concurrency - len(running)
-        if free > 0:
-            for delivery in take_ready(ready_out, free, ready_count):
-                start(delivery)
+        """Starts deliveries ready now in the free slots."""
+        while len(running) < concurrency:
+            if not taken:
+                taken.extend(take_ready(ready_out, concurrency, ready_count))
+                if not taken:
+                    return
+            start(taken.popleft())
 
     def hand_on_acks() -> None:
         if acks:
@@ -334,21 +340,10 @@ async def run_handlers(subscription: "Subscription",
             _ack_behind_all(batch)
 
     def turn_end() -> None:
-        """After the handlers that ended in a turn: their acks go on, and
-        the deliveries ready take their slots."""
+        """After the handlers that ended in a turn: their acks go on."""
         nonlocal turn_end_due
         turn_end_due = False
-        hand_on_acks()  # first: settling rows make room for the claims
-        waiting = slot_free
-        if ending or waiting is None or waiting.done():
-            return
-        try:
-            fill()
-        except BaseException as e:  # noqa: BLE001 - the loop below raises it
-            waiting.set_exception(e)
-            return
-        if len(running) < concurrency:
-            waiting.set_result(None)
+        hand_on_acks()
 
     def settled_behind(future: asyncio.Future) -> None:
         behind.discard(future)
@@ -373,9 +368,19 @@ async def run_handlers(subscription: "Subscription",
         if given_up:
             given_up.pop(delivery, None)
         delivery.release()  # after a settlement behind, once that is done
-        if not turn_end_due and (acks or slot_free is not None):
+        if acks and not turn_end_due:
             turn_end_due = True
             loop.call_soon(turn_end)
+        waiting = slot_free
+        if ending or waiting is None or waiting.done():
+            return
+        try:
+            fill()
+        except BaseException as e:  # noqa: BLE001 - the loop below raises it
+            waiting.set_exception(e)
+            return
+        if len(running) < concurrency:
+            waiting.set_result(None)
 
     async def handle(delivery: "Delivery") -> None:
         try:
@@ -431,6 +436,8 @@ async def run_handlers(subscription: "Subscription",
         raise
     finally:
         ending = True
+        while taken:  # back to the queue, unspent
+            taken.popleft().release()
         hand_on_acks()
         if running:
             await asyncio.gather(*running.values(), return_exceptions=True)
