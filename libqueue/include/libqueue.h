@@ -827,6 +827,17 @@ LQ_API int lq_subscription_fd(int *fd_out, lq_subscription *subscription);
  * takes a connection from the pool, as next does. Ownership: the caller
  * frees *out with lq_delivery_free. */
 LQ_API int lq_subscription_try_next(lq_delivery **out, lq_subscription *subscription);
+/* Pull mode, never waiting, several at once: takes up to `capacity`
+ * deliveries ready now into out[] (LQ_OK, *count_out at least 1), or
+ * returns LQ_TIMEOUT with *count_out 0 when none is ready, and LQ_CLOSED
+ * once stopped; as lq_subscription_try_next otherwise, for an event loop to
+ * serve every delivery ready at one wake-up with one call. In transactional
+ * mode each opens its transaction: when one cannot, those before it are
+ * the caller's and those from it go back to the queue with no attempt
+ * spent (the call returns its failure when it was the first). Ownership:
+ * the caller frees each with lq_delivery_free. */
+LQ_API int lq_subscription_try_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
+                                          lq_subscription *subscription);
 /* Stops claiming, returns rows claimed but not handed out at once, and waits
  * for running push handlers to finish. Deliveries the caller holds stay
  * valid and may still be settled. Idempotent. Not from one of the
@@ -974,6 +985,13 @@ LQ_API int lq_deliveries_ack(int *statuses, lq_delivery *const *deliveries, size
  * reference); later settlements of it fail with LQ_MISUSE. Thread-safe
  * across deliveries. */
 LQ_API int lq_delivery_ack_behind(lq_delivery *delivery);
+/* lq_delivery_ack_behind of `count` pulled deliveries of one subscription
+ * at once: one hand-over to the acker thread where the acks go behind,
+ * where every statuses[i] (NULL: not wanted) gets LQ_OK; elsewhere they ack
+ * on the calling thread as lq_deliveries_ack. LQ_MISUSE, settling none,
+ * when one is settled already or they are of several subscriptions. The
+ * deliveries stay the caller's to free. Thread-safe across deliveries. */
+LQ_API int lq_deliveries_ack_behind(int *statuses, lq_delivery *const *deliveries, size_t count);
 /* 1 where lq_delivery_ack_behind of the subscription's pulled deliveries
  * queues the ack for its acker thread, 0 where it acks on the calling
  * thread; 0 for NULL. Thread-safe. */

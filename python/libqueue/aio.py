@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Deque, Dict, List, Optional, Set, Tuple
@@ -270,11 +271,23 @@ async def run_handlers(subscription: "Subscription",
                        handler: Callable[["Delivery"], Awaitable[Any]],
                        concurrency: int) -> None:
     """The loop of ``Subscription.run_async``. While every slot is busy the
-    handler that ends takes the next delivery ready into its slot at once;
-    the loop below waits on the descriptor only while a slot is free and
-    none is ready."""
+    handler that ends starts the next delivery ready in its slot at once,
+    from a take of up to ``concurrency`` deliveries in one call; the acks of
+    the handlers that end in one turn of the loop go to the core's acker
+    together at its end. The loop below waits on the descriptor only while
+    a slot is free and none is ready."""
     loop = asyncio.get_running_loop()
     acks_behind = subscription._acks_behind()
+    # The pulls' buffers, one call taking every delivery ready for the free slots.
+    ready_out = ffi.new("lq_delivery *[]", concurrency)
+    ready_count = ffi.new("size_t *")
+    take_ready = subscription._take_ready
+    # Deliveries taken and not started yet: one take serves the next slots
+    # that come free, each refilled as its handler ends.
+    taken: Deque["Delivery"] = collections.deque()
+    # Acks of the handlers that returned this turn, handed on at its end.
+    acks: List["Delivery"] = []
+    turn_end_due = False
     running: Dict["Delivery", asyncio.Task] = {}
     given_up: Dict["Delivery", str] = {}
     behind: Set[asyncio.Future] = set()  # settlements behind the handlers, off the loop
@@ -299,19 +312,38 @@ async def run_handlers(subscription: "Subscription",
         if running:
             watcher = loop.call_later(interval, watch)
 
+    # A task of the loop's own for each run; the Task class at once where the
+    # loop has no task factory (create_task's checks, once for the run).
+    new_task: Callable[[Any], asyncio.Task] = (
+        functools.partial(asyncio.Task, loop=loop) if loop.get_task_factory() is None
+        else loop.create_task)
+
     def start(delivery: "Delivery") -> None:
         nonlocal watcher
-        running[delivery] = loop.create_task(handle(delivery))
+        running[delivery] = new_task(handle(delivery))
         if watcher is None:
             watcher = loop.call_later(interval, watch)
 
     def fill() -> None:
-        """Takes the deliveries ready now into the free slots."""
+        """Starts deliveries ready now in the free slots."""
         while len(running) < concurrency:
-            delivery = subscription._try_next()
-            if delivery is None:
-                return
-            start(delivery)
+            if not taken:
+                taken.extend(take_ready(ready_out, concurrency, ready_count))
+                if not taken:
+                    return
+            start(taken.popleft())
+
+    def hand_on_acks() -> None:
+        if acks:
+            batch = acks[:]
+            del acks[:]
+            _ack_behind_all(batch)
+
+    def turn_end() -> None:
+        """After the handlers that ended in a turn: their acks go on."""
+        nonlocal turn_end_due
+        turn_end_due = False
+        hand_on_acks()
 
     def settled_behind(future: asyncio.Future) -> None:
         behind.discard(future)
@@ -321,16 +353,24 @@ async def run_handlers(subscription: "Subscription",
     def settle(delivery: "Delivery", failed: bool) -> None:
         """Behind the handler, as the core's acker does: the slot is free at once."""
         if not failed and acks_behind:
-            delivery._ack_behind()
+            # Settled now, as far as anyone asks; its release waits for the
+            # hand-over at the turn's end.
+            delivery._settled = delivery._settling = True
+            acks.append(delivery)
             return
         future = delivery._settle_behind(failed)
         behind.add(future)
         future.add_done_callback(settled_behind)
 
     def slot_left(delivery: "Delivery") -> None:
+        nonlocal turn_end_due
         running.pop(delivery, None)
-        given_up.pop(delivery, None)
+        if given_up:
+            given_up.pop(delivery, None)
         delivery.release()  # after a settlement behind, once that is done
+        if acks and not turn_end_due:
+            turn_end_due = True
+            loop.call_soon(turn_end)
         waiting = slot_free
         if ending or waiting is None or waiting.done():
             return
@@ -365,7 +405,8 @@ async def run_handlers(subscription: "Subscription",
                                  "dead-lettered at max_attempts", _name(handler), delivery.id,
                                  subscription.table.name)
                 failed = True
-            if delivery.alive and not delivery.settled:
+            # Alive and unsettled (the slots read, on every run's path).
+            if delivery._dead is None and not delivery._settled:
                 settle(delivery, failed)
         finally:
             slot_left(delivery)
@@ -395,12 +436,38 @@ async def run_handlers(subscription: "Subscription",
         raise
     finally:
         ending = True
+        while taken:  # back to the queue, unspent
+            taken.popleft().release()
+        hand_on_acks()
         if running:
             await asyncio.gather(*running.values(), return_exceptions=True)
+            hand_on_acks()
         if behind:
             await asyncio.gather(*behind, return_exceptions=True)
         if watcher is not None:
             watcher.cancel()
+
+
+def _ack_behind_all(deliveries: List["Delivery"]) -> None:
+    """The acks of async handlers that returned, handed to the core's acker
+    thread in one call (``lq_deliveries_ack_behind``); then the releases
+    asked for meanwhile. A failure of an ack is logged, as after a push
+    handler."""
+    count = len(deliveries)
+    try:
+        pointers = ffi.new("lq_delivery *[]", [d._ptr for d in deliveries])
+        statuses = ffi.new("int[]", count)
+        first = lib.lq_deliveries_ack_behind(statuses, pointers, count)
+        if first == lib.LQ_MISUSE:  # refused as a set (one settled meanwhile): each on its own
+            for delivery in deliveries:
+                delivery._ack_behind()
+        elif first != lib.LQ_OK:  # acked here (the acker stopped), and some failed
+            failed = [d.id for d, status in zip(deliveries, statuses) if status != lib.LQ_OK]
+            logger.warning("settling after an async handler: %s",
+                           last_error(first, "ack of rows %s" % failed))
+    finally:
+        for delivery in deliveries:
+            delivery._settled_off_loop()
 
 
 def _quiet(future: asyncio.Future) -> None:

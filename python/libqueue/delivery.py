@@ -225,6 +225,9 @@ class Delivery:
 
     def _settle(self, what: str, fn: Any, *args: Any) -> None:
         row = self.id  # read before: the error state must be the settlement's
+        if self._settling:  # one off the loop, or an async handler's ack, is on its way
+            raise make_error(lib.LQ_MISUSE, "%s of row %d: the delivery is settled already"
+                             % (what, row))
         status = fn(self._live(), *args)
         # A failed settlement (LeaseLost, ...) still counts as the caller's
         # one settlement: the core refuses a second one with Misuse.

@@ -7,8 +7,8 @@ import contextlib
 import threading
 import time
 import weakref
-from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Optional,
-                    Set, TypeVar, Union)
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, List,
+                    Optional, Set, TypeVar, Union)
 
 from libqueue._ffi import ffi, lib
 from libqueue.delivery import Delivery
@@ -137,9 +137,13 @@ class Subscription:
         self._handle: Any = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        # Calls in C on the pointer right now; close() waits for them.
+        # Calls in C on the pointer right now; close() waits for them. The
+        # pulls of asyncio take the lock alone (a C call, not Condition's
+        # Python one) and notify only once a close waits (_closing).
         self._busy = 0
-        self._idle = threading.Condition()
+        self._busy_lock = threading.RLock()
+        self._idle = threading.Condition(self._busy_lock)
+        self._closing = False
         #: timeout_ms as opened (set by Broker.subscribe): how often
         #: run_async looks for runs past it
         self._timeout_ms = 0
@@ -361,23 +365,30 @@ class Subscription:
 
     def _try_next(self) -> Optional[Delivery]:
         """A delivery ready now, or None; never waits."""
-        out = ffi.new("lq_delivery **")
-        # As _using, spelled out: the pull of every async delivery.
-        idle = self._idle
-        with idle:
+        taken = self._take_ready(ffi.new("lq_delivery *[1]"), 1, ffi.new("size_t *"))
+        return taken[0] if taken else None
+
+    def _take_ready(self, out: Any, capacity: int, count: Any) -> List[Delivery]:
+        """Up to ``capacity`` deliveries ready now (none: an empty list),
+        through the caller's buffers (``lq_delivery *[capacity]``,
+        ``size_t *``); never waits. The pull of every async delivery: as
+        _using, spelled out."""
+        lock = self._busy_lock
+        with lock:
             pointer = self._live()
             self._busy += 1
         try:
-            status = lib.lq_subscription_try_next(out, pointer)
+            status = lib.lq_subscription_try_next_batch(out, capacity, count, pointer)
             if status == lib.LQ_OK:
-                return Delivery(out[0], self, owned=True)
+                return [Delivery(out[i], self, True) for i in range(count[0])]
             if status == lib.LQ_TIMEOUT:
-                return None
+                return []
             raise last_error(status, "try_next")
         finally:
-            with idle:
+            with lock:
                 self._busy -= 1
-                idle.notify_all()
+                if self._closing:
+                    self._idle.notify_all()
 
     def _puller(self, loop: Any) -> "Puller":
         from libqueue.aio import Puller
@@ -551,6 +562,7 @@ class Subscription:
 
                 end_waits(pullers)
             with self._idle:
+                self._closing = True
                 while self._busy:
                     self._idle.wait()
                 pointer, self._ptr = self._ptr, None

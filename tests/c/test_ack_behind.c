@@ -3,7 +3,9 @@
  * pulled acks queued for the acker thread commit, by lq_subscription_stop
  * at the latest; the delivery may be freed before or after its ack is done;
  * a lost lease is logged and counted, not returned; where acks cannot go
- * behind (coalesce 0, a stopped subscription) the call acks at once. */
+ * behind (coalesce 0, a stopped subscription) the call acks at once.
+ * lq_deliveries_ack_behind does the same for a set in one call, and
+ * refuses a set with one settled already, settling none. */
 #include "check.h"
 #include "sqlite_file.h"
 
@@ -83,6 +85,29 @@ int main(int argc, char **argv) {
     for (int i = 0; i < MANY / 2; i++) lq_delivery_free(kept[i]);
     lq_subscription_close(s);
 
+    /* A set in one call: each status LQ_OK, every ack committed by the
+     * stop; a set with one settled already is refused whole. */
+    publish(b, t, 4);
+    s = subscribe(b, t, 1);
+    lq_delivery *set[4];
+    for (int i = 0; i < 4; i++) CHECK(lq_subscription_next(&set[i], s, 5000) == LQ_OK);
+    CHECK(lq_delivery_ack_behind(set[3]) == LQ_OK);
+    int statuses[4] = {-1, -1, -1, -1};
+    CHECK(lq_deliveries_ack_behind(statuses, set, 4) == LQ_MISUSE);
+    CHECK(statuses[0] == -1 && statuses[1] == -1 && statuses[2] == -1);
+    CHECK(lq_deliveries_ack_behind(NULL, NULL, 1) == LQ_MISUSE);
+    CHECK(lq_deliveries_ack_behind(NULL, set, 0) == LQ_OK);
+    CHECK(lq_deliveries_ack_behind(statuses, set, 3) == LQ_OK);
+    CHECK(statuses[0] == LQ_OK && statuses[1] == LQ_OK && statuses[2] == LQ_OK);
+    CHECK(lq_delivery_ack(set[0]) == LQ_MISUSE);
+    for (int i = 0; i < 2; i++) lq_delivery_free(set[i]); /* before their acks ran */
+    CHECK(lq_subscription_stop(s) == LQ_OK);
+    CHECK(rows() == 0);
+    CHECK(lq_subscription_stat(s, LQ_STAT_ACKED) == 4);
+    CHECK(lq_subscription_stat(s, LQ_STAT_IN_WORK) == 0);
+    for (int i = 2; i < 4; i++) lq_delivery_free(set[i]);
+    lq_subscription_close(s);
+
     /* A lease lost before the acker's turn: logged and counted, the row
      * left to its new claim; after the stop, the call acks at once. */
     publish(b, t, 1);
@@ -106,16 +131,22 @@ int main(int argc, char **argv) {
     lq_delivery_free(again);
     lq_subscription_close(s);
 
-    /* coalesce 0: no ack goes behind; the call acks on this thread. */
-    publish(b, t, 1);
+    /* coalesce 0: no ack goes behind; the call acks on this thread, and
+     * so does the call for a set. */
+    publish(b, t, 3);
     s = subscribe(b, t, 0);
     CHECK(lq_subscription_acks_behind(s) == 0);
     lq_delivery *d = NULL;
     CHECK(lq_subscription_next(&d, s, 5000) == LQ_OK);
     CHECK(lq_delivery_ack_behind(d) == LQ_OK);
-    CHECK(rows() == 0);
+    CHECK(rows() == 2);
     CHECK(lq_delivery_ack_behind(d) == LQ_MISUSE);
     lq_delivery_free(d);
+    for (int i = 0; i < 2; i++) CHECK(lq_subscription_next(&set[i], s, 5000) == LQ_OK);
+    CHECK(lq_deliveries_ack_behind(statuses, set, 2) == LQ_OK);
+    CHECK(statuses[0] == LQ_OK && statuses[1] == LQ_OK);
+    CHECK(rows() == 0);
+    for (int i = 0; i < 2; i++) lq_delivery_free(set[i]);
     lq_subscription_close(s);
 
     lq_broker_close(b);

@@ -92,6 +92,13 @@ int main(void) {
     CHECK(lq__flow_claim_size(&f, 0, 0) == 8);
     CHECK(lq__flow_may_start(&f, 4, 3, 0, 8)); /* rows waiting, still room ahead */
     CHECK(!lq__flow_may_start(&f, 4, 4, 0, 8)); /* a full look-ahead waits */
+    /* A row waits for every worker: a claim waits for half the look-ahead. */
+    f.ahead = 16;
+    CHECK(!lq__flow_may_start(&f, 4, 13, 0, 8)); /* 3 free */
+    CHECK(!lq__flow_may_start(&f, 4, 9, 0, 8));  /* 7 free */
+    CHECK(lq__flow_may_start(&f, 4, 8, 0, 8));   /* 8 free */
+    CHECK(lq__flow_may_start(&f, 15, 3, 0, 8));  /* 2 free, but a worker may run dry */
+    f.ahead = 4;
     for (int i = 0; i < 4; i++) {
         f.ran_dry = true;
         lq__flow_look_ahead(&f, true);

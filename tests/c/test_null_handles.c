@@ -115,6 +115,7 @@ static void deliveries(void) {
     MISUSE(lq_delivery_retry_after(NULL, 10));
     MISUSE(lq_delivery_dead_letter(NULL));
     MISUSE(lq_deliveries_ack(NULL, NULL, 2));
+    MISUSE(lq_deliveries_ack_behind(NULL, NULL, 2));
     MISUSE(lq_delivery_exec(NULL, NULL, "SELECT 1", NULL, 0));
     lq_delivery_free(NULL);
     lq_delivery_handled(NULL);
@@ -226,6 +227,11 @@ static void brokers_and_subscriptions(const char *dir) {
     d = (lq_delivery *)&got;
     MISUSE(lq_subscription_try_next(&d, NULL));
     CHECK(d == NULL);
+    got = 9;
+    MISUSE(lq_subscription_try_next_batch(batch, 4, &got, NULL));
+    CHECK(got == 0);
+    MISUSE(lq_subscription_try_next_batch(NULL, 4, &got, s));
+    MISUSE(lq_subscription_try_next_batch(batch, 4, NULL, s));
     MISUSE(lq_subscription_stop(NULL));
     int64_t failing;
     MISUSE(lq_subscription_health(NULL, &failing));

@@ -4,7 +4,8 @@
  * emptied by the try_next that takes the last), a spurious wake-up when
  * another taker came first, readable for good once stopped (try_next:
  * LQ_CLOSED, also for a waiter on another thread), one descriptor per
- * subscription, and the refusals of push mode and of a stopped one. */
+ * subscription, the refusals of push mode and of a stopped one, and
+ * lq_subscription_try_next_batch, which takes every ready one at once. */
 #include "check.h"
 
 #include <fcntl.h>
@@ -92,6 +93,38 @@ static void level(lq_broker *b, const lq_table *t) {
     lq_subscription_close(s);
 }
 
+/* try_next_batch: what is ready, up to the capacity, the descriptor emptied
+ * with the last; LQ_TIMEOUT and a count of 0 when none; LQ_CLOSED stopped. */
+static void batch_take(lq_broker *b, const lq_table *t) {
+    lq_subscription *s = open_sub(b, t, 4);
+    int fd = -1;
+    CHECK(lq_subscription_fd(&fd, s) == LQ_OK);
+    lq_delivery *out[4] = {NULL};
+    size_t count = 9;
+    CHECK(lq_subscription_try_next_batch(out, 4, &count, s) == LQ_TIMEOUT && count == 0);
+    CHECK(lq_subscription_try_next_batch(NULL, 4, &count, s) == LQ_MISUSE && count == 0);
+    CHECK(lq_subscription_try_next_batch(out, 0, &count, s) == LQ_MISUSE);
+    CHECK(lq_subscription_try_next_batch(out, 4, NULL, s) == LQ_MISUSE);
+
+    publish(b, t, 3);
+    await_waiting(s, 3);
+    CHECK(readable(fd, 0));
+    CHECK(lq_subscription_try_next_batch(out, 2, &count, s) == LQ_OK && count == 2);
+    CHECK(out[0] && out[1] && lq_delivery_id(out[0]) != lq_delivery_id(out[1]));
+    CHECK(readable(fd, 0)); /* one more waits */
+    CHECK(lq_subscription_try_next_batch(out + 2, 2, &count, s) == LQ_OK && count == 1);
+    CHECK(out[2] && !readable(fd, 0));
+    CHECK(lq_subscription_stat(s, LQ_STAT_IN_WORK) == 3);
+    CHECK(lq_subscription_try_next_batch(out + 3, 1, &count, s) == LQ_TIMEOUT && count == 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK(lq_delivery_ack(out[i]) == LQ_OK);
+        lq_delivery_free(out[i]);
+    }
+    CHECK(lq_subscription_stop(s) == LQ_OK);
+    CHECK(lq_subscription_try_next_batch(out, 4, &count, s) == LQ_CLOSED && count == 0);
+    lq_subscription_close(s);
+}
+
 typedef struct waiter {
     lq_subscription *s;
     int fd;
@@ -146,6 +179,8 @@ static void refusals(lq_broker *b, const lq_table *t) {
     CHECK(lq_subscription_fd(&fd, s) == LQ_MISUSE && fd == -1);
     lq_delivery *d = NULL;
     CHECK(lq_subscription_try_next(&d, s) == LQ_MISUSE && d == NULL);
+    size_t count = 9;
+    CHECK(lq_subscription_try_next_batch(&d, 1, &count, s) == LQ_MISUSE && count == 0);
     lq_subscription_close(s);
 
     s = open_sub(b, t, 1);
@@ -167,6 +202,7 @@ int main(int argc, char **argv) {
     CHECK(lq_broker_open(&b, url, NULL) == LQ_OK);
     CHECK(lq_table_create(b, t, 0) == LQ_OK);
     level(b, t);
+    batch_take(b, t);
     stop_while_waiting(b, t);
     try_next_starts(b, t);
     refusals(b, t);

@@ -197,6 +197,40 @@ def test_run_async_acks_behind_through_the_core(db, broker, form, coalesce) -> N
     assert (left, acked) == (0, 30)
 
 
+def test_run_async_acks_every_delivery_once(db, broker, form) -> None:
+    """Fast handlers in every slot: the deliveries ready are taken several
+    at a call and the acks of a turn go on together, and still each row is
+    handled once and acked once. A handler's own settlement after it
+    returned is refused, as after an ack that went behind."""
+    table = make_table(form)
+    db.create_table(table)
+    jobs = 300
+    broker.publish_many(table, [b"%d" % i for i in range(jobs)])
+    seen: List[bytes] = []
+    kept: List[libqueue.Delivery] = []
+
+    async def work() -> Any:
+        with broker.subscribe(table, workers=8, poll_interval_ms=POLL_MS) as sub:
+            async def handler(d: libqueue.Delivery) -> None:
+                seen.append(d.payload)
+                if not kept:
+                    kept.append(d)
+
+            task = asyncio.ensure_future(sub.run_async(handler, concurrency=4))
+            while len(seen) < jobs:
+                await asyncio.sleep(0.01)
+            assert kept[0].settled
+            with pytest.raises(libqueue.Misuse):
+                kept[0].ack()
+            sub.stop()
+            await task
+            return sub.stat("acked"), sub.stat("settled")
+
+    assert run(work()) == (jobs, jobs)
+    assert sorted(seen) == sorted(b"%d" % i for i in range(jobs))
+    assert db.count("jobs") == 0
+
+
 def test_run_async_settles_as_run_does(db, broker, form, caplog) -> None:
     """The same handler, sync under run() and async under run_async(): a
     raise retries (and at max_attempts dead-letters), a return acks, a

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 
 /* Acks queued at most: past it a worker waits, so a slow server bounds the
- * rows whose leases run on after their handlers returned. */
+ * rows whose leases run on after their handlers returned (a take of several
+ * may pass it by the rest of its set). */
 #define ACKER_QUEUE_MAX 256
 
 bool lq__acker_wanted(const lq_subscription *s) {
@@ -75,21 +76,25 @@ int lq__acker_start(lq__acker *a) {
     return rc;
 }
 
-bool lq__acker_take(lq__acker *a, lq_delivery *d, bool start) {
+bool lq__acker_take(lq__acker *a, lq_delivery *const *dvs, size_t n, bool start) {
+    if (n == 0) return true;
     pthread_mutex_lock(&a->mu);
     bool taken = start ? start_locked(a) == LQ_OK : a->running && !a->stopping;
     if (taken) a->arriving++; /* a stop waits for it */
     pthread_mutex_unlock(&a->mu);
     if (!taken) return false;
-    lq__subscription_settling(d->sub, &d, 1); /* not under a->mu: s->mu comes first */
+    lq__subscription_settling(dvs[0]->sub, dvs, n); /* not under a->mu: s->mu comes first */
     pthread_mutex_lock(&a->mu);
     a->arriving--;
     while (a->queued >= ACKER_QUEUE_MAX && !a->stopping) pthread_cond_wait(&a->room, &a->mu);
-    d->queue_next = NULL;
-    if (a->tail) a->tail->queue_next = d;
-    else a->head = d;
-    a->tail = d;
-    a->queued++;
+    for (size_t i = 0; i < n; i++) {
+        lq_delivery *d = dvs[i];
+        d->queue_next = NULL;
+        if (a->tail) a->tail->queue_next = d;
+        else a->head = d;
+        a->tail = d;
+    }
+    a->queued += (int)n;
     pthread_cond_signal(&a->arrived);
     pthread_mutex_unlock(&a->mu);
     return true;

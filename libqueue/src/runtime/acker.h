@@ -36,12 +36,12 @@ typedef struct lq__acker {
 LQ__HIDDEN bool lq__acker_wanted(const lq_subscription *s);
 LQ__HIDDEN void lq__acker_init(lq__acker *a);
 LQ__HIDDEN int lq__acker_start(lq__acker *a);
-/* Hands the ack of a delivery whose handler returned to the acker, with
- * the caller's reference; false when the acker is not running, or stopped
- * (the caller acks it itself). `start`: starts it first if need be (a
- * pulled subscription's, started at its first ack behind). Waits while the
- * queue is full. Thread-safe. */
-LQ__HIDDEN bool lq__acker_take(lq__acker *a, lq_delivery *d, bool start);
+/* Hands the acks of `n` deliveries of the acker's subscription whose
+ * handlers returned to the acker, with the caller's references; false when
+ * the acker is not running, or stopped (the caller acks them itself).
+ * `start`: starts it first if need be (a pulled subscription's, started at
+ * its first ack behind). Waits while the queue is full. Thread-safe. */
+LQ__HIDDEN bool lq__acker_take(lq__acker *a, lq_delivery *const *dvs, size_t n, bool start);
 /* Runs every ack queued, then ends the thread; for good: later takes are
  * refused. */
 LQ__HIDDEN void lq__acker_stop(lq__acker *a);

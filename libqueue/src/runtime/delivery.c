@@ -324,24 +324,34 @@ int lq_delivery_dead_letter(lq_delivery *h) {
     return settle_handle(h, LQ__DEAD_LETTER, 0);
 }
 
+/* Queues the acks of unsettled deliveries of one subscription for its
+ * acker; false where they do not go behind (the caller acks them). */
+static bool ack_behind(lq_delivery *const *dvs, size_t n) {
+    lq_subscription *s = dvs[0]->sub;
+    if (s->mode != LQ__MODE_PULL || !lq__acker_wanted(s)) return false;
+    for (size_t i = 0; i < n; i++) {
+        atomic_fetch_add(&dvs[i]->refs, 1); /* the acker's, let go when its ack is done */
+        dvs[i]->behind = true;
+    }
+    if (lq__acker_take(&s->acker, dvs, n, true)) return true;
+    for (size_t i = 0; i < n; i++) { /* stopped: acked by the caller */
+        dvs[i]->behind = false;
+        lq__delivery_unref(dvs[i]);
+    }
+    return false;
+}
+
 int lq_delivery_ack_behind(lq_delivery *h) {
     lq__error_clear();
     LQ__CHECK_ARG(h, "delivery is NULL");
     LIVE(h);
     if (!d) return stale();
     if (d->behind) return gone_behind(d);
-    lq_subscription *s = d->sub;
     pthread_mutex_lock(&d->mu);
     bool settled = d->settled || d->in_set;
     if (!settled) atomic_store(&d->run_ended, true); /* its ack is asked for: the run is over */
     pthread_mutex_unlock(&d->mu);
-    if (!settled && s->mode == LQ__MODE_PULL && lq__acker_wanted(s)) {
-        atomic_fetch_add(&d->refs, 1); /* the acker's, let go when its ack is done */
-        d->behind = true;
-        if (lq__acker_take(&s->acker, d, true)) return LQ_OK;
-        d->behind = false; /* stopped: acked here */
-        lq__delivery_unref(d);
-    }
+    if (!settled && ack_behind(&d, 1)) return LQ_OK;
     return lq__settle(d, LQ__ACK, 0);
 }
 
@@ -356,35 +366,49 @@ void lq_delivery_handled(lq_delivery *h) {
     lq__subscription_settling(d->sub, &d, 1);
 }
 
-int lq_deliveries_ack(int *statuses, lq_delivery *const *handles, size_t count) {
-    lq__error_clear();
-    LQ__CHECK_ARG(handles || count == 0, "deliveries is NULL");
-    lq_delivery **dvs = count ? malloc(count * sizeof *dvs) : NULL;
-    if (count && !dvs) return lq__error(LQ_NOMEM, "out of memory");
-    int rc = LQ_OK;
-    for (size_t i = 0; rc == LQ_OK && i < count; i++) {
-        if (!handles[i]) {
-            rc = lq__error(LQ_MISUSE, "%s: a delivery is NULL", __func__);
-            break;
-        }
-        if (!(dvs[i] = lq__delivery_of(handles[i]))) {
-            rc = stale();
-            break;
-        }
-        if (dvs[i]->sub != dvs[0]->sub) {
-            rc = lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
-            break;
-        }
+/* The deliveries of `count` handles into dvs: LQ_MISUSE, naming why, when
+ * one is NULL, stale or settled, or they are of several subscriptions. */
+static int unsettled_set(lq_delivery **dvs, lq_delivery *const *handles, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        if (!handles[i]) return lq__error(LQ_MISUSE, "a delivery is NULL; none was acked");
+        if (!(dvs[i] = lq__delivery_of(handles[i]))) return stale();
+        if (dvs[i]->sub != dvs[0]->sub)
+            return lq__error(LQ_MISUSE, "deliveries of several subscriptions; none was acked");
         pthread_mutex_lock(&dvs[i]->mu);
         bool settled = dvs[i]->behind || dvs[i]->settled || dvs[i]->in_set;
         pthread_mutex_unlock(&dvs[i]->mu);
         if (settled)
-            rc = lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
-                           (long long)dvs[i]->id);
+            return lq__error(LQ_MISUSE, "row %lld is already settled; none was acked",
+                             (long long)dvs[i]->id);
     }
-    if (rc == LQ_OK) rc = lq__settle_acks(statuses, dvs, count, false);
+    return LQ_OK;
+}
+
+/* lq_deliveries_ack, and with `behind` lq_deliveries_ack_behind. */
+static int ack_set(int *statuses, lq_delivery *const *handles, size_t count, bool behind) {
+    lq__error_clear();
+    LQ__CHECK_ARG(handles || count == 0, "deliveries is NULL");
+    if (count == 0) return LQ_OK;
+    lq_delivery **dvs = calloc(count, sizeof *dvs);
+    if (!dvs) return lq__error(LQ_NOMEM, "out of memory");
+    int rc = unsettled_set(dvs, handles, count);
+    if (rc == LQ_OK && behind) /* their acks are asked for: the runs are over */
+        for (size_t i = 0; i < count; i++) lq__delivery_end_run(dvs[i]);
+    if (rc == LQ_OK && behind && ack_behind(dvs, count)) {
+        for (size_t i = 0; statuses && i < count; i++) statuses[i] = LQ_OK;
+    } else if (rc == LQ_OK) {
+        rc = lq__settle_acks(statuses, dvs, count, false);
+    }
     free(dvs);
     return rc;
+}
+
+int lq_deliveries_ack(int *statuses, lq_delivery *const *handles, size_t count) {
+    return ack_set(statuses, handles, count, false);
+}
+
+int lq_deliveries_ack_behind(int *statuses, lq_delivery *const *handles, size_t count) {
+    return ack_set(statuses, handles, count, true);
 }
 
 int lq__delivery_begin(lq_delivery *d) {

@@ -12,7 +12,11 @@ int lq__flow_free(const lq__flow *f, int in_work, int waiting) {
 
 bool lq__flow_may_start(const lq__flow *f, int in_work, int waiting, int held, int spare) {
     int most = f->probing || f->one_claim ? 1 : f->workers;
-    if (f->running >= most || lq__flow_free(f, in_work, waiting) == 0) return false;
+    int free_rows = lq__flow_free(f, in_work, waiting);
+    if (f->running >= most || free_rows == 0) return false;
+    /* A claim only ahead (a row waits for every worker) waits for half the
+     * look-ahead's room, rather than a claim of a few rows at every take. */
+    if (waiting >= f->workers && free_rows < f->ahead / 2) return false;
     /* What the subscription holds: a connection per claim in flight, and
      * those its deliveries keep (a row lock's transaction, an advisory
      * key's session, a transactional delivery's transaction). */

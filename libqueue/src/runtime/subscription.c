@@ -1245,7 +1245,7 @@ static void settle_unsettled(lq_delivery *d, int status) {
  * goes to the acker where it runs (the acker lets go). */
 static void finish_delivery(lq_delivery *d, int status) {
     lq__delivery_end_run(d);
-    if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, d, false)) return;
+    if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, &d, 1, false)) return;
     settle_unsettled(d, status);
     lq__delivery_unref(d);
 }
@@ -1525,6 +1525,40 @@ int lq_subscription_try_next(lq_delivery **out, lq_subscription *s) {
     }
     pthread_mutex_unlock(&s->mu);
     return hand_out(out, s, rc);
+}
+
+int lq_subscription_try_next_batch(lq_delivery **out, size_t capacity, size_t *count_out,
+                                   lq_subscription *s) {
+    lq__error_clear();
+    LQ__CHECK_ARG(count_out, "count_out is NULL");
+    *count_out = 0;
+    LQ__CHECK_ARG(out && s && capacity > 0, "an argument is NULL or zero");
+    pthread_mutex_lock(&s->mu);
+    int rc = start_locked(s, LQ__MODE_PULL);
+    size_t n = 0;
+    if (rc == LQ_OK && s->stopping) {
+        rc = lq__error(LQ_CLOSED, "the subscription is stopped");
+    } else if (rc == LQ_OK && !(n = take_many(s, out, capacity))) {
+        lq__flow_waited(&s->flow); /* a taker found none: claims look ahead */
+        rc = lq__error(LQ_TIMEOUT, "no delivery ready now");
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* In transactional mode each opens its transaction; past the first that
+     * cannot, the rest go back to the queue unspent, and the ones before it
+     * are the caller's (its error only when it was the first). */
+    size_t given = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (given < i) {
+            lq_delivery_free(out[i]);
+            out[i] = NULL;
+            continue;
+        }
+        int taken = hand_out(&out[i], s, LQ_OK);
+        if (taken == LQ_OK) given++;
+        else if (i == 0) rc = taken;
+    }
+    *count_out = given;
+    return rc;
 }
 
 int lq_subscription_fd(int *fd_out, lq_subscription *s) {
