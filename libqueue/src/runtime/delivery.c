@@ -325,11 +325,13 @@ int lq_delivery_dead_letter(lq_delivery *h) {
 }
 
 /* Queues the acks of unsettled deliveries of one subscription for its
- * acker; false where they do not go behind (the caller acks them). */
+ * acker; false where they do not go behind (the caller acks them, which
+ * ends their runs as well). */
 static bool ack_behind(lq_delivery *const *dvs, size_t n) {
     lq_subscription *s = dvs[0]->sub;
     if (s->mode != LQ__MODE_PULL || !lq__acker_wanted(s)) return false;
     for (size_t i = 0; i < n; i++) {
+        lq__delivery_end_run(dvs[i]); /* their acks are asked for: the runs are over */
         atomic_fetch_add(&dvs[i]->refs, 1); /* the acker's, let go when its ack is done */
         dvs[i]->behind = true;
     }
@@ -349,7 +351,6 @@ int lq_delivery_ack_behind(lq_delivery *h) {
     if (d->behind) return gone_behind(d);
     pthread_mutex_lock(&d->mu);
     bool settled = d->settled || d->in_set;
-    if (!settled) atomic_store(&d->run_ended, true); /* its ack is asked for: the run is over */
     pthread_mutex_unlock(&d->mu);
     if (!settled && ack_behind(&d, 1)) return LQ_OK;
     return lq__settle(d, LQ__ACK, 0);
@@ -392,8 +393,6 @@ static int ack_set(int *statuses, lq_delivery *const *handles, size_t count, boo
     lq_delivery **dvs = calloc(count, sizeof *dvs);
     if (!dvs) return lq__error(LQ_NOMEM, "out of memory");
     int rc = unsettled_set(dvs, handles, count);
-    if (rc == LQ_OK && behind) /* their acks are asked for: the runs are over */
-        for (size_t i = 0; i < count; i++) lq__delivery_end_run(dvs[i]);
     if (rc == LQ_OK && behind && ack_behind(dvs, count)) {
         for (size_t i = 0; statuses && i < count; i++) statuses[i] = LQ_OK;
     } else if (rc == LQ_OK) {
