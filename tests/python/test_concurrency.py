@@ -133,11 +133,10 @@ def test_concurrency_holds_across_processes_by_slot_keys(db, form, tmp_path) -> 
     concurrency_across_processes(db, form, tmp_path)
 
 
-@pytest.mark.dialect("postgresql")
 @pytest.mark.forms("row_lock")
 def test_concurrency_holds_across_processes_by_slot_locks(db, form, tmp_path) -> None:
     """The row lock form: each row in work holds a slot lock of its claim's
-    transaction."""
+    transaction (MySQL: a GET_LOCK given back when the transaction ends)."""
     concurrency_across_processes(db, form, tmp_path)
 
 
@@ -196,13 +195,27 @@ def test_bad_limits_are_refused(db, broker, options: Dict[str, int], message: st
     assert db.count("jobs") == 0
 
 
-@pytest.mark.dialect("mysql")
 @pytest.mark.forms("row_lock")
-def test_concurrency_in_the_row_lock_form_without_slot_locks_is_refused(db, broker, form):
+def test_a_row_lock_claim_that_finds_nothing_gives_its_slot_back(db, form) -> None:
+    """concurrency=1: claims of an empty queue take the slot and find no row;
+    each gives it back (the broker's idle connections hold none), and a
+    delivery holds it until it settles."""
     table = make_table(form)
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="takes a slot lock per row, which mysql has not"):
-        broker.subscribe(table, concurrency=2)
+    options = dict(concurrency=1, workers=1, poll_interval_ms=POLL_MS)
+    with libqueue.Broker(db.url) as first, libqueue.Broker(db.url) as second:
+        with first.subscribe(table, **options) as idle:
+            for _ in range(3):
+                assert idle.next(0.2) is None
+        second.publish_many(table, [b"a", b"b"])
+        with second.subscribe(table, **options) as busy:
+            got = busy.next(10)
+            assert got is not None, "a claim that found nothing kept its slot"
+            with first.subscribe(table, **options) as other:
+                assert other.next(0.5) is None, "a row was claimed past concurrency=1"
+                got.ack()
+                busy.close()  # what it took after the ack goes back, with its slot
+                assert other.next(10) is not None, "the settled row's slot did not come back"
 
 
 @pytest.mark.forms("advisory")
@@ -460,11 +473,11 @@ def two_per_key(db: Any, broker: libqueue.Broker, form: str) -> None:
 @pytest.mark.forms("row_lock")
 @pytest.mark.dialect("mysql")
 def test_partition_concurrency_in_the_row_lock_form_is_refused_on_mysql(db, broker, form) -> None:
-    """MySQL's locks outlive the transaction a row lock delivery commits."""
+    """MySQL's claim cannot take a key's slot as it reaches each row."""
     table = make_table(form, partition_key="account")
     db.create_table(table)
     with pytest.raises(libqueue.Misuse, match="partition_concurrency in the row lock form takes a "
-                                              "slot lock per key, which mysql has not"):
+                                              "key's slot as the claim reaches each row"):
         broker.subscribe(table, partition_concurrency=2)
 
 
@@ -647,7 +660,6 @@ def test_a_killed_process_gives_its_slot_back_when_its_lease_runs_out(db, form, 
     killed_slot_comes_back(db, form, tmp_path)
 
 
-@pytest.mark.dialect("postgresql")
 @pytest.mark.forms("row_lock")
 def test_a_killed_process_gives_its_slot_lock_back_at_once(db, form, tmp_path) -> None:
     killed_slot_comes_back(db, form, tmp_path)

@@ -93,6 +93,11 @@ struct lq__conn {
     unsigned long max_packet; /* the session's max_allowed_packet; 0: unknown (borrowed) */
     bool galera;              /* check_server found a Galera node (wsrep on, a provider) */
     lq__stmt_cache cache; /* MYSQL_STMT handles */
+    /* The row lock form's concurrency slots this session holds (slot i of
+     * queue slot_queue): given back when its transaction ends. */
+    uint64_t slot_queue;
+    int *slots;
+    int slots_held, slots_cap;
 };
 
 static bool is_connection_error(unsigned err) {
@@ -572,6 +577,7 @@ static void my_disconnect(lq__conn *c) {
     ensure_thread();
     free_cache(c);
     if (!c->borrowed && c->my) mysql_close(c->my);
+    free(c->slots);
     free(c);
 }
 
@@ -779,11 +785,11 @@ static int my_connect(lq__conn **out, const lq__broker_target *t, const lq_optio
     return LQ_OK;
 }
 
-/* Back to the pool only alive and out of any transaction (a handler's
- * statement may have opened one). */
+/* Back to the pool only alive, out of any transaction (a handler's
+ * statement may have opened one) and holding no slot. */
 static bool my_reusable(lq__conn *c) {
     unsigned int status = 0;
-    if (c->lost || ensure_thread() != LQ_OK) return false;
+    if (c->lost || c->slots_held || ensure_thread() != LQ_OK) return false;
     if (mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
     return !(status & SERVER_STATUS_IN_TRANS);
 }
@@ -1442,11 +1448,17 @@ static int my_begin(lq__conn *c, int isolation) {
     return run_plain(c, "START TRANSACTION");
 }
 
+static void give_back_slots(lq__conn *c);
+
 static int my_commit(lq__conn *c) {
     int rc = ensure_thread();
-    return rc == LQ_OK ? run_plain(c, "COMMIT") : rc;
+    if (rc == LQ_OK) rc = run_plain(c, "COMMIT");
+    give_back_slots(c);
+    return rc;
 }
 
+/* The chained transaction keeps the slots: the claim that follows in it
+ * counts them as its own (my_take_slots). */
 static int my_commit_chain(bool *chained, lq__conn *c) {
     unsigned int status = 0;
     *chained = false;
@@ -1454,6 +1466,7 @@ static int my_commit_chain(bool *chained, lq__conn *c) {
     if (rc == LQ_OK) rc = run_plain(c, "COMMIT AND CHAIN");
     if (rc == LQ_OK && mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) == 0)
         *chained = status & SERVER_STATUS_IN_TRANS;
+    if (!*chained) give_back_slots(c);
     return rc;
 }
 
@@ -1466,7 +1479,9 @@ static int my_rollback(lq__conn *c) {
     if (rc != LQ_OK) return rc;
     /* Also after a deadlock (1213), which rolled back the transaction
      * already: ROLLBACK is then harmless. */
-    return run_plain(c, "ROLLBACK");
+    rc = run_plain(c, "ROLLBACK");
+    give_back_slots(c);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1527,6 +1542,62 @@ static bool my_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
                  "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, 1), 0)",
                  key);
     return rc == LQ_OK && answer == 1;
+}
+
+/* Queue-wide concurrency in the row lock form. MySQL has no lock that ends
+ * with the transaction, so a slot is a GET_LOCK name, the advisory form's
+ * "lq-slot-<hash of the queue>-<i>", which the session notes and gives back
+ * once the transaction has ended. Between the two it is held a moment longer
+ * than the row: the queue runs below its limit then, never above. A session
+ * that dies lets its slots go at once. */
+static void slot_name(char out[NAME_LIMIT + 1], uint64_t queue, int slot) {
+    snprintf(out, NAME_LIMIT + 1, "lq-slot-%016llx-%d", (unsigned long long)queue, slot);
+}
+
+static bool holds_slot(const lq__conn *c, int slot) {
+    for (int i = 0; i < c->slots_held; i++)
+        if (c->slots[i] == slot) return true;
+    return false;
+}
+
+/* A slot whose release is not confirmed leaves the session to be closed (its
+ * end frees the name): the connection is never lent again. */
+static void give_back_slots(lq__conn *c) {
+    for (int i = 0; i < c->slots_held && !c->lost; i++) {
+        char name[NAME_LIMIT + 1];
+        slot_name(name, c->slot_queue, c->slots[i]);
+        if (!my_unlock_key(c, NULL, name)) c->lost = true;
+    }
+    c->slots_held = 0;
+}
+
+/* Slots held already (a chained transaction's) count first; the others are
+ * tried from a random one, so claims beside each other seldom meet. */
+static int my_take_slots(int *taken, lq__conn *c, const char *key, int limit, int want) {
+    uint64_t queue = lq__fnv1a_str(key);
+    *taken = 0;
+    if (c->slots_held && c->slot_queue != queue) give_back_slots(c);
+    if (c->slots_cap < want) {
+        int *grown = realloc(c->slots, (size_t)want * sizeof *grown);
+        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
+        c->slots = grown;
+        c->slots_cap = want;
+    }
+    c->slot_queue = queue;
+    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)c;
+    int first = rand_r(&seed) % limit;
+    for (int i = 0; i < limit && c->slots_held < want; i++) {
+        int slot = (first + i) % limit;
+        if (holds_slot(c, slot)) continue;
+        char name[NAME_LIMIT + 1];
+        slot_name(name, queue, slot);
+        bool got;
+        int rc = my_try_lock_key(&got, c, NULL, name);
+        if (rc != LQ_OK) return rc;
+        if (got) c->slots[c->slots_held++] = slot;
+    }
+    *taken = c->slots_held < want ? c->slots_held : want;
+    return LQ_OK;
 }
 
 /* A queue-wide limit's lock: a GET_LOCK name of its own, waiting as long as
@@ -1683,6 +1754,7 @@ const lq__dialect lq__mysql_dialect = {
     .now_ms_sql = my_now_ms_sql,
     .lock_queue = my_lock_queue,
     .unlock_queue = my_unlock_queue,
+    .take_slots = my_take_slots,
     .advisory_key = my_advisory_key,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,

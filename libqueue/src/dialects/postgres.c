@@ -1141,6 +1141,7 @@ const lq__dialect lq__postgres_dialect = {
     .exec_commit = pg_exec_commit,
 #endif
     .take_slots = pg_take_slots,
+    .row_lock_key_slots = true,
     .advisory_key = pg_advisory_key,
     .try_lock_key = pg_try_lock_key,
     .unlock_key = pg_unlock_key,

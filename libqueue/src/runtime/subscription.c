@@ -196,9 +196,10 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
                          label, s->broker->dialect->name);
-    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK && !s->broker->dialect->take_slots)
+    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK && !s->broker->dialect->row_lock_key_slots)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency in the row lock form takes a "
-                                    "slot lock per key, which %s has not; use the lease form",
+                                    "key's slot as the claim reaches each row, which %s's claim "
+                                    "cannot; use the lease form",
                          label, s->broker->dialect->name);
     if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK && s->batch)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency in the row lock form counts "
@@ -499,7 +500,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         /* Written into the claim's statements (the row lock form refuses a
          * partition_rate_limit, and takes key slots where it has them). */
         bool row_lock = lq_table_form(s->table) == LQ_FORM_ROW_LOCK;
-        bool key_slots = !row_lock || b->dialect->take_slots;
+        bool key_slots = !row_lock || b->dialect->row_lock_key_slots;
         s->table->partition_limit = key_slots ? s->partition_concurrency : 0;
         s->table->key_rate_limit = row_lock ? 0 : s->key_rate_limit;
         s->table->key_rate_period_ms = s->key_rate_period_ms;

@@ -256,10 +256,14 @@ typedef struct lq__dialect {
     /* Queue-wide concurrency where a row in work is a lock (the row lock
      * form): takes up to `want` of the `limit` slots of the queue named `key`
      * for the transaction open on conn, without waiting; *taken is how many.
-     * A slot is a lock the transaction holds until it ends, so a session
-     * that dies frees its slots at once. NULL where the database has no
-     * locks that end with the transaction. */
+     * A slot is held until the transaction ends (a lock that ends with it,
+     * or one given back after it), and a session that dies frees its slots
+     * at once. NULL where the database has no such lock. */
     int (*take_slots)(int *taken, lq__conn *conn, const char *key, int limit, int want);
+    /* partition_concurrency in the row lock form: the claim build_claims
+     * renders for a table with partition_limit set takes the key's slots
+     * itself, as it reaches each row. */
+    bool row_lock_key_slots;
     /* The advisory key of the row as the claim's candidates render it, as an
      * SQL expression over the columns of b->table. */
     void (*advisory_key)(lq__sql *b);
