@@ -376,7 +376,7 @@ def each_key_alone(db: Any, form: str, tmp_path: Any) -> None:
     assert most > 1, "the keys never ran side by side"
 
 
-@pytest.mark.forms("lease", "advisory")
+@pytest.mark.forms("lease", "advisory", "row_lock")
 @pytest.mark.across_processes
 def test_partition_rate_limit_holds_per_key_across_processes(db, form, tmp_path) -> None:
     """partition_rate_limit=5 per 1000 ms, 3 keys of 20 rows, 2 processes x 4
@@ -568,15 +568,15 @@ def test_bad_partition_rate_limits_are_refused(db, broker, options: Dict[str, in
 
 
 @pytest.mark.forms("row_lock")
-def test_partition_rate_limit_in_the_row_lock_form_is_refused(db, broker, form) -> None:
+def test_partition_rate_limit_of_a_row_lock_batch_is_refused(db, broker, form) -> None:
     table = make_table(form, partition_key="account")
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="partition_rate_limit counts the claims of the lease "
-                                              "and advisory forms"):
-        broker.subscribe(table, partition_rate_limit=5)
+    with pytest.raises(libqueue.Misuse, match="partition_rate_limit in the row lock form gives "
+                                              "back a row past its key's window"):
+        broker.subscribe(table, partition_rate_limit=5, batch=4)
 
 
-@pytest.mark.forms("lease", "advisory")
+@pytest.mark.forms("lease", "advisory", "row_lock")
 def test_partition_rate_limit_in_one_process(db, broker, form) -> None:
     """partition_rate_limit=3 per minute, 2 keys of 5 rows and 2 rows without
     a key, 4 workers: 3 of each key and the keyless rows run, the rest wait

@@ -334,6 +334,13 @@ LQ__HIDDEN int lq__trim_keys(lq__claimed *out, lq_subscription *s, lq__conn *con
 LQ__HIDDEN int lq__limit_key_rates(lq__claimed *out, lq_subscription *s, lq__conn *conn,
                                    const lq__value *claim_args, lq__give_back_fn give_back,
                                    void *ctx);
+/* lq__limit_key_rates in a transaction of its own on conn, under the
+ * queue's lock, for a claim whose rows are held elsewhere (the advisory
+ * form's keys, the row lock form's transactions). On a failure no start was
+ * recorded. *broken when the queue's lock was not given back. */
+LQ__HIDDEN int lq__key_rates_counted(lq__claimed *out, bool *broken, lq_subscription *s,
+                                     lq__conn *conn, const lq__value *args,
+                                     lq__give_back_fn give_back, void *ctx);
 
 /* A rate limit's window (forms/starts.c): its starts, the oldest, and the
  * database's clock now, as its `starts` statements read them. */

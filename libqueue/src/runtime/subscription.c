@@ -206,9 +206,11 @@ static int check_limits(lq_subscription *s, const char *label) {
                                     "a key's slots per transaction, and a batch's rows share one; "
                                     "use the lease form for batches",
                          label);
-    if (s->key_rate_limit && s->form == LQ_FORM_ROW_LOCK)
-        return lq__error(LQ_MISUSE, "table %s: partition_rate_limit counts the claims of the "
-                                    "lease and advisory forms; this table's form is row lock",
+    if (s->key_rate_limit && s->form == LQ_FORM_ROW_LOCK && s->batch)
+        return lq__error(LQ_MISUSE, "table %s: partition_rate_limit in the row lock form gives "
+                                    "back a row past its key's window by rolling back its "
+                                    "transaction, which a batch's rows share; use the lease form "
+                                    "for batches",
                          label);
     if (s->key_rate_limit && !lq__has(s->table, LQ_ROLE_PARTITION_KEY))
         return lq__error(LQ_MISUSE, "table %s: partition_rate_limit needs a partition_key column",
@@ -497,12 +499,12 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) {
         s->table->max_payload = lq__opt_int(o, LQ_OPT_MAX_PAYLOAD_BYTES);
         s->table->max_headers = lq__opt_int(o, LQ_OPT_MAX_HEADERS_BYTES);
-        /* Written into the claim's statements (the row lock form refuses a
-         * partition_rate_limit, and takes key slots where it has them). */
+        /* Written into the claim's statements (the row lock form takes key
+         * slots where it has them). */
         bool row_lock = lq_table_form(s->table) == LQ_FORM_ROW_LOCK;
         bool key_slots = !row_lock || b->dialect->row_lock_key_slots;
         s->table->partition_limit = key_slots ? s->partition_concurrency : 0;
-        s->table->key_rate_limit = row_lock ? 0 : s->key_rate_limit;
+        s->table->key_rate_limit = s->key_rate_limit;
         s->table->key_rate_period_ms = s->key_rate_period_ms;
     }
     if (rc == LQ_OK && lq__opt_str(o, LQ_OPT_GROUP) &&

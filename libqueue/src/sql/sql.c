@@ -157,8 +157,11 @@ void lq__sql_claim_where(lq__sql *b, bool lease_free) {
         and = " AND ";
     }
     if (lease_free && t->partition_limit) partition_has_room(b);
-    if (lease_free && t->key_rate_limit) key_rate_has_room(b);
     if (!*and) lq__sql_add(b, "1 = 1");
+    /* The row lock form's claim passes over keys at their window as the
+     * lease form's does (the advisory form's candidates filter them). */
+    bool row_lock = lq_table_form(t) == LQ_FORM_ROW_LOCK;
+    if ((lease_free || row_lock) && t->key_rate_limit) key_rate_has_room(b);
 }
 
 void lq__sql_from_claimable(lq__sql *b, bool lease_free) {

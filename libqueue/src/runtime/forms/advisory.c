@@ -281,24 +281,13 @@ static int pass_over(lq_subscription *s, lq__conn *conn, lq_delivery *d, void *c
     return LQ_OK;
 }
 
-/* partition_rate_limit, once the claim has its rows (forms/key_limits.c),
- * in a transaction of its own under the queue's lock. If it fails, no start
- * was recorded and no row may run: all are passed over. *broken when the
- * queue's lock was not given back. */
+/* partition_rate_limit, once the claim has its rows (forms/key_limits.c).
+ * If it fails, no start was recorded and no row may run: all are passed
+ * over. *broken when the queue's lock was not given back. */
 static int limit_key_rates(lq__claimed *out, bool *broken, lq_subscription *s, lq__conn *conn,
                            const lq__value *args) {
-    const lq__dialect *d = s->broker->dialect;
     lq__claimed back = {0};
-    int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
-    bool locked = false;
-    if (rc == LQ_OK && d->lock_queue) {
-        rc = d->lock_queue(conn, s->limit_key);
-        locked = rc == LQ_OK;
-    }
-    if (rc == LQ_OK) rc = lq__limit_key_rates(out, s, conn, args, pass_over, &back);
-    if (rc == LQ_OK) rc = d->commit(conn);
-    if (rc != LQ_OK) d->rollback(conn);
-    if (locked && d->unlock_queue && !d->unlock_queue(conn, s->limit_key)) *broken = true;
+    int rc = lq__key_rates_counted(out, broken, s, conn, args, pass_over, &back);
     for (lq_delivery *dv = back.head, *next; dv; dv = next) {
         next = dv->queue_next;
         lq__claimed_add(out, dv);

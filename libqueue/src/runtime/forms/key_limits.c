@@ -83,3 +83,19 @@ int lq__limit_key_rates(lq__claimed *out, lq_subscription *s, lq__conn *conn,
     }
     return rc;
 }
+
+int lq__key_rates_counted(lq__claimed *out, bool *broken, lq_subscription *s, lq__conn *conn,
+                          const lq__value *args, lq__give_back_fn give_back, void *ctx) {
+    const lq__dialect *d = s->broker->dialect;
+    int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
+    bool locked = false;
+    if (rc == LQ_OK && d->lock_queue) {
+        rc = d->lock_queue(conn, s->limit_key);
+        locked = rc == LQ_OK;
+    }
+    if (rc == LQ_OK) rc = lq__limit_key_rates(out, s, conn, args, give_back, ctx);
+    if (rc == LQ_OK) rc = d->commit(conn);
+    if (rc != LQ_OK) d->rollback(conn);
+    if (locked && d->unlock_queue && !d->unlock_queue(conn, s->limit_key)) *broken = true;
+    return rc;
+}

@@ -46,6 +46,33 @@ static int take_slots(lq__value *args, lq_subscription *s, lq__conn *conn) {
     return LQ_OK;
 }
 
+/* partition_rate_limit: the claim passed over the keys at their window as
+ * it read, but may race another claim to a key's last start. Its own
+ * transaction lasts the run, where a start would count for no one else, so
+ * the start is recorded on a second connection, in a transaction of its own
+ * under the queue's lock (forms/key_limits.c), before the row is handed
+ * out. A row past its key's window, or whose start could not be recorded,
+ * does not run: the caller rolls its transaction back. */
+static int drop(lq_subscription *s, lq__conn *conn, lq_delivery *d, void *ctx) {
+    (void)s;
+    (void)conn;
+    (void)ctx;
+    lq_delivery_free(d);
+    return LQ_OK;
+}
+
+static int record_key_start(lq__claimed *out, lq_subscription *s, const lq__value *args) {
+    lq__conn *conn;
+    bool broken = false;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc == LQ_OK) {
+        rc = lq__key_rates_counted(out, &broken, s, conn, args, drop, NULL);
+        lq__pool_release(&s->broker->pool, conn, broken || rc == LQ_CONNECT);
+    }
+    if (rc != LQ_OK) lq__claimed_free(out);
+    return rc;
+}
+
 /* One row per claim, each settling in its own transaction; or a batch
  * subscription's batch, sharing one. */
 int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
@@ -59,6 +86,8 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = s->batch ? limit : 1};
+    if (s->starts_key) /* the claim passes over keys at partition_rate_limit */
+        args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->starts_key, .n = strlen(s->starts_key)};
     lq__claim_limits(s, args);
     claim_ctx ctx = {out, s};
     bool guarded = true, broken = false;
@@ -78,6 +107,7 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     if (rc == LQ_OK && args[LQ__P_LIMIT].i > 0) rc = lq__fifo_guard(&guarded, s, conn);
     if (rc == LQ_OK && guarded && args[LQ__P_LIMIT].i > 0)
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK && out->count > 0 && s->key_rate_limit) rc = record_key_start(out, s, args);
     if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
     if (rc == LQ_OK && out->count > 0) {
         /* A batch short of its reserved starts keeps them: a delete in its
