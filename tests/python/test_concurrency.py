@@ -348,7 +348,6 @@ def test_partition_concurrency_one_runs_each_key_alone(db, form, tmp_path) -> No
 
 
 @pytest.mark.forms("row_lock")
-@pytest.mark.dialect("postgresql")
 @pytest.mark.across_processes
 def test_partition_concurrency_one_runs_each_key_alone_on_key_slots(db, form, tmp_path) -> None:
     each_key_alone(db, form, tmp_path)
@@ -410,7 +409,14 @@ def test_partition_concurrency_two_per_key_in_one_process(db, broker, form) -> N
 
 
 @pytest.mark.forms("row_lock")
-@pytest.mark.dialect("postgresql")
+@pytest.mark.dialect("mysql")
+def test_partition_concurrency_two_per_key_on_key_slots_given_back_at_once(db, broker, form):
+    """MySQL's key slot is taken once the row is locked, so none is kept for
+    a row another transaction holds: keys interleaved reach 2 each."""
+    two_per_key(db, broker, form)
+
+
+@pytest.mark.forms("row_lock")
 def test_partition_concurrency_two_per_key_on_key_slots(db, broker, form) -> None:
     """partition_concurrency=2 on key slots, one key of 4 rows, three
     brokers pulling: exactly 2 in work at once (a claim that took a slot for
@@ -472,17 +478,17 @@ def two_per_key(db: Any, broker: libqueue.Broker, form: str) -> None:
 
 @pytest.mark.forms("row_lock")
 @pytest.mark.dialect("mysql")
-def test_partition_concurrency_in_the_row_lock_form_is_refused_on_mysql(db, broker, form) -> None:
-    """MySQL's claim cannot take a key's slot as it reaches each row."""
+def test_partition_concurrency_above_mysqls_row_lock_cap_is_refused(db, broker, form) -> None:
+    """MySQL's row lock claim names each of a key's slots in its filter."""
     table = make_table(form, partition_key="account")
     db.create_table(table)
-    with pytest.raises(libqueue.Misuse, match="partition_concurrency in the row lock form takes a "
-                                              "key's slot as the claim reaches each row"):
-        broker.subscribe(table, partition_concurrency=2)
+    with pytest.raises(libqueue.Misuse, match="partition_concurrency in the row lock form is at "
+                                              "most 16"):
+        broker.subscribe(table, partition_concurrency=17)
+    broker.subscribe(table, partition_concurrency=16).close()
 
 
 @pytest.mark.forms("row_lock")
-@pytest.mark.dialect("postgresql")
 def test_partition_concurrency_of_a_row_lock_batch_is_refused(db, broker, form) -> None:
     table = make_table(form, partition_key="account")
     db.create_table(table)
@@ -491,7 +497,6 @@ def test_partition_concurrency_of_a_row_lock_batch_is_refused(db, broker, form) 
 
 
 @pytest.mark.forms("row_lock")
-@pytest.mark.dialect("postgresql")
 def test_a_key_slot_is_held_until_the_transaction_ends(db, broker, form) -> None:
     """partition_concurrency=1 on key slots, across two brokers: while one
     holds a row of key a, the other gets the row of key b and not a's second;

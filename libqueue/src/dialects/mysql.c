@@ -93,12 +93,16 @@ struct lq__conn {
     unsigned long max_packet; /* the session's max_allowed_packet; 0: unknown (borrowed) */
     bool galera;              /* check_server found a Galera node (wsrep on, a provider) */
     lq__stmt_cache cache; /* MYSQL_STMT handles */
-    /* The row lock form's concurrency slots this session holds (slot i of
-     * queue slot_queue): given back when its transaction ends. */
-    uint64_t slot_queue;
-    int *slots;
+    /* The row lock form's slots this session holds (GET_LOCK names): given
+     * back when its transaction ends. */
+    struct held_slot *slots;
     int slots_held, slots_cap;
 };
+
+typedef struct held_slot {
+    char name[NAME_LIMIT + 1];
+    bool keyed; /* a partition key's slot, not the queue's */
+} held_slot;
 
 static bool is_connection_error(unsigned err) {
     switch (err) {
@@ -991,6 +995,74 @@ static int build_locking_claim(lq__sqlset *set, const lq_table *t, bool lease) {
     return lq__sql_finish(&b);
 }
 
+/* partition_concurrency in the row lock form: slot i of a row's key is the
+ * GET_LOCK name "lq-kslot-<hash of the table>-<MD5 of the key, 16 hex
+ * digits>-<i>", rendered by the server from the key's column, so the claim's
+ * filter and the try after it name the same locks. */
+static void key_slot_name(lq__sql *b, int slot) { /* below 0: the slot is LQ__P_LIMIT */
+    char label[512];
+    lq__table_label(b->table, label, sizeof label);
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "'lq-kslot-%016llx-'", (unsigned long long)lq__fnv1a_str(label));
+    lq__sql_add(b, "CONCAT(");
+    lq__sql_add(b, prefix);
+    lq__sql_add(b, ", LEFT(MD5(");
+    lq__sql_col(b, LQ_ROLE_PARTITION_KEY);
+    lq__sql_add(b, "), 16), '-', ");
+    if (slot < 0) {
+        lq__sql_param(b, LQ__P_LIMIT);
+    } else {
+        char text[16];
+        snprintf(text, sizeof text, "%d", slot);
+        lq__sql_add(b, text);
+    }
+    lq__sql_add(b, ")");
+}
+
+/* The row lock claim passes over rows whose key has every slot held (rows
+ * without a key are not limited); with its row locked, the claim takes one
+ * of them by key_slot. A name per slot in the filter: the limit is kept
+ * small here. */
+enum { KEY_SLOTS_MAX = 16 };
+
+static int build_key_slot_claim(lq__sqlset *set, const lq_table *t) {
+    if (t->partition_limit > KEY_SLOTS_MAX)
+        return lq__error(LQ_MISUSE, "mysql: partition_concurrency in the row lock form is at most "
+                                    "%d (its claim names each slot); use the lease form for more",
+                         KEY_SLOTS_MAX);
+    lq__sql b;
+    lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT ");
+    lq__sql_row_columns(&b, NULL);
+    lq__sql_from_claimable(&b, false);
+    if (t->fifo) lq__sql_fifo_head(&b, false);
+    lq__sql_add(&b, " AND (");
+    lq__sql_col(&b, LQ_ROLE_PARTITION_KEY);
+    lq__sql_add(&b, " IS NULL");
+    for (int i = 0; i < t->partition_limit; i++) {
+        lq__sql_add(&b, " OR IS_USED_LOCK(");
+        key_slot_name(&b, i);
+        lq__sql_add(&b, ") IS NULL");
+    }
+    lq__sql_add(&b, ")");
+    lq__sql_claim_limit(&b);
+    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED");
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+    lq__sql_start(&b, &set->key_slot, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT `lq_n`, IF(IS_USED_LOCK(`lq_n`) IS NULL, "
+                    "CAST(COALESCE(GET_LOCK(`lq_n`, 0), 0) AS SIGNED), 0) FROM (SELECT ");
+    key_slot_name(&b, -1);
+    lq__sql_add(&b, " AS `lq_n` FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ");
+    lq__sql_param(&b, LQ__P_ID);
+    lq__sql_add(&b, ") AS `lq_k`");
+    return lq__sql_finish(&b);
+}
+
 /* Advisory: candidates whose lock names no session holds; then, on the
  * connection that took the name, a take that counts the attempt and a read
  * of the row as it was (an UPDATE returns no rows here). */
@@ -1064,7 +1136,7 @@ static int my_build_claims(lq__sqlset *set, const lq_table *t) {
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_locking_claim(set, t, true);
     case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
-    default: return build_locking_claim(set, t, false);
+    default: return t->partition_limit ? build_key_slot_claim(set, t) : build_locking_claim(set, t, false);
     }
 }
 
@@ -1448,6 +1520,7 @@ static int my_begin(lq__conn *c, int isolation) {
     return run_plain(c, "START TRANSACTION");
 }
 
+static void give_back(lq__conn *c, bool keyed_only);
 static void give_back_slots(lq__conn *c);
 
 static int my_commit(lq__conn *c) {
@@ -1457,8 +1530,9 @@ static int my_commit(lq__conn *c) {
     return rc;
 }
 
-/* The chained transaction keeps the slots: the claim that follows in it
- * counts them as its own (my_take_slots). */
+/* The chained transaction keeps the queue's slots: the claim that follows
+ * in it counts them as its own (my_take_slots). A key's slot goes back, as
+ * the next row may be of another key. */
 static int my_commit_chain(bool *chained, lq__conn *c) {
     unsigned int status = 0;
     *chained = false;
@@ -1466,7 +1540,7 @@ static int my_commit_chain(bool *chained, lq__conn *c) {
     if (rc == LQ_OK) rc = run_plain(c, "COMMIT AND CHAIN");
     if (rc == LQ_OK && mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) == 0)
         *chained = status & SERVER_STATUS_IN_TRANS;
-    if (!*chained) give_back_slots(c);
+    give_back(c, *chained);
     return rc;
 }
 
@@ -1544,59 +1618,111 @@ static bool my_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     return rc == LQ_OK && answer == 1;
 }
 
-/* Queue-wide concurrency in the row lock form. MySQL has no lock that ends
- * with the transaction, so a slot is a GET_LOCK name, the advisory form's
- * "lq-slot-<hash of the queue>-<i>", which the session notes and gives back
- * once the transaction has ended. Between the two it is held a moment longer
- * than the row: the queue runs below its limit then, never above. A session
- * that dies lets its slots go at once. */
+/* The row lock form's slots. MySQL has no lock that ends with the
+ * transaction, so a slot is a GET_LOCK name which the session notes and
+ * gives back once the transaction has ended. Between the two it is held a
+ * moment longer than the row: the queue (or the key) runs below its limit
+ * then, never above. A session that dies lets its slots go at once. */
+static bool holds_slot(const lq__conn *c, const char *name) {
+    for (int i = 0; i < c->slots_held; i++)
+        if (strcmp(c->slots[i].name, name) == 0) return true;
+    return false;
+}
+
+static int note_slot(lq__conn *c, const char *name, bool keyed) {
+    void *slots = c->slots;
+    int rc = lq__room_for_one(&slots, &c->slots_cap, c->slots_held, sizeof *c->slots, 4);
+    c->slots = slots;
+    if (rc != LQ_OK) return rc;
+    held_slot *h = &c->slots[c->slots_held++];
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->keyed = keyed;
+    return LQ_OK;
+}
+
+/* The slots held (all, or the keys' only), each given back; a release not
+ * confirmed leaves the session to be closed (its end frees the name): the
+ * connection is never lent again. */
+static void give_back(lq__conn *c, bool keyed_only) {
+    int kept = 0;
+    for (int i = 0; i < c->slots_held; i++) {
+        if (keyed_only && !c->slots[i].keyed) c->slots[kept++] = c->slots[i];
+        else if (!c->lost && !my_unlock_key(c, NULL, c->slots[i].name)) c->lost = true;
+    }
+    c->slots_held = kept;
+}
+
+static void give_back_slots(lq__conn *c) { give_back(c, false); }
+
 static void slot_name(char out[NAME_LIMIT + 1], uint64_t queue, int slot) {
     snprintf(out, NAME_LIMIT + 1, "lq-slot-%016llx-%d", (unsigned long long)queue, slot);
 }
 
-static bool holds_slot(const lq__conn *c, int slot) {
-    for (int i = 0; i < c->slots_held; i++)
-        if (c->slots[i] == slot) return true;
-    return false;
+static int first_slot(const lq__conn *c, int limit) {
+    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)c;
+    return rand_r(&seed) % limit;
 }
 
-/* A slot whose release is not confirmed leaves the session to be closed (its
- * end frees the name): the connection is never lent again. */
-static void give_back_slots(lq__conn *c) {
-    for (int i = 0; i < c->slots_held && !c->lost; i++) {
-        char name[NAME_LIMIT + 1];
-        slot_name(name, c->slot_queue, c->slots[i]);
-        if (!my_unlock_key(c, NULL, name)) c->lost = true;
-    }
-    c->slots_held = 0;
-}
-
-/* Slots held already (a chained transaction's) count first; the others are
- * tried from a random one, so claims beside each other seldom meet. */
+/* Queue-wide concurrency: the advisory form's slot names,
+ * "lq-slot-<hash of the queue>-<i>". Those a chained transaction kept count
+ * first; the others are tried from a random one, so claims beside each other
+ * seldom meet. */
 static int my_take_slots(int *taken, lq__conn *c, const char *key, int limit, int want) {
     uint64_t queue = lq__fnv1a_str(key);
-    *taken = 0;
-    if (c->slots_held && c->slot_queue != queue) give_back_slots(c);
-    if (c->slots_cap < want) {
-        int *grown = realloc(c->slots, (size_t)want * sizeof *grown);
-        if (!grown) return lq__error(LQ_NOMEM, "out of memory");
-        c->slots = grown;
-        c->slots_cap = want;
-    }
-    c->slot_queue = queue;
-    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)c;
-    int first = rand_r(&seed) % limit;
-    for (int i = 0; i < limit && c->slots_held < want; i++) {
-        int slot = (first + i) % limit;
-        if (holds_slot(c, slot)) continue;
-        char name[NAME_LIMIT + 1];
+    char name[NAME_LIMIT + 1];
+    int held = 0;
+    for (int slot = 0; slot < limit; slot++) {
         slot_name(name, queue, slot);
+        held += holds_slot(c, name);
+    }
+    int first = first_slot(c, limit);
+    for (int i = 0; i < limit && held < want; i++) {
+        slot_name(name, queue, (first + i) % limit);
+        if (holds_slot(c, name)) continue;
         bool got;
         int rc = my_try_lock_key(&got, c, NULL, name);
+        if (rc == LQ_OK && got && (rc = note_slot(c, name, false)) != LQ_OK)
+            my_unlock_key(c, NULL, name);
         if (rc != LQ_OK) return rc;
-        if (got) c->slots[c->slots_held++] = slot;
+        held += got;
     }
-    *taken = c->slots_held < want ? c->slots_held : want;
+    *taken = held < want ? held : want;
+    return LQ_OK;
+}
+
+typedef struct key_slot_answer {
+    char name[NAME_LIMIT + 1];
+    bool taken;
+} key_slot_answer;
+
+static int on_key_slot(void *ctx, const lq__value *cols, int count) {
+    key_slot_answer *a = ctx;
+    if (count < 2 || cols[0].type != LQ__V_TEXT || cols[0].n > NAME_LIMIT)
+        return lq__error(LQ_BACKEND, "mysql: a key slot's try returned no name");
+    memcpy(a->name, cols[0].p, cols[0].n);
+    a->name[cols[0].n] = '\0';
+    a->taken = cols[1].type == LQ__V_INT && cols[1].i == 1;
+    return LQ_OK;
+}
+
+/* partition_concurrency: one of the `limit` slots of the key of row `id`
+ * (locked by this transaction), named by the server from the key's column
+ * as the claim's filter names them (sqlset.key_slot). */
+static int my_take_key_slot(bool *taken, lq__conn *c, const lq__stmt *try_slot, int64_t id,
+                            int limit) {
+    lq__value args[LQ__P_COUNT] = {0};
+    args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = id};
+    int first = first_slot(c, limit);
+    *taken = false;
+    for (int i = 0; i < limit && !*taken; i++) {
+        key_slot_answer a = {.taken = false};
+        args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = (first + i) % limit};
+        int rc = my_exec(NULL, c, try_slot, args, on_key_slot, &a);
+        if (rc == LQ_OK && a.taken && (rc = note_slot(c, a.name, true)) != LQ_OK)
+            my_unlock_key(c, NULL, a.name);
+        if (rc != LQ_OK) return rc;
+        *taken = a.taken;
+    }
     return LQ_OK;
 }
 
@@ -1755,6 +1881,7 @@ const lq__dialect lq__mysql_dialect = {
     .lock_queue = my_lock_queue,
     .unlock_queue = my_unlock_queue,
     .take_slots = my_take_slots,
+    .take_key_slot = my_take_key_slot,
     .advisory_key = my_advisory_key,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,

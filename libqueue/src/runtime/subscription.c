@@ -196,7 +196,8 @@ static int check_limits(lq_subscription *s, const char *label) {
         return lq__error(LQ_MISUSE, "table %s: concurrency in the row lock form takes a slot lock "
                                     "per row, which %s has not; use the lease form",
                          label, s->broker->dialect->name);
-    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK && !s->broker->dialect->row_lock_key_slots)
+    if (s->partition_concurrency && s->form == LQ_FORM_ROW_LOCK &&
+        !s->broker->dialect->row_lock_key_slots && !s->broker->dialect->take_key_slot)
         return lq__error(LQ_MISUSE, "table %s: partition_concurrency in the row lock form takes a "
                                     "key's slot as the claim reaches each row, which %s's claim "
                                     "cannot; use the lease form",
@@ -502,7 +503,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         /* Written into the claim's statements (the row lock form takes key
          * slots where it has them). */
         bool row_lock = lq_table_form(s->table) == LQ_FORM_ROW_LOCK;
-        bool key_slots = !row_lock || b->dialect->row_lock_key_slots;
+        bool key_slots = !row_lock || b->dialect->row_lock_key_slots || b->dialect->take_key_slot;
         s->table->partition_limit = key_slots ? s->partition_concurrency : 0;
         s->table->key_rate_limit = s->key_rate_limit;
         s->table->key_rate_period_ms = s->key_rate_period_ms;

@@ -264,6 +264,12 @@ typedef struct lq__dialect {
      * renders for a table with partition_limit set takes the key's slots
      * itself, as it reaches each row. */
     bool row_lock_key_slots;
+    /* Where it does not: once the claim has locked row `id`, takes one of
+     * the `limit` slots of its partition key without waiting, by the
+     * statement build_claims rendered (sqlset.key_slot), held as take_slots
+     * holds its slots; *taken false when all are held. NULL: neither. */
+    int (*take_key_slot)(bool *taken, lq__conn *conn, const lq__stmt *try_slot, int64_t id,
+                         int limit);
     /* The advisory key of the row as the claim's candidates render it, as an
      * SQL expression over the columns of b->table. */
     void (*advisory_key)(lq__sql *b);

@@ -107,6 +107,9 @@ typedef struct lq__sqlset {
                           * LQ__P_STARTED_AT */
     lq__stmt start_unused; /* and up to LQ__P_LIMIT of those reserved then, deleted */
     lq__stmt key_in_work; /* partition_concurrency: one key's rows leased now */
+    lq__stmt key_slot;    /* partition_concurrency, row lock form, where the claim's filter
+                           * cannot take the slot (MySQL): tries slot LQ__P_LIMIT of the key
+                           * of row LQ__P_ID; returns (its name, 1 when taken), or NULL sql */
     lq__stmt key_starts;  /* partition_rate_limit: the starts of one key (LQ__P_PKEY) within
                           * its period, the oldest and the database's clock now */
     lq__stmt key_start_add;   /* and one start of the key, now */
@@ -304,7 +307,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 29
+#define LQ__SQLSET_STATEMENTS 30
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

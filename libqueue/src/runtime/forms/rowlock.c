@@ -46,6 +46,22 @@ static int take_slots(lq__value *args, lq_subscription *s, lq__conn *conn) {
     return LQ_OK;
 }
 
+/* partition_concurrency where the claim's query cannot take a key's slot
+ * (MySQL): it passed over the keys with every slot held, and now, with its
+ * row locked, takes one of the row's key. When a claim beside it took the
+ * last one first, the row is given back (the caller rolls back); the next
+ * settlement wakes a claim. */
+static int take_key_slot(lq_subscription *s, lq__conn *conn, lq__claimed *out) {
+    lq_delivery *row = out->head;
+    if (!s->table->partition_limit || s->broker->dialect->row_lock_key_slots || !row->partition_key)
+        return LQ_OK;
+    bool taken = false;
+    int rc = s->broker->dialect->take_key_slot(&taken, conn, &s->sql.key_slot, row->id,
+                                               s->partition_concurrency);
+    if (rc != LQ_OK || !taken) lq__claimed_free(out);
+    return rc;
+}
+
 /* partition_rate_limit: the claim passed over the keys at their window as
  * it read, but may race another claim to a key's last start. Its own
  * transaction lasts the run, where a start would count for no one else, so
@@ -107,6 +123,7 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
     if (rc == LQ_OK && args[LQ__P_LIMIT].i > 0) rc = lq__fifo_guard(&guarded, s, conn);
     if (rc == LQ_OK && guarded && args[LQ__P_LIMIT].i > 0)
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (rc == LQ_OK && out->count > 0) rc = take_key_slot(s, conn, out);
     if (rc == LQ_OK && out->count > 0 && s->key_rate_limit) rc = record_key_start(out, s, args);
     if (rc == LQ_OK && out->count > 0 && s->batch) rc = share_transaction(out, conn);
     if (rc == LQ_OK && out->count > 0) {
