@@ -754,12 +754,29 @@ static int limit_handler(lq_delivery *d, void *userdata) {
     return LQ_OK;
 }
 
-static void queue_limit(target *tg, const lq_table *t, bool rate_too) {
+/* Rows of two partition keys, taking turns. */
+static void publish_keyed(lq_broker *b, const lq_table *t, int count) {
+    for (int i = 0; i < count; i++) {
+        lq_message *m = NULL;
+        char key[8];
+        snprintf(key, sizeof key, "k%d", i % 2);
+        CHECK(lq_message_new(&m) == LQ_OK);
+        CHECK(lq_message_set_payload(m, "limited", 7) == LQ_OK);
+        CHECK(lq_message_set_partition_key(m, key) == LQ_OK);
+        CHECK(lq_publish(NULL, b, t, &m, 1) == LQ_OK);
+        lq_message_free(m);
+    }
+}
+
+/* concurrency (with a rate limit too, or per partition key on a keyed
+ * table): the rows all run, never more than the limit at once. */
+static void queue_limit(target *tg, const lq_table *t, bool rate_too, bool keyed) {
     static limit_state ls;
     atomic_store(&ls.running, 0);
     atomic_store(&ls.most, 0);
     atomic_store(&ls.done, 0);
-    for (int i = 0; i < LIMITED_ROWS; i++) publish_text(tg->broker, t, "limited");
+    if (keyed) publish_keyed(tg->broker, t, LIMITED_ROWS);
+    for (int i = 0; !keyed && i < LIMITED_ROWS; i++) publish_text(tg->broker, t, "limited");
     lq_options *o = NULL;
     lq_subscription *s = NULL;
     CHECK(lq_options_new(&o) == LQ_OK);
@@ -767,6 +784,10 @@ static void queue_limit(target *tg, const lq_table *t, bool rate_too) {
     CHECK(lq_options_set_int(o, LQ_OPT_WORKERS, 6) == LQ_OK);
     CHECK(lq_options_set_int(o, LQ_OPT_CONCURRENCY, LIMIT) == LQ_OK);
     if (rate_too) CHECK(lq_options_set_int(o, LQ_OPT_RATE_LIMIT, 100000) == LQ_OK);
+    if (keyed) {
+        CHECK(lq_options_set_int(o, LQ_OPT_PARTITION_CONCURRENCY, 1) == LQ_OK);
+        CHECK(lq_options_set_int(o, LQ_OPT_PARTITION_RATE_LIMIT, 100000) == LQ_OK);
+    }
     int rc = lq_subscription_open(&s, tg->broker, t, o);
     lq_options_free(o);
     if (rc != LQ_OK) fprintf(stderr, "lq_subscription_open: %s %s\n", lq_status_name(rc), lq_errmsg());
@@ -839,10 +860,9 @@ static void run_form(target *tg, int form) {
         workers_by_key(tg, kt);
         create(tg->broker, ct);
         queue_stats(tg, ct, form);
-        if (form == LQ_FORM_LEASE) {
-            queue_limit(tg, ct, false);
-            queue_limit(tg, ct, true);
-        }
+        queue_limit(tg, ct, false, false);
+        queue_limit(tg, ct, true, false);
+        queue_limit(tg, kt, false, true);
     }
     lq_table_free(t);
     lq_table_free(dead);
