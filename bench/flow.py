@@ -110,11 +110,11 @@ def busy_fraction(spans: List[Tuple[float, float]], limit: int) -> float:
     return area / (last_start - first) / limit
 
 
-def utilization(args: argparse.Namespace) -> Dict[str, Any]:
+def utilization(args: argparse.Namespace, form: str) -> Dict[str, Any]:
     rows = 200 if args.quick else 600
-    spans = drain(args.url, "lease", rows, 3, dict(workers=4, concurrency=4, poll_interval_ms=50),
+    spans = drain(args.url, form, rows, 3, dict(workers=4, concurrency=4, poll_interval_ms=50),
                   0.02, rows * 0.02 / 4 * 1.5 + 3)
-    return dict(workload="F-util", form="lease", processes=3, workers=4, limit=4, rows=rows,
+    return dict(workload="F-util", form=form, processes=3, workers=4, limit=4, rows=rows,
                 handled=len(spans), busy_fraction=busy_fraction(spans, 4), target=0.9)
 
 
@@ -140,13 +140,14 @@ def main() -> int:
     parser.add_argument("--lq-bench", required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--forms", default="lease", help="F-rate's forms, comma-separated")
+    parser.add_argument("--forms", default="lease", help="F-util's and F-rate's forms, comma-separated")
     args = parser.parse_args()
     db = db_name(args.url)
-    figures = [(overhead, "c"), (utilization, "python")]
+    figures: List[Tuple[Any, str]] = [(overhead, "c")]
     # SQLite has no row lock form, and its advisory keys live in one process.
-    figures += [(lambda a, f=form: rate_accuracy(a, f), "python")
-                for form in args.forms.split(",") if db != "sqlite" or form == "lease"]
+    forms = [form for form in args.forms.split(",") if db != "sqlite" or form == "lease"]
+    figures += [(lambda a, f=form: utilization(a, f), "python") for form in forms]
+    figures += [(lambda a, f=form: rate_accuracy(a, f), "python") for form in forms]
     for figure, binding in figures:
         print(json.dumps(dict(kind="flow", db=db, binding=binding, **figure(args))), flush=True)
     return 0
