@@ -300,6 +300,9 @@ LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
  * fails where another claim took it meanwhile, and then it does not. s->mu
  * not held. */
 LQ__HIDDEN bool lq__lease_holds(lq_delivery *d);
+/* Whether its lease has a quarter or more left, and is not lost: it may be
+ * handed out as it is. d->mu held. */
+LQ__HIDDEN bool lq__lease_fresh(const lq_delivery *d);
 LQ__HIDDEN int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit);
 /* Transactional mode: opens the handler's transaction on the delivery's
  * connection (taking one from the pool where the form holds none). */

@@ -1148,9 +1148,18 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
  * holds (lq__lease_holds); else lets it go unrun and returns NULL: its row
  * is another claim's now, or goes back. s->mu held, let go meanwhile in the
  * lease form. */
+/* A fresh lease is seen without letting s->mu go: a try of the delivery's
+ * lock, which is taken before s->mu, cannot deadlock. */
+static bool lease_seen_fresh(lq_delivery *d) {
+    if (pthread_mutex_trylock(&d->mu) != 0) return false;
+    bool fresh = lq__lease_fresh(d);
+    pthread_mutex_unlock(&d->mu);
+    return fresh;
+}
+
 static lq_delivery *take_held(lq_subscription *s, lq_delivery **slot) {
     lq_delivery *d = take_locked(s, slot);
-    if (s->form != LQ_FORM_LEASE) return d;
+    if (s->form != LQ_FORM_LEASE || lease_seen_fresh(d)) return d;
     pthread_mutex_unlock(&s->mu);
     bool holds = lq__lease_holds(d);
     if (!holds) {

@@ -340,12 +340,16 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     return rc;
 }
 
+/* The keeper extends every half lease: a quarter left means it is late. */
+bool lq__lease_fresh(const lq_delivery *d) {
+    return !d->lease_lost && d->token - lq__now_ms() >= d->sub->lease_ms / 4;
+}
+
 bool lq__lease_holds(lq_delivery *d) {
     lq_subscription *s = d->sub;
     if (s->form != LQ_FORM_LEASE) return true;
-    /* The keeper extends every half lease: a quarter left means it is late. */
     pthread_mutex_lock(&d->mu);
-    bool fresh = !d->lease_lost && d->token - lq__now_ms() >= s->lease_ms / 4;
+    bool fresh = lq__lease_fresh(d);
     pthread_mutex_unlock(&d->mu);
     if (fresh) return true;
     lq__pool *pool = &s->broker->pool;
