@@ -120,6 +120,7 @@ class _Slots:
     async def slot(self) -> None:
         task = asyncio.current_task()
         assert task is not None
+        cancelling = getattr(task, "cancelling", None)  # Python 3.11+
         self.active += 1
         try:
             while not self.ending:
@@ -139,6 +140,9 @@ class _Slots:
                             delivery.release()
                             break
                     await self.run(delivery, task)
+                    if cancelling is not None and cancelling():
+                        # A cancel the handler left pending lands here, not in the next.
+                        await asyncio.sleep(0)
                 except asyncio.CancelledError:
                     if self.ending:
                         raise

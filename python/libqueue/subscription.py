@@ -480,12 +480,13 @@ class Subscription:
 
     async def run_async(self, handler: Callable[[Delivery], Awaitable[Any]],
                         concurrency: int = 1) -> None:
-        """Run ``async def handler(delivery)`` for each delivery, as tasks of
-        the running loop, at most ``concurrency`` at once, until the
-        subscription is stopped or closed; returns once the handlers running
-        then have finished and their settlements are done, or queued for the
-        core's acker thread, which commits them by the time ``stop()``
-        returns.
+        """Run ``async def handler(delivery)`` for each delivery in
+        ``concurrency`` tasks of the running loop (slots, each running its
+        handlers one after another, each handler in a copy of the context
+        run_async was called in), until the subscription is stopped or
+        closed; returns once the handlers running then have finished and
+        their settlements are done, or queued for the core's acker thread,
+        which commits them by the time ``stop()`` returns.
 
         A handler that returns acks its delivery unless it settled it; one
         that raises has the exception logged (logger ``"libqueue"``) and the

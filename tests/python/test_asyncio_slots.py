@@ -102,10 +102,11 @@ def test_a_handler_that_raises_at_once_is_retried(db, broker, form, caplog) -> N
 
 def test_handlers_run_in_their_slots_task(db, broker) -> None:
     """A handler's task is its slot's, not run_async's: a timeout inside a
-    handler (asyncio.timeout, Python 3.11+) cancels that handler alone."""
+    handler (asyncio.timeout, Python 3.11+) cancels that handler alone, and
+    a cancel of its task a handler leaves pending never reaches the next."""
     table = make_table("lease")
     db.create_table(table)
-    broker.publish_many(table, [b"slow", b"a", b"b"])
+    broker.publish_many(table, [b"slow", b"self-cancel", b"a", b"b"])
     timed_out: List[bytes] = []
     tasks: List[Any] = []
 
@@ -121,11 +122,15 @@ def test_handlers_run_in_their_slots_task(db, broker) -> None:
                         await asyncio.sleep(30)
             except asyncio.TimeoutError:
                 timed_out.append(d.payload)
+        elif d.payload == b"self-cancel":
+            asyncio.current_task().cancel()  # and returns before any await
+        else:
+            await asyncio.sleep(0)
 
     async def work() -> Any:
         with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
             runner = asyncio.ensure_future(sub.run_async(handler, concurrency=1))
-            while sub.stat("acked") < 3 and not runner.done():
+            while sub.stat("acked") < 4 and not runner.done():
                 await asyncio.sleep(0.01)
             sub.stop()
             await runner
@@ -133,7 +138,7 @@ def test_handlers_run_in_their_slots_task(db, broker) -> None:
 
     runner = run(work())
     assert timed_out == [b"slow"]
-    assert len(tasks) == 3 and len(set(map(id, tasks))) == 1  # one slot, one task
+    assert len(tasks) == 4 and len(set(map(id, tasks))) == 1  # one slot, one task
     assert tasks[0] is not runner
     assert db.count("jobs") == 0
 
