@@ -14,7 +14,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, make_table, wait_until
+from helpers import POLL_MS, make_table, publish_in_thousands, wait_until, worst_ticker_lag
 
 DEADLINE_S = 60.0
 
@@ -178,32 +178,16 @@ def test_loop_stays_responsive_under_run_async(db, broker) -> None:
     table = make_table("lease")
     db.create_table(table)
     jobs = 10000
-    for start in range(0, jobs, 1000):
-        broker.publish_many(table, [b"%d" % i for i in range(start, start + 1000)])
+    publish_in_thousands(broker, table, jobs)
 
-    async def consume() -> float:
-        worst = 0.0
-        done = asyncio.Event()
+    async def handler(d: libqueue.Delivery) -> None:
+        d.payload
 
-        async def ticker() -> None:
-            nonlocal worst
-            loop = asyncio.get_running_loop()
-            while not done.is_set():
-                due = loop.time() + 0.01
-                await asyncio.sleep(0.01)
-                worst = max(worst, loop.time() - due)
-
-        async def handler(d: libqueue.Delivery) -> None:
-            d.payload
-
-        tick = asyncio.ensure_future(ticker())
+    async def consume() -> None:
         with broker.subscribe(table, workers=16, poll_interval_ms=POLL_MS) as sub:
             await drain(sub, handler, jobs, concurrency=16)
-        done.set()
-        await tick
-        return worst
 
-    worst = run(consume())
+    worst = run(worst_ticker_lag(consume))
     print("worst ticker lag over %d jobs: %.1f ms" % (jobs, worst * 1000))
     assert db.count("jobs") == 0
     assert worst < 0.05
