@@ -7,11 +7,12 @@ awaited in the slot's task and run in a context of its own (a copy of the
 context ``run_async`` was called in). A handler that returns without
 suspending costs no task, no future and no turn of the loop. One that
 suspends hands the deliveries taken to an idle slot, which runs the next.
-Only while no slot is active does an idle one wait on the descriptor. At
-most ``concurrency`` handlers start in one turn of the loop, so a deep
-backlog never starves its other tasks; the acks of the handlers that end in
-a turn go to the core's acker together at its end
-(``lq_deliveries_ack_behind``).
+Only while no slot is active does an idle one wait on the descriptor. A
+turn of the loop starts at most 64 handlers and none once it has run for
+1 ms, so a deep backlog never starves the loop's other tasks. The acks of a
+take's handlers go to the core's acker together before the next take
+(``lq_deliveries_ack_behind``), those of handlers that end later at the end
+of their turn.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class _Slots:
         self.puller = subscription._puller(loop)
         # Deliveries taken and not started yet, for the next slots free.
         self.taken: Deque["Delivery"] = collections.deque()
-        # Acks of the handlers that returned this turn, handed on at its end.
+        # Acks of the handlers that returned, handed on at the next take or
+        # at the turn's end.
         self.acks: List["Delivery"] = []
         self.started = 0  # handlers started this turn
         self.turn_ends_at = 0.0  # when this turn has run long enough
