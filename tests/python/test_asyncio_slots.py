@@ -191,3 +191,45 @@ def test_loop_stays_responsive_under_run_async(db, broker) -> None:
     print("worst ticker lag over %d jobs: %.1f ms" % (jobs, worst * 1000))
     assert db.count("jobs") == 0
     assert worst < 0.05
+
+
+def test_cancelling_run_async_sends_the_rows_back(db, broker, form) -> None:
+    """Cancelling run_async cancels the handlers inside their slots and
+    ends every slot; their rows go back unsettled, with no attempt spent,
+    and a later run takes them."""
+    table = make_table(form)
+    db.create_table(table)
+    jobs = 5
+    broker.publish_many(table, [b"%d" % i for i in range(jobs)])
+    started: List[int] = []
+    cancelled: List[int] = []
+
+    async def stuck(d: libqueue.Delivery) -> None:
+        started.append(d.id)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(d.id)
+            raise
+
+    async def work() -> List[int]:
+        with broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS) as sub:
+            runner = asyncio.ensure_future(sub.run_async(stuck, concurrency=3))
+            while len(started) < 3:
+                await asyncio.sleep(0.01)
+            runner.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await runner
+            assert (sub.stat("acked"), sub.stat("retried")) == (0, 0)
+        attempts: List[int] = []
+        with broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS) as sub:
+            async def record(d: libqueue.Delivery) -> None:
+                attempts.append(d.attempt)
+
+            await drain(sub, record, jobs, concurrency=3)
+        return attempts
+
+    attempts = run(work())
+    assert sorted(cancelled) == sorted(started) and len(started) == 3
+    assert attempts == [1] * jobs
+    assert db.count("jobs") == 0
