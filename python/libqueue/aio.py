@@ -3,13 +3,11 @@
 Waits go through the core's readiness descriptor (``lq_subscription_fd``),
 watched with the loop's reader: no thread per wait and no polling. The
 descriptor is level-triggered, so a reader that takes what is ready and
-finds nothing more simply waits again. The ack after a ``run_async``
-handler goes to the core's acker thread (``lq_delivery_ack_behind``) where
-the form lets acks go behind, straight from the loop: no thread of ours, no
-future. Other settlements run off the loop on a few threads of the
-subscription's own, acks gathered into one ``lq_deliveries_ack`` per turn
-(one statement and one commit where the form allows), and their outcomes
-come back to the loop with one wake-up per turn.
+finds nothing more simply waits again. Settlements awaited run off the loop
+on a few threads of the subscription's own, acks gathered into one
+``lq_deliveries_ack`` per turn (one statement and one commit where the form
+allows), and their outcomes come back to the loop with one wake-up per turn.
+The handlers of ``run_async`` are in ``aio_slots``.
 """
 
 from __future__ import annotations
@@ -17,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import functools
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
 
 from libqueue._ffi import ffi, lib, text
 from libqueue.errors import last_error, make_error
@@ -73,6 +70,22 @@ class Puller:
             pass
         if not self.waiters:
             self._unwatch()
+
+    def end_wait(self, future: asyncio.Future) -> None:
+        """Ends a wait with None, nothing taken: at its deadline, or when its
+        waiter has other work."""
+        if not future.done():
+            future.set_result(None)
+        self.forget(future)
+
+    def abandon(self, future: asyncio.Future) -> None:
+        """A wait cancelled: forgotten, and a delivery that came meanwhile
+        goes back to the queue."""
+        self.forget(future)
+        if future.done() and not future.cancelled() and future.exception() is None:
+            delivery = future.result()
+            if delivery is not None:
+                delivery.release()
 
     def _unwatch(self) -> None:
         loop = self._loop()
@@ -251,230 +264,3 @@ def _finish(done: List[Tuple[_Item, Optional[BaseException]]], what: str) -> Non
             future.set_result(None)
         else:
             future.set_exception(outcome)
-
-
-# -- handlers -------------------------------------------------------------------
-
-#: How often running handlers are looked at for a run that passed
-#: timeout_ms or a row cancelled: a quarter of timeout_ms, within these.
-_WATCH_MIN_S = 0.01
-_WATCH_MAX_S = 0.25
-
-
-def watch_interval(timeout_ms: int) -> float:
-    if timeout_ms > 0:
-        return min(_WATCH_MAX_S, max(_WATCH_MIN_S, timeout_ms / 4000.0))
-    return _WATCH_MAX_S
-
-
-async def run_handlers(subscription: "Subscription",
-                       handler: Callable[["Delivery"], Awaitable[Any]],
-                       concurrency: int) -> None:
-    """The loop of ``Subscription.run_async``. While every slot is busy the
-    handler that ends starts the next delivery ready in its slot at once,
-    from a take of up to ``concurrency`` deliveries in one call; the acks of
-    the handlers that end in one turn of the loop go to the core's acker
-    together at its end. The loop below waits on the descriptor only while
-    a slot is free and none is ready."""
-    loop = asyncio.get_running_loop()
-    acks_behind = subscription._acks_behind()
-    # The pulls' buffers, one call taking every delivery ready for the free slots.
-    ready_out = ffi.new("lq_delivery *[]", concurrency)
-    ready_count = ffi.new("size_t *")
-    take_ready = subscription._take_ready
-    # Deliveries taken and not started yet: one take serves the next slots
-    # that come free, each refilled as its handler ends.
-    taken: Deque["Delivery"] = collections.deque()
-    # Acks of the handlers that returned this turn, handed on at its end.
-    acks: List["Delivery"] = []
-    turn_end_due = False
-    running: Dict["Delivery", asyncio.Task] = {}
-    given_up: Dict["Delivery", str] = {}
-    behind: Set[asyncio.Future] = set()  # settlements behind the handlers, off the loop
-    interval = watch_interval(subscription._timeout_ms)
-    watcher: Optional[asyncio.TimerHandle] = None
-    # Set while every slot is busy: the handler that ends wakes the loop
-    # below when it leaves its slot free (none was ready), or a pull failed.
-    slot_free: Optional[asyncio.Future] = None
-    ending = False
-
-    def watch() -> None:
-        nonlocal watcher
-        watcher = None
-        for delivery, task in list(running.items()):
-            if delivery in given_up or task.done() or not delivery.alive:
-                continue
-            why = ("its run passed timeout_ms" if delivery.expired
-                   else "its row was cancelled" if delivery.cancelled else None)
-            if why:
-                given_up[delivery] = why
-                task.cancel()
-        if running:
-            watcher = loop.call_later(interval, watch)
-
-    # A task of the loop's own for each run; the Task class at once where the
-    # loop has no task factory (create_task's checks, once for the run).
-    new_task: Callable[[Any], asyncio.Task] = (
-        functools.partial(asyncio.Task, loop=loop) if loop.get_task_factory() is None
-        else loop.create_task)
-
-    def start(delivery: "Delivery") -> None:
-        nonlocal watcher
-        running[delivery] = new_task(handle(delivery))
-        if watcher is None:
-            watcher = loop.call_later(interval, watch)
-
-    def fill() -> None:
-        """Starts deliveries ready now in the free slots."""
-        while len(running) < concurrency:
-            if not taken:
-                taken.extend(take_ready(ready_out, concurrency, ready_count))
-                if not taken:
-                    return
-            start(taken.popleft())
-
-    def hand_on_acks() -> None:
-        if acks:
-            batch = acks[:]
-            del acks[:]
-            _ack_behind_all(batch)
-
-    def turn_end() -> None:
-        """After the handlers that ended in a turn: their acks go on."""
-        nonlocal turn_end_due
-        turn_end_due = False
-        hand_on_acks()
-
-    def settled_behind(future: asyncio.Future) -> None:
-        behind.discard(future)
-        if not future.cancelled() and future.exception() is not None:
-            logger.warning("settling after an async handler: %s", future.exception())
-
-    def settle(delivery: "Delivery", failed: bool) -> None:
-        """Behind the handler, as the core's acker does: the slot is free at once."""
-        if not failed and acks_behind:
-            # Settled now, as far as anyone asks; its release waits for the
-            # hand-over at the turn's end.
-            delivery._settled = delivery._settling = True
-            acks.append(delivery)
-            return
-        future = delivery._settle_behind(failed)
-        behind.add(future)
-        future.add_done_callback(settled_behind)
-
-    def slot_left(delivery: "Delivery") -> None:
-        nonlocal turn_end_due
-        running.pop(delivery, None)
-        if given_up:
-            given_up.pop(delivery, None)
-        delivery.release()  # after a settlement behind, once that is done
-        if acks and not turn_end_due:
-            turn_end_due = True
-            loop.call_soon(turn_end)
-        waiting = slot_free
-        if ending or waiting is None or waiting.done():
-            return
-        try:
-            fill()
-        except BaseException as e:  # noqa: BLE001 - the loop below raises it
-            waiting.set_exception(e)
-            return
-        if len(running) < concurrency:
-            waiting.set_result(None)
-
-    async def handle(delivery: "Delivery") -> None:
-        try:
-            try:
-                await handler(delivery)
-                failed = False
-            except asyncio.CancelledError:
-                why = given_up.get(delivery)
-                if why is None:
-                    raise  # run_async was cancelled: the row goes back unsettled
-                logger.info("handler %s cancelled on row %d of %r: %s", _name(handler),
-                            delivery.id, subscription.table.name, why)
-                if delivery.alive and not delivery.settled:
-                    # Counts it out; the row went back or away already (LeaseLost, Cancelled).
-                    future = delivery._settle_behind(True)
-                    behind.add(future)
-                    future.add_done_callback(behind.discard)
-                    future.add_done_callback(_quiet)
-                return
-            except Exception:
-                logger.exception("handler %s raised on row %d of %r; the row is retried, or "
-                                 "dead-lettered at max_attempts", _name(handler), delivery.id,
-                                 subscription.table.name)
-                failed = True
-            # Alive and unsettled (the slots read, on every run's path).
-            if delivery._dead is None and not delivery._settled:
-                settle(delivery, failed)
-        finally:
-            slot_left(delivery)
-
-    try:
-        while True:
-            try:
-                fill()
-                if len(running) >= concurrency:
-                    slot_free = loop.create_future()
-                    try:
-                        await slot_free
-                    finally:
-                        slot_free = None
-                    continue
-                delivery = await subscription.anext()
-            except BaseException as e:
-                if getattr(e, "status", None) == lib.LQ_CLOSED:
-                    break
-                raise
-            if delivery is not None:  # None without a timeout: kept for safety
-                start(delivery)
-    except asyncio.CancelledError:
-        ending = True
-        for task in running.values():
-            task.cancel()
-        raise
-    finally:
-        ending = True
-        while taken:  # back to the queue, unspent
-            taken.popleft().release()
-        hand_on_acks()
-        if running:
-            await asyncio.gather(*running.values(), return_exceptions=True)
-            hand_on_acks()
-        if behind:
-            await asyncio.gather(*behind, return_exceptions=True)
-        if watcher is not None:
-            watcher.cancel()
-
-
-def _ack_behind_all(deliveries: List["Delivery"]) -> None:
-    """The acks of async handlers that returned, handed to the core's acker
-    thread in one call (``lq_deliveries_ack_behind``); then the releases
-    asked for meanwhile. A failure of an ack is logged, as after a push
-    handler."""
-    count = len(deliveries)
-    try:
-        pointers = ffi.new("lq_delivery *[]", [d._ptr for d in deliveries])
-        statuses = ffi.new("int[]", count)
-        first = lib.lq_deliveries_ack_behind(statuses, pointers, count)
-        if first == lib.LQ_MISUSE:  # refused as a set (one settled meanwhile): each on its own
-            for delivery in deliveries:
-                delivery._ack_behind()
-        elif first != lib.LQ_OK:  # acked here (the acker stopped), and some failed
-            failed = [d.id for d, status in zip(deliveries, statuses) if status != lib.LQ_OK]
-            logger.warning("settling after an async handler: %s",
-                           last_error(first, "ack of rows %s" % failed))
-    finally:
-        for delivery in deliveries:
-            delivery._settled_off_loop()
-
-
-def _quiet(future: asyncio.Future) -> None:
-    """Retrieves a given-up run's settlement outcome, which tells nothing new."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _name(handler: Any) -> str:
-    return getattr(handler, "__qualname__", repr(handler))

@@ -448,16 +448,12 @@ class Subscription:
         future = puller.wait()
         timer = None
         if deadline is not None:
-            timer = loop.call_later(max(0.0, deadline - time.monotonic()), _time_out, puller,
+            timer = loop.call_later(max(0.0, deadline - time.monotonic()), puller.end_wait,
                                     future)
         try:
             delivery = await future
         except asyncio.CancelledError:
-            puller.forget(future)
-            if future.done() and not future.cancelled() and future.exception() is None:
-                result = future.result()
-                if result is not None:  # came as the wait was cancelled: back to the queue
-                    result.release()
+            puller.abandon(future)
             raise
         finally:
             if timer is not None:
@@ -484,12 +480,13 @@ class Subscription:
 
     async def run_async(self, handler: Callable[[Delivery], Awaitable[Any]],
                         concurrency: int = 1) -> None:
-        """Run ``async def handler(delivery)`` for each delivery, as tasks of
-        the running loop, at most ``concurrency`` at once, until the
-        subscription is stopped or closed; returns once the handlers running
-        then have finished and their settlements are done, or queued for the
-        core's acker thread, which commits them by the time ``stop()``
-        returns.
+        """Run ``async def handler(delivery)`` for each delivery in
+        ``concurrency`` tasks of the running loop (slots, each running its
+        handlers one after another, each handler in a copy of the context
+        run_async was called in), until the subscription is stopped or
+        closed; returns once the handlers running then have finished and
+        their settlements are done, or queued for the core's acker thread,
+        which commits them by the time ``stop()`` returns.
 
         A handler that returns acks its delivery unless it settled it; one
         that raises has the exception logged (logger ``"libqueue"``) and the
@@ -503,7 +500,7 @@ class Subscription:
         cancels the handlers running, and their rows go back unsettled.
         Pull mode: the subscription must not be ``run`` too; give it
         ``workers`` >= concurrency, which bounds the rows claimed."""
-        from libqueue.aio import run_handlers
+        from libqueue.aio_slots import run_handlers
 
         if not callable(handler):
             raise TypeError("handler must be an async function")
@@ -584,13 +581,6 @@ class Subscription:
     def __repr__(self) -> str:
         state = "closed" if self._ptr is None else ("running" if self.running else "open")
         return "<Subscription %r %s>" % (self.table.name, state)
-
-
-def _time_out(puller: "Puller", future: Any) -> None:
-    """An anext's deadline: it gets None."""
-    if not future.done():
-        future.set_result(None)
-    puller.forget(future)
 
 
 def _waits_on(status: int) -> bool:

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
 import pytest
 
@@ -299,3 +299,34 @@ def far_future(db: Any) -> str:
     its lease column with: another holder's token."""
     return ("'2100-01-01T00:00:00.000+00:00'" if db.dialect == "sqlite"
             else "'2100-01-01 00:00:00'")
+
+
+async def worst_ticker_lag(work: Callable[[], Awaitable[Any]]) -> float:
+    """Awaits ``work()`` beside a 10 ms ticker task; returns the ticker's
+    worst lag in seconds (how long the loop kept it waiting)."""
+    import asyncio
+
+    worst = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        loop = asyncio.get_running_loop()
+        while not done.is_set():
+            due = loop.time() + 0.01
+            await asyncio.sleep(0.01)
+            worst = max(worst, loop.time() - due)
+
+    tick = asyncio.ensure_future(ticker())
+    try:
+        await work()
+    finally:
+        done.set()
+        await tick
+    return worst
+
+
+def publish_in_thousands(broker: libqueue.Broker, table: libqueue.Table, jobs: int) -> None:
+    """Publishes ``jobs`` rows (payloads "0", "1", ...), a thousand a call."""
+    for start in range(0, jobs, 1000):
+        broker.publish_many(table, [b"%d" % i for i in range(start, min(jobs, start + 1000))])
