@@ -1654,8 +1654,10 @@ static void give_back(lq__conn *c, bool keyed_only) {
 
 static void give_back_slots(lq__conn *c) { give_back(c, false); }
 
+#define SLOT_PREFIX "lq-slot-%016llx-" /* the queue's hash; the slot number follows */
+
 static void slot_name(char out[NAME_LIMIT + 1], uint64_t queue, int slot) {
-    snprintf(out, NAME_LIMIT + 1, "lq-slot-%016llx-%d", (unsigned long long)queue, slot);
+    snprintf(out, NAME_LIMIT + 1, SLOT_PREFIX "%d", (unsigned long long)queue, slot);
 }
 
 static int first_slot(const lq__conn *c, int limit) {
@@ -1669,12 +1671,11 @@ static int first_slot(const lq__conn *c, int limit) {
  * seldom meet. */
 static int my_take_slots(int *taken, lq__conn *c, const char *key, int limit, int want) {
     uint64_t queue = lq__fnv1a_str(key);
-    char name[NAME_LIMIT + 1];
+    char name[NAME_LIMIT + 1], prefix[NAME_LIMIT + 1];
+    int n = snprintf(prefix, sizeof prefix, SLOT_PREFIX, (unsigned long long)queue);
     int held = 0;
-    for (int slot = 0; slot < limit; slot++) {
-        slot_name(name, queue, slot);
-        held += holds_slot(c, name);
-    }
+    for (int i = 0; i < c->slots_held; i++)
+        held += !c->slots[i].keyed && strncmp(c->slots[i].name, prefix, (size_t)n) == 0;
     int first = first_slot(c, limit);
     for (int i = 0; i < limit && held < want; i++) {
         slot_name(name, queue, (first + i) % limit);
