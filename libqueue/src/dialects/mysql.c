@@ -1521,12 +1521,11 @@ static int my_begin(lq__conn *c, int isolation) {
 }
 
 static void give_back(lq__conn *c, bool keyed_only);
-static void give_back_slots(lq__conn *c);
 
 static int my_commit(lq__conn *c) {
     int rc = ensure_thread();
     if (rc == LQ_OK) rc = run_plain(c, "COMMIT");
-    give_back_slots(c);
+    give_back(c, false);
     return rc;
 }
 
@@ -1554,7 +1553,7 @@ static int my_rollback(lq__conn *c) {
     /* Also after a deadlock (1213), which rolled back the transaction
      * already: ROLLBACK is then harmless. */
     rc = run_plain(c, "ROLLBACK");
-    give_back_slots(c);
+    give_back(c, false);
     return rc;
 }
 
@@ -1651,8 +1650,6 @@ static void give_back(lq__conn *c, bool keyed_only) {
     }
     c->slots_held = kept;
 }
-
-static void give_back_slots(lq__conn *c) { give_back(c, false); }
 
 #define SLOT_PREFIX "lq-slot-%016llx-" /* the queue's hash; the slot number follows */
 

@@ -1144,10 +1144,6 @@ static lq_delivery *take_locked(lq_subscription *s, lq_delivery **slot) {
     return d;
 }
 
-/* Takes a waiting delivery for a handler or a caller where its lease still
- * holds (lq__lease_holds); else lets it go unrun and returns NULL: its row
- * is another claim's now, or goes back. s->mu held, let go meanwhile in the
- * lease form. */
 /* A fresh lease is seen without letting s->mu go: a try of the delivery's
  * lock, which is taken before s->mu, cannot deadlock. */
 static bool lease_seen_fresh(lq_delivery *d) {
@@ -1157,6 +1153,10 @@ static bool lease_seen_fresh(lq_delivery *d) {
     return fresh;
 }
 
+/* Takes a waiting delivery for a handler or a caller where its lease still
+ * holds (lq__lease_holds); else lets it go unrun and returns NULL: its row
+ * is another claim's now, or goes back. s->mu held, let go meanwhile in the
+ * lease form. */
 static lq_delivery *take_held(lq_subscription *s, lq_delivery **slot) {
     lq_delivery *d = take_locked(s, slot);
     if (s->form != LQ_FORM_LEASE || lease_seen_fresh(d)) return d;
