@@ -246,20 +246,27 @@ def test_contention_doubles_the_poll_interval_and_claims_that_meet_none_shrink_i
     broker.publish(table, b"a")
     hold = db.connect()
     cur = hold.cursor()
-    if db.dialect == "postgresql":
-        cur.execute("SELECT pg_advisory_lock(hashtextextended('concurrency:jobs', 0))")
-    else:
-        cur.execute("SELECT GET_LOCK('concurrency:jobs', 0)")
     try:
         with libqueue.Broker(db.url, statement_timeout_ms=1500) as quick, \
                 quick.subscribe(table, concurrency=1, poll_interval_ms=20,
                                 poll_ceiling_ms=160) as sub:
+            # PostgreSQL: the queue's advisory lock. MySQL, where concurrency
+            # is counted by holds: the queue's own row of the holds table,
+            # which the subscription made and every growth locks first.
+            if db.dialect == "postgresql":
+                cur.execute("SELECT pg_advisory_lock(hashtextextended('concurrency:jobs', 0))")
+            else:
+                cur.execute("BEGIN")
+                cur.execute("SELECT held FROM lq_limit_holds WHERE queue = 'concurrency:jobs' "
+                            "AND holder = 0 FOR UPDATE")
             assert sub.next(0.05) is None  # pulls: the claims begin
             wait_until(lambda: sub.stat("poll_interval_ms") == 160, timeout=30,
                        what="the ceiling")
             assert sub.stat("contention") >= 3 and sub.stat("delivered") == 0
-            cur.execute("SELECT pg_advisory_unlock(hashtextextended('concurrency:jobs', 0))"
-                        if db.dialect == "postgresql" else "SELECT RELEASE_LOCK('concurrency:jobs')")
+            if db.dialect == "postgresql":
+                cur.execute("SELECT pg_advisory_unlock(hashtextextended('concurrency:jobs', 0))")
+            else:
+                hold.rollback()
             d = sub.next(10)
             assert d is not None
             d.ack()
@@ -674,3 +681,51 @@ def test_a_killed_process_gives_its_slot_lock_back_at_once(db, form, tmp_path) -
 @pytest.mark.forms("advisory")
 def test_a_killed_process_gives_its_slot_key_back_at_once(db, form, tmp_path) -> None:
     killed_slot_comes_back(db, form, tmp_path)
+
+
+@pytest.mark.dialect("mysql")
+@pytest.mark.forms("lease")
+def test_concurrency_on_mysql_is_held_by_each_subscription(db, form) -> None:
+    """MySQL keeps concurrency by holds: each subscription's row of
+    lq_limit_holds holds room for its rows in work, never more than the
+    limit between them; what one holds beyond its rows goes back to the
+    queue when a claim finds no row, and its row goes when it closes."""
+    table = make_table(form)
+    db.create_table(table)
+
+    def held() -> List[int]:  # the subscriptions' rows of the queue, not its own
+        return [int(n) for (n,) in db.query(
+            "SELECT held FROM lq_limit_holds WHERE queue = 'concurrency:jobs' AND holder <> 0")]
+
+    def take_one(subs: List[Any]) -> Any:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for sub in subs:
+                d = sub.next(0.1)
+                if d is not None:
+                    return d
+        return None
+
+    with libqueue.Broker(db.url) as first, libqueue.Broker(db.url) as second:
+        first.publish_many(table, [b"1", b"2"])
+        a = first.subscribe(table, concurrency=3, workers=2, poll_interval_ms=POLL_MS)
+        b = second.subscribe(table, concurrency=3, workers=2, poll_interval_ms=POLL_MS)
+        got = [a.next(10), a.next(10)]
+        assert all(got)
+        assert 2 <= sum(held()) <= 3
+        second.publish_many(table, [b"3", b"4"])
+        # One row's room is left, whichever subscription takes it.
+        extra = take_one([b, a])
+        assert extra is not None
+        assert a.next(0.3) is None and b.next(0.3) is None, "a row was claimed past concurrency=3"
+        assert sum(held()) <= 3
+        for d in got + [extra]:
+            d.ack()
+        last = take_one([a, b])
+        assert last is not None
+        last.ack()
+        # The queue is empty: the claims find no row, and give back.
+        wait_until(lambda: sum(held()) == 0, what="the room given back")
+        a.close()
+        b.close()
+    assert held() == [], "a closed subscription's row was kept"

@@ -614,6 +614,14 @@ int lq__ticks_table_create(lq_broker *b, const lq_table *t) {
     return rc;
 }
 
+int lq__holds_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create) {
+    int rc = create_aside(b, t, LQ__HOLDS_TABLE, create, NULL);
+    if (rc != LQ_OK)
+        lq__error_prefix("concurrency keeps its holds in table %s, which could not be made",
+                         LQ__HOLDS_TABLE);
+    return rc;
+}
+
 int lq__control_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create) {
     int rc = create_aside(b, t, LQ__CONTROL_TABLE, create, NULL);
     if (rc != LQ_OK)

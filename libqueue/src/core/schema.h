@@ -19,6 +19,9 @@ LQ__HIDDEN int lq__ticks_table_create(lq_broker *b, const lq_table *t);
 /* Creates the control table pauses are kept in (sql/control.c), beside the
  * queue's table, with the statement `create`, when it is missing. */
 LQ__HIDDEN int lq__control_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create);
+/* The table `concurrency` keeps its holds in (sql/holds.c), beside the
+ * queue's, with the statement `create`, when it is missing. */
+LQ__HIDDEN int lq__holds_table_create(lq_broker *b, const lq_table *t, const lq__stmt *create);
 /* The table of cancel requests (sql/cancel_requests.c), beside the queue's,
  * with the statement `create`, when it is missing. */
 LQ__HIDDEN int lq__cancel_requests_table_create(lq_broker *b, const lq_table *t,

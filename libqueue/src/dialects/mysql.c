@@ -1841,6 +1841,7 @@ const lq__dialect lq__mysql_dialect = {
     .insert_defaults = " () VALUES ()", /* MySQL has no DEFAULT VALUES */
     .listen_notify = false,
     .claim_writes_lease = false,
+    .counts_by_holds = true,
     .insert_returning = false,
     .last_insert_id = true,
     .max_params = 65535, /* the protocol's 16-bit parameter count */

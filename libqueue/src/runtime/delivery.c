@@ -80,6 +80,7 @@ static int stale(void) {
  * while the subscription keeps fewer than its peak of deliveries. */
 static void delivery_free(lq_delivery *d) {
     lq_subscription *s = d->sub;
+    lq__holds_let_go(d);
     free(d->group);
     free(d->partition_key);
     lq__headers_clear(&d->headers);
@@ -222,6 +223,7 @@ void lq__delivery_end_run(lq_delivery *d) {
     pthread_mutex_lock(&d->mu); /* takes its turn with an expiry (lq__settle_expired) */
     atomic_store(&d->run_ended, true);
     pthread_mutex_unlock(&d->mu);
+    lq__holds_let_go(d); /* no longer in work: its room may be claimed */
 }
 
 void lq_delivery_free(lq_delivery *handle) {

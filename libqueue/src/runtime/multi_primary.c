@@ -8,7 +8,8 @@
  * only when it commits a write of the row before the handler runs: the lease
  * form's stamp. The row lock form runs the handler under a lock another
  * node can take too, the advisory form under a node-local GET_LOCK; the
- * queue-wide limits count under a GET_LOCK of the queue, and FIFO groups
+ * queue-wide limits count under a node-local lock of the queue (GET_LOCK,
+ * or the row locks of the holds table), and FIFO groups
  * keep their order by locking the group's rows and reading the leases of
  * rows they do not write. Each is refused here, naming what holds. */
 #include "runtime/runtime.h"
@@ -29,7 +30,8 @@ int lq__multi_primary_check(const lq_subscription *s, lq__conn *conn) {
               "certifies";
     else if (s->concurrency || s->rate_limit || s->partition_concurrency || s->key_rate_limit)
         why = "concurrency, rate_limit, partition_concurrency and partition_rate_limit: they "
-              "count under a GET_LOCK of the queue, which is local to each node, so each node "
+              "count under a lock of the queue (GET_LOCK, or row locks of the holds table), "
+              "which holds on one node only, so each node "
               "would grant the whole room; use worker_concurrency (and "
               "partition_worker_concurrency) per worker, which hold on any node";
     else if (s->table->fifo)

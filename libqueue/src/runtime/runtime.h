@@ -10,6 +10,7 @@
 #include "core/broker.h"
 #include "runtime/flow.h"
 #include "base/headers.h"
+#include "runtime/holds.h"
 #include "runtime/key_counts.h"
 #include "runtime/lease_book.h"
 #include "runtime/ready_fd.h"
@@ -62,6 +63,10 @@ struct lq_delivery {
     char *slot;    /* and the key of its concurrency slot, with concurrency set */
     char *key_slot; /* and of its partition key's slot, with partition_concurrency set */
     bool passed_over; /* claimed past its key's rate window: released unrun */
+    /* Counted in its subscription's holds: given back once, when its run
+     * ends (its handler returned, its settlement was asked for), or at the
+     * latest when it is settled or freed (lq__holds_let_go). */
+    atomic_bool holds_room;
     bool conn_broken; /* its connection may hold a lock it did not take: it ends at release */
     lq__conn *conn; /* a connection the delivery holds, if its form holds one */
     bool tx;       /* transactional mode: the handler's transaction is open on conn */
@@ -137,6 +142,7 @@ struct lq_subscription {
     bool rate_set_alone;    /* rate_period_ms given without rate_limit: refused */
     char *limit_key;        /* the lock of the queue-wide limits: "concurrency:<queue>" */
     char *starts_key;       /* the queue's name in the starts table */
+    lq__holds holds;        /* concurrency counted by holds (forms/holds.c), where on */
     atomic_bool at_limit;   /* the last claim was cut short by the queue's concurrency */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
@@ -287,6 +293,34 @@ typedef struct lq__claimed {
 LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
+
+/* concurrency counted by holds (forms/holds.c). Open: the table, the
+ * queue's row, this subscription's number; LQ_MISUSE and the rest as
+ * lq_subscribe reports them. */
+LQ__HIDDEN int lq__holds_open(lq_subscription *s);
+LQ__HIDDEN void lq__holds_free(lq__holds *h);
+/* Takes up to `want` rows' room for a claim on conn (in no transaction):
+ * what the subscription holds in hand, or where it has none, a growth from
+ * the queue's; *drawn is how much (0: the queue is at its limit). */
+LQ__HIDDEN int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want);
+/* Gives back n of the room drawn: rows a claim did not get, a row let go. */
+LQ__HIDDEN void lq__holds_undraw(lq_subscription *s, int n);
+/* The claim's rows, each counted until let go. */
+LQ__HIDDEN void lq__holds_mark(const lq__claimed *c);
+/* Gives back the room of a row whose run ended, once. */
+LQ__HIDDEN void lq__holds_let_go(lq_delivery *d);
+/* Makes the subscription's row count until after lease `token`, on conn:
+ * `in_claim`, in the claim's transaction writing the lease (which fails
+ * where the row's time ended since its room was taken), else before the
+ * lease is written; *pending is the time written (0: none needed), for
+ * lq__holds_covered once it has committed. */
+LQ__HIDDEN int lq__holds_cover(int64_t *pending, lq_subscription *s, lq__conn *conn,
+                               int64_t token, bool in_claim);
+LQ__HIDDEN void lq__holds_covered(lq_subscription *s, int64_t until);
+/* Gives back to the queue the room held beyond what is in use (a claim found
+ * no row, the subscription stops); `closing`, its row goes where nothing is
+ * in use. */
+LQ__HIDDEN int lq__holds_trim(lq_subscription *s, lq__conn *conn, bool closing);
 /* The book's deliveries, each with a reference taken (the caller lets go of
  * each, then frees the array); s->mu not held. */
 LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);

@@ -84,6 +84,7 @@ static void subscription_free(lq_subscription *s) {
     free(s->claimers);
     free(s->lane_busy);
     lq__key_counts_free(&s->key_counts);
+    lq__holds_free(&s->holds);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
@@ -345,13 +346,15 @@ static int plan_limits(lq_subscription *s) {
     if ((s->rate_limit || s->key_rate_limit) && !(s->starts_key = queue_name(s, "")))
         return lq__error(LQ_NOMEM, "out of memory");
     /* The row lock form counts by slots (forms/rowlock.c); the lease form
-     * counts its leased rows. */
+     * counts its leased rows, or by holds where the dialect says so. */
     bool leases = s->form == LQ_FORM_LEASE;
+    bool holds = leases && s->concurrency > 0 && s->broker->dialect->counts_by_holds;
     int rc = lq__sqlset_build_limits(&s->sql, s->broker->dialect, s->table,
-                                     leases && s->concurrency > 0, s->rate_limit > 0);
+                                     leases && s->concurrency > 0 && !holds, s->rate_limit > 0);
+    if (rc == LQ_OK && holds) rc = lq__holds_open(s);
     if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table, false);
     if (rc == LQ_OK && s->key_rate_limit) rc = lq__starts_table_create(s->broker, s->table, true);
-    if (rc == LQ_OK && leases && (s->concurrency || s->partition_concurrency))
+    if (rc == LQ_OK && leases && ((s->concurrency && !holds) || s->partition_concurrency))
         lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
     return rc;
 }
@@ -1213,6 +1216,8 @@ static bool count_settled(lq_subscription *s, lq_delivery *d) {
 
 void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_t n,
                               const lq__freed *freed) {
+    /* The rows' room under concurrency's holds, back before the wake-up. */
+    for (size_t i = 0; i < n; i++) lq__holds_let_go(dvs[i]);
     bool gave_back = freed->conn && !freed->chained;
     if (freed->chained) { /* still counted in s->held */
         chained.conn = freed->conn;
@@ -1589,6 +1594,19 @@ int lq_subscription_fd(int *fd_out, lq_subscription *s) {
     return rc;
 }
 
+/* The room its holds keep beyond the rows still in work goes back to the
+ * queue; where it cannot, it comes back when the holds' time ends. */
+static void give_back_holds(lq_subscription *s, bool closing) {
+    lq__conn *conn;
+    int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc == LQ_OK) {
+        rc = lq__holds_trim(s, conn, closing);
+        lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+    }
+    if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "giving back concurrency's holds at close");
+    lq__error_clear();
+}
+
 int lq_subscription_stop(lq_subscription *s) {
     lq__error_clear();
     LQ__CHECK_ARG(s, "subscription is NULL");
@@ -1596,6 +1614,7 @@ int lq_subscription_stop(lq_subscription *s) {
         return lq__error(LQ_MISUSE, "a subscription cannot be stopped from its own handler, "
                                     "which stop waits for: stop it from another thread");
     stop_threads(s);
+    if (s->holds.on) give_back_holds(s, false); /* a stopped subscription claims no more */
     return LQ_OK;
 }
 
@@ -1668,6 +1687,7 @@ void lq_subscription_close(lq_subscription *s) {
     lq__ready_fd_close(&s->ready); /* deliveries that outlive it settle without it */
     pthread_mutex_unlock(&s->mu);
     if (s->has_keeper) pthread_join(s->keeper, NULL);
+    if (s->holds.on) give_back_holds(s, true);
     lq__broker_detach(s->broker, &s->member);
     lq__subscription_unref(s);
 }

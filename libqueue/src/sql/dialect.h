@@ -260,6 +260,11 @@ typedef struct lq__dialect {
      * or one given back after it), and a session that dies frees its slots
      * at once. NULL where the database has no such lock. */
     int (*take_slots)(int *taken, lq__conn *conn, const char *key, int limit, int want);
+    /* `concurrency` in the lease form is counted by holds (runtime/forms/
+     * holds.c) rather than by a count of the leased rows at every claim:
+     * where that count is costly (InnoDB reads the entries acks leave for
+     * its purge). */
+    bool counts_by_holds;
     /* partition_concurrency in the row lock form: the claim build_claims
      * renders for a table with partition_limit set takes the key's slots
      * itself, as it reaches each row. */

@@ -301,6 +301,24 @@ LQ__HIDDEN int lq__sql_build_control(lq__control_sql *out, const struct lq__dial
 LQ__HIDDEN int lq__sql_build_paused(lq__stmt *out, const struct lq__dialect *d, const lq_table *t);
 LQ__HIDDEN void lq__control_sql_free(lq__control_sql *c);
 
+/* The statements of the holds table (sql/holds.c), where `concurrency` is
+ * counted by holds (runtime/forms/holds.c): LQ__P_QUEUE the queue's name,
+ * LQ__P_ID a holder's number (0: the queue's own row), LQ__P_LIMIT how many
+ * rows it may have in work, LQ__P_LEASE until when that counts (epoch ms). */
+typedef struct lq__holds_sql {
+    lq__stmt create; /* the holds table, if it is missing */
+    lq__stmt insert; /* a holder's row */
+    lq__stmt read;   /* (holder, held, held_until) of every row of the queue, locked */
+    lq__stmt set;    /* a holder's count, and its time no earlier */
+    lq__stmt extend; /* a holder's time, no earlier */
+    lq__stmt drop;   /* a holder's row */
+    lq__stmt prune;  /* the rows of holders whose time ended before LQ__P_LEASE */
+} lq__holds_sql;
+#define LQ__HOLDS_TABLE "lq_limit_holds"
+LQ__HIDDEN int lq__sql_build_holds(lq__holds_sql *out, const struct lq__dialect *d,
+                                   const lq_table *t);
+LQ__HIDDEN void lq__holds_sql_free(lq__holds_sql *h);
+
 /* Builds the settlements and the extension every dialect shares, then the
  * dialect's claims. */
 LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, const lq_table *t);

@@ -171,11 +171,12 @@ static int limit_to_room(int *limit, bool *locked, lq_subscription *s, lq__conn 
     lq__window w = {0};
     lq__step counts[2];
     int n = 0;
-    if (s->concurrency) counts[n++] = (lq__step){&s->sql.in_work, args, read_count, &in_work};
+    bool counting = s->concurrency && !s->holds.on; /* holds: drawn before (forms/holds.c) */
+    if (counting) counts[n++] = (lq__step){&s->sql.in_work, args, read_count, &in_work};
     if (s->rate_limit) counts[n++] = (lq__step){&s->sql.starts, args, lq__read_window, &w};
     int rc = lq__begin_locked(locked, s, conn, counts, n);
     /* Cut short by the limit: the next settlement here wakes a claim. */
-    if (rc == LQ_OK && s->concurrency) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
+    if (rc == LQ_OK && counting) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
     if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
     return rc;
@@ -184,7 +185,7 @@ static int limit_to_room(int *limit, bool *locked, lq_subscription *s, lq__conn 
 /* Whether nothing follows the claim in its transaction but the commit. */
 static bool claim_ends_it(const lq_subscription *s) {
     return s->broker->dialect->claim_writes_lease && !s->partition_concurrency && !s->key_rate_limit &&
-           !s->rate_limit;
+           !s->rate_limit && !s->holds.on;
 }
 
 /* Gives back, in the claim's transaction, a row it leased. */
@@ -222,10 +223,51 @@ static int record_starts(lq_subscription *s, lq__conn *conn, const lq__value *ar
     return rc;
 }
 
+/* The latest lease a claim wrote. */
+static int64_t last_token(const lq__claimed *c) {
+    int64_t last = 0;
+    for (const lq_delivery *d = c->head; d; d = d->queue_next)
+        if (d->token > last) last = d->token;
+    return last;
+}
+
+/* After a claim counted by holds: its rows are counted until their runs
+ * end, the room it drew and did not use goes back to the subscription, and
+ * where the claim found no row, what the subscription does not use goes
+ * back to the queue. */
+static void claimed_by_holds(lq_subscription *s, lq__conn *conn, const lq__claimed *out, int drawn,
+                             int64_t covered, bool found_none) {
+    if (out->count) {
+        lq__holds_covered(s, covered); /* it committed with the leases */
+        lq__holds_mark(out);
+    }
+    lq__holds_undraw(s, drawn - out->count);
+    if (found_none && conn && lq__holds_trim(s, conn, false) != LQ_OK) {
+        lq__log_error(LQ_LOG_WARNING, "giving back concurrency's unused holds");
+        lq__error_clear(); /* kept until the holds' time ends: the limit errs low */
+    }
+}
+
+/* Where only concurrency counted by holds limits the queue, no claim takes
+ * the queue's lock. */
+static bool takes_queue_lock(const lq_subscription *s) {
+    return s->limit_key != NULL &&
+           (!s->holds.on || s->rate_limit || s->partition_concurrency || s->key_rate_limit);
+}
+
 int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
+    int drawn = 0;
+    if (s->holds.on) {
+        rc = lq__holds_draw(&drawn, s, conn, limit);
+        if (rc != LQ_OK || drawn == 0) {
+            lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
+            return rc;
+        }
+        limit = drawn;
+    }
     int64_t now = lq__now_ms();
     claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
     lq__value args[LQ__P_COUNT] = {0};
@@ -240,9 +282,10 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
         args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->rate_period_ms};
     }
     const lq__dialect *d = s->broker->dialect;
-    bool limited = s->limit_key != NULL, locked = false, broken = false;
+    bool limited = takes_queue_lock(s), locked = false, broken = false;
+    int64_t covered = 0; /* holds: the time the claim's transaction wrote */
     /* Under the queue's lock, so that no two claims count the same room. */
-    if (d->claim_writes_lease && !s->sql.guard.sql && !limited) {
+    if (d->claim_writes_lease && !s->sql.guard.sql && !limited && !s->holds.on) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     } else {
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
@@ -263,6 +306,8 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
             if (rc == LQ_OK && s->key_rate_limit)
                 rc = lq__limit_key_rates(out, s, conn, args, give_back_now, NULL);
             if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
+            if (rc == LQ_OK && s->holds.on && out->count)
+                rc = lq__holds_cover(&covered, s, conn, last_token(out), true); /* with the leases */
             if (rc == LQ_OK) rc = d->commit(conn);
         }
         /* Committed all the same (a row reader failed after the commit was
@@ -284,6 +329,9 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
          * session ends instead. */
         if (locked && d->unlock_queue && !d->unlock_queue(conn, s->limit_key)) broken = true;
     }
+    if (s->holds.on)
+        claimed_by_holds(s, broken || rc == LQ_CONNECT ? NULL : conn, out, drawn, covered,
+                         rc == LQ_OK && out->count == 0);
     lq__pool_release(&s->broker->pool, conn, broken || rc == LQ_CONNECT);
     if (rc == LQ_OK) rc = sort_claimed(out);
     return rc;
@@ -322,8 +370,11 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
         args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = d->id};
         args[LQ__P_HELD] = (lq__value){.type = LQ__V_TIME, .i = d->token};
         args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = until};
-        int64_t changes = 0;
-        rc = s->broker->dialect->exec(&changes, conn, &s->sql.extend, args, NULL, NULL);
+        int64_t changes = 0, covered = 0;
+        /* Counted by holds: the holds outlast the lease before it is written. */
+        if (s->holds.on && (rc = lq__holds_cover(&covered, s, conn, until, false)) == LQ_OK)
+            lq__holds_covered(s, covered);
+        if (rc == LQ_OK) rc = s->broker->dialect->exec(&changes, conn, &s->sql.extend, args, NULL, NULL);
         if (rc == LQ_OK && changes == 1) {
             d->token = until;
             atomic_fetch_add(&s->stats[LQ_STAT_EXTENSIONS], 1);
