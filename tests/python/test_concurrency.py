@@ -3,6 +3,7 @@ processes, and worker_concurrency, counted in the subscription."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -729,3 +730,43 @@ def test_concurrency_on_mysql_is_held_by_each_subscription(db, form) -> None:
         a.close()
         b.close()
     assert held() == [], "a closed subscription's row was kept"
+
+
+@pytest.mark.dialect("mysql")
+@pytest.mark.forms("lease")
+def test_an_idle_queue_under_holds_costs_one_read_a_poll(db, form) -> None:
+    """Once a claim found no row, each poll reads whether a row is there
+    before it takes room: an idle subscription writes nothing (no growth, no
+    claim's transaction, no trim), and a row published later is still run."""
+    table = make_table(form)
+    db.create_table(table)
+
+    names = ("Com_update", "Com_commit", "Com_select")
+    status = "SHOW GLOBAL STATUS WHERE Variable_name IN (%s)" % ", ".join("'%s'" % n for n in names)
+
+    def server(cur: Any) -> Dict[str, int]:  # on one session, which adds nothing between reads
+        cur.execute(status)
+        return {name: int(value) for name, value in cur.fetchall()}
+
+    with libqueue.Broker(db.url) as broker, contextlib.closing(db.connect()) as conn, \
+            conn.cursor() as cur:
+        broker.publish(table, b"first")
+        with broker.subscribe(table, concurrency=2, workers=2, poll_interval_ms=POLL_MS) as sub:
+            got = sub.next(10)
+            assert got is not None
+            got.ack()
+            assert sub.next(0.3) is None  # a claim finds no row, and gives its room back
+            before = server(cur)
+            claims = sub.stat("claims")
+            assert sub.next(1.0) is None  # 20 polls
+            after = server(cur)
+            polls = sub.stat("claims") - claims
+            assert polls >= 5, "the subscription polled %d times in 1 s" % polls
+            assert after["Com_update"] == before["Com_update"], "an idle poll wrote the holds"
+            assert after["Com_commit"] == before["Com_commit"], "an idle poll ran a transaction"
+            assert after["Com_select"] - before["Com_select"] >= polls
+            broker.publish(table, b"later")
+            later = sub.next(10)
+            assert later is not None and later.payload == b"later"
+            later.ack()
+    assert db.count("jobs") == 0

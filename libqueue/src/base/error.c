@@ -45,6 +45,12 @@ void lq__error_clear(void) {
     last_error.message[0] = '\0';
 }
 
+int lq__error_ok_if(int rc, int status) {
+    if (rc != status) return rc;
+    lq__error_clear();
+    return LQ_OK;
+}
+
 static int set_error(int status, const char *sqlstate, int native, const char *fmt, va_list ap) {
     last_error.status = status;
     last_error.native = native;

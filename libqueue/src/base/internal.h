@@ -22,6 +22,9 @@ LQ__HIDDEN int lq__error_db(int status, const char *sqlstate, int native, const 
     LQ__PRINTF(4, 5);
 /* Prefixes the current message with context ("subscription jobs: ..."). */
 LQ__HIDDEN void lq__error_prefix(const char *fmt, ...) LQ__PRINTF(1, 2);
+/* `rc`, or LQ_OK with the error cleared where rc is `status`: a failure that
+ * is an answer (a key there already, a table no one has made yet). */
+LQ__HIDDEN int lq__error_ok_if(int rc, int status);
 
 /* The thread's last error as a value: a cleanup that may fail itself (a
  * rollback after a failure) keeps the failure that matters. */

@@ -44,11 +44,7 @@ void lq__cancel_heard(lq_broker *b, const char *note) {
 int lq__cancel_request_ask(lq__cancel_request *r) {
     r->args[LQ__P_NOW] = (lq__value){.type = LQ__V_INT, .i = lq__now_ms()};
     int rc = run(r, NULL, &r->sql.request, NULL, NULL);
-    if (rc == LQ_DUPLICATE) { /* a cancel beside this one asked already: one request serves both */
-        lq__error_clear();
-        rc = LQ_OK;
-    }
-    return rc;
+    return lq__error_ok_if(rc, LQ_DUPLICATE); /* a cancel beside this one asked already */
 }
 
 int lq__cancel_request_open(lq__cancel_request *r, lq_broker *b, lq__conn *conn, const lq_table *t,

@@ -91,10 +91,7 @@ int lq_queue_pause(lq_broker *b, const lq_table *t, const char *group) {
             rc = lq__control_table_create(b, t, &w.sql.create);
             if (rc == LQ_OK) rc = run_once(&w, &w.sql.pause, NULL, NULL);
         }
-        if (rc == LQ_DUPLICATE) { /* paused already: still paused */
-            lq__error_clear();
-            rc = LQ_OK;
-        }
+        rc = lq__error_ok_if(rc, LQ_DUPLICATE); /* paused already: still paused */
     }
     if (rc == LQ_OK) tell(&w, t, group);
     return end_work(rc, &w, t, group, "pause");
@@ -107,10 +104,7 @@ int lq_queue_resume(lq_broker *b, const lq_table *t, const char *group) {
     int rc = begin_work(&w, b, t, group);
     if (rc == LQ_OK) {
         rc = run_once(&w, &w.sql.resume, NULL, NULL);
-        if (rc == LQ_SCHEMA) { /* no control table: nothing was ever paused here */
-            lq__error_clear();
-            rc = LQ_OK;
-        }
+        rc = lq__error_ok_if(rc, LQ_SCHEMA); /* no control table: nothing was ever paused here */
     }
     if (rc == LQ_OK) tell(&w, t, group);
     return end_work(rc, &w, t, group, "resume");
@@ -123,10 +117,7 @@ int lq_queue_paused(int *paused_out, lq_broker *b, const lq_table *t, const char
     int rc = begin_work(&w, b, t, group);
     int64_t rows = 0;
     if (rc == LQ_OK) rc = run_once(&w, &w.sql.paused, lq__on_count, &rows);
-    if (rc == LQ_SCHEMA) { /* no control table: nothing is paused */
-        lq__error_clear();
-        rc = LQ_OK;
-    }
+    rc = lq__error_ok_if(rc, LQ_SCHEMA); /* no control table: nothing is paused */
     if (rc == LQ_OK) *paused_out = rows > 0;
     return end_work(rc, &w, t, group, "paused");
 }
@@ -141,10 +132,7 @@ int lq__pause_read(bool *paused, lq_broker *b, const lq__stmt *check, const lq_t
     int64_t rows = 0;
     rc = b->dialect->exec(NULL, conn, check, args, lq__on_count, &rows);
     lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
-    if (rc == LQ_SCHEMA) { /* no control table yet: nothing was ever paused */
-        lq__error_clear();
-        rc = LQ_OK;
-    }
+    rc = lq__error_ok_if(rc, LQ_SCHEMA); /* no control table yet: nothing was ever paused */
     *paused = rc == LQ_OK && rows > 0;
     return rc;
 }

@@ -19,6 +19,7 @@ typedef struct lq__holds {
     int in_use;     /* of it, taken by claims and by their rows not yet let go */
     int64_t until;  /* epoch ms: the row counts until then, as last committed */
     bool growing;   /* a growth is being written: no room is taken in hand */
+    bool found_none; /* the last claim found no row: the next asks first (probe) */
     /* The row's count is written by one thread at a time, so that the last
      * write is the newest count. */
     pthread_mutex_t write_mu;

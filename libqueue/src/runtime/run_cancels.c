@@ -172,12 +172,8 @@ static void take_requests(lq_subscription *s) {
     c->requests.pending.id = 0;
     int rc = s->broker->dialect->exec(NULL, conn, &c->requests.pending, args, on_pending, &pending);
     c->table_missing = rc == LQ_SCHEMA;
-    if (rc == LQ_SCHEMA) { /* no requests table: no cancel was ever asked for here */
-        lq__error_clear();
-        rc = LQ_OK;
-    } else if (rc != LQ_OK) {
-        lq__log_error(LQ_LOG_WARNING, "looking at cancel requests");
-    }
+    rc = lq__error_ok_if(rc, LQ_SCHEMA); /* no requests table: no cancel was ever asked for here */
+    if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "looking at cancel requests");
     if (pending.count) {
         size_t count;
         lq_delivery **dvs;

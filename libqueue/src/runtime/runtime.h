@@ -301,12 +301,16 @@ LQ__HIDDEN int lq__holds_open(lq_subscription *s);
 LQ__HIDDEN void lq__holds_free(lq__holds *h);
 /* Takes up to `want` rows' room for a claim on conn (in no transaction):
  * what the subscription holds in hand, or where it has none, a growth from
- * the queue's; *drawn is how much (0: the queue is at its limit). */
-LQ__HIDDEN int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want);
-/* Gives back n of the room drawn: rows a claim did not get, a row let go. */
-LQ__HIDDEN void lq__holds_undraw(lq_subscription *s, int n);
-/* The claim's rows, each counted until let go. */
-LQ__HIDDEN void lq__holds_mark(const lq__claimed *c);
+ * the queue's; *drawn is how much (0: the queue is at its limit, or, after
+ * a claim that found no row, it has no row to claim: `claim_args` are the
+ * claim's, for the look). */
+LQ__HIDDEN int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want,
+                              const lq__value *claim_args);
+/* After a claim that drew `drawn`: its rows are counted until let go, the
+ * room it did not use is back in hand, and `covered` (from lq__holds_cover,
+ * committed with the leases) is the row's time. */
+LQ__HIDDEN void lq__holds_claimed(lq_subscription *s, const lq__claimed *c, int drawn,
+                                  int64_t covered, bool found_none);
 /* Gives back the room of a row whose run ended, once. */
 LQ__HIDDEN void lq__holds_let_go(lq_delivery *d);
 /* Makes the subscription's row count until after lease `token`, on conn:

@@ -144,6 +144,17 @@ static int build_prune(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
     return lq__sql_finish(&b);
 }
 
+/* Whether the claim could take a row now, read without a lock. */
+static int build_probe(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, d, t);
+    lq__sql_add(&b, "SELECT 1");
+    lq__sql_from_claimable(&b, true);
+    if (t->fifo) lq__sql_fifo_head(&b, true);
+    lq__sql_add(&b, " LIMIT 1");
+    return lq__sql_finish(&b);
+}
+
 int lq__sql_build_holds(lq__holds_sql *out, const lq__dialect *d, const lq_table *t) {
     int rc = build_create(&out->create, d, t);
     if (rc == LQ_OK) rc = build_insert(&out->insert, d, t);
@@ -152,12 +163,14 @@ int lq__sql_build_holds(lq__holds_sql *out, const lq__dialect *d, const lq_table
     if (rc == LQ_OK) rc = build_update(&out->extend, d, t, false);
     if (rc == LQ_OK) rc = build_drop(&out->drop, d, t);
     if (rc == LQ_OK) rc = build_prune(&out->prune, d, t);
+    if (rc == LQ_OK) rc = build_probe(&out->probe, d, t);
     if (rc != LQ_OK) lq__holds_sql_free(out);
     return rc;
 }
 
 void lq__holds_sql_free(lq__holds_sql *h) {
-    lq__stmt *all[] = {&h->create, &h->insert, &h->read, &h->set, &h->extend, &h->drop, &h->prune};
+    lq__stmt *all[] = {&h->create, &h->insert, &h->read, &h->set, &h->extend, &h->drop, &h->prune,
+                       &h->probe};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         free(all[i]->sql);
         all[i]->sql = NULL;

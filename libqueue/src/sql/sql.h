@@ -313,6 +313,7 @@ typedef struct lq__holds_sql {
     lq__stmt extend; /* a holder's time, no earlier */
     lq__stmt drop;   /* a holder's row */
     lq__stmt prune;  /* the rows of holders whose time ended before LQ__P_LEASE */
+    lq__stmt probe;  /* a row of the queue's table the claim could take (its arguments) */
 } lq__holds_sql;
 #define LQ__HOLDS_TABLE "lq_limit_holds"
 LQ__HIDDEN int lq__sql_build_holds(lq__holds_sql *out, const struct lq__dialect *d,

@@ -29,7 +29,9 @@
  * What it costs: a claim with room in hand costs what an unlimited one
  * does; growing, or renewing the time every half lease, is one transaction;
  * a claim that finds no row gives back what its subscription does not use
- * (one UPDATE), so that others have it, as stopping it does. */
+ * (one UPDATE), so that others have it, as stopping it does; after it, the
+ * next claim first reads whether there is a row (an idle queue: a read a
+ * poll, no growth). */
 #include "base/clock.h"
 #include "core/schema.h"
 #include "runtime/runtime.h"
@@ -63,11 +65,7 @@ static int insert_row(lq__holds *h, const lq__dialect *d, lq__conn *conn, int64_
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = held};
     args[LQ__P_LEASE] = (lq__value){.type = LQ__V_INT, .i = until};
     int rc = d->exec(NULL, conn, &h->sql.insert, args, NULL, NULL);
-    if (rc == LQ_DUPLICATE && holder == 0) { /* there already */
-        lq__error_clear();
-        rc = LQ_OK;
-    }
-    return rc;
+    return holder == 0 ? lq__error_ok_if(rc, LQ_DUPLICATE) : rc; /* the queue's: there already */
 }
 
 int lq__holds_open(lq_subscription *s) {
@@ -185,14 +183,23 @@ static bool take_fresh(lq__holds *h, int64_t lease_ms, int want, bool at_limit, 
     return true;
 }
 
-int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want) {
+int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want,
+                   const lq__value *claim_args) {
     lq__holds *h = &s->holds;
     *drawn = 0;
     if (want <= 0) return LQ_OK;
     pthread_mutex_lock(&h->mu);
     bool taken = take_fresh(h, s->lease_ms, want, atomic_load(&s->at_limit), drawn);
+    bool look = h->found_none;
     pthread_mutex_unlock(&h->mu);
     if (taken) return LQ_OK;
+    if (look) { /* an idle queue costs a read a poll, not a growth, a claim and a trim */
+        int64_t rows = 0;
+        int rc = s->broker->dialect->exec(NULL, conn, &h->sql.probe, claim_args, lq__on_count, &rows);
+        /* Room in hand short of `want` goes back, as after a claim that found no row. */
+        if (rc == LQ_OK && rows == 0) rc = lq__holds_trim(s, conn, false);
+        if (rc != LQ_OK || rows == 0) return rc;
+    }
 
     pthread_mutex_lock(&h->write_mu);
     pthread_mutex_lock(&h->mu);
@@ -224,19 +231,23 @@ int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want) {
     return rc;
 }
 
-void lq__holds_undraw(lq_subscription *s, int n) {
-    if (n <= 0) return;
-    pthread_mutex_lock(&s->holds.mu);
-    s->holds.in_use -= n;
-    pthread_mutex_unlock(&s->holds.mu);
-}
-
-void lq__holds_mark(const lq__claimed *c) {
+void lq__holds_claimed(lq_subscription *s, const lq__claimed *c, int drawn, int64_t covered,
+                       bool found_none) {
+    lq__holds *h = &s->holds;
     for (lq_delivery *d = c->head; d; d = d->queue_next) atomic_store(&d->holds_room, true);
+    pthread_mutex_lock(&h->mu);
+    if (c->count && covered > h->until) h->until = covered;
+    h->in_use -= drawn - (int)c->count;
+    h->found_none = found_none;
+    pthread_mutex_unlock(&h->mu);
 }
 
 void lq__holds_let_go(lq_delivery *d) {
-    if (atomic_exchange(&d->holds_room, false)) lq__holds_undraw(d->sub, 1);
+    lq__holds *h = &d->sub->holds;
+    if (!h->on || !atomic_exchange(&d->holds_room, false)) return;
+    pthread_mutex_lock(&h->mu);
+    h->in_use--;
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* A growth of nothing: the row counted again, for what is in use, from a

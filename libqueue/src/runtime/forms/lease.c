@@ -237,11 +237,7 @@ static int64_t last_token(const lq__claimed *c) {
  * back to the queue. */
 static void claimed_by_holds(lq_subscription *s, lq__conn *conn, const lq__claimed *out, int drawn,
                              int64_t covered, bool found_none) {
-    if (out->count) {
-        lq__holds_covered(s, covered); /* it committed with the leases */
-        lq__holds_mark(out);
-    }
-    lq__holds_undraw(s, drawn - out->count);
+    lq__holds_claimed(s, out, drawn, covered, found_none);
     if (found_none && conn && lq__holds_trim(s, conn, false) != LQ_OK) {
         lq__log_error(LQ_LOG_WARNING, "giving back concurrency's unused holds");
         lq__error_clear(); /* kept until the holds' time ends: the limit errs low */
@@ -255,32 +251,40 @@ static bool takes_queue_lock(const lq_subscription *s) {
            (!s->holds.on || s->rate_limit || s->partition_concurrency || s->key_rate_limit);
 }
 
+/* The claim's arguments: rows due at `now`, leased until `token`. */
+static void bind_claim(lq__value *args, lq_subscription *s, int64_t now, int64_t token, int limit) {
+    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
+    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
+    args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = token};
+    lq__claim_limits(s, args);
+    if (s->starts_key) {
+        args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->starts_key, .n = strlen(s->starts_key)};
+        args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->rate_period_ms};
+    }
+}
+
 int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
+    lq__value args[LQ__P_COUNT] = {0};
     int drawn = 0;
     if (s->holds.on) {
-        rc = lq__holds_draw(&drawn, s, conn, limit);
+        int64_t before = lq__now_ms();
+        bind_claim(args, s, before, lq__lease_expiry(s, before), limit); /* for its look */
+        rc = lq__holds_draw(&drawn, s, conn, limit, args);
         if (rc != LQ_OK || drawn == 0) {
             lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
             return rc;
         }
         limit = drawn;
     }
+    /* Read after the draw, which may have waited for the holds' lock. */
     int64_t now = lq__now_ms();
     claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
-    lq__value args[LQ__P_COUNT] = {0};
-    if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
-    args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
-    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
-    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit};
-    args[LQ__P_LEASE] = (lq__value){.type = LQ__V_TIME, .i = ctx.token};
-    lq__claim_limits(s, args);
-    if (s->starts_key) {
-        args[LQ__P_QUEUE] = (lq__value){.type = LQ__V_TEXT, .p = s->starts_key, .n = strlen(s->starts_key)};
-        args[LQ__P_PERIOD] = (lq__value){.type = LQ__V_INT, .i = s->rate_period_ms};
-    }
+    bind_claim(args, s, now, ctx.token, limit);
     const lq__dialect *d = s->broker->dialect;
     bool limited = takes_queue_lock(s), locked = false, broken = false;
     int64_t covered = 0; /* holds: the time the claim's transaction wrote */
