@@ -1186,7 +1186,13 @@ void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size
             s->settling++;
         }
     }
-    if (s->settling != before) wake_a_claimer(s);
+    if (s->settling != before) {
+        /* Under holds, a run that ended gave its room back (forms/holds.c):
+         * a claim cut short by the limit goes again now, not after the
+         * settlement's commit. */
+        if (s->holds.on && atomic_load(&s->at_limit)) s->woken = true;
+        wake_a_claimer(s);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
