@@ -219,6 +219,34 @@ def test_a_row_lock_claim_that_finds_nothing_gives_its_slot_back(db, form) -> No
                 assert other.next(10) is not None, "the settled row's slot did not come back"
 
 
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("lease")
+def test_at_the_limit_a_run_hands_its_slot_on_in_one_commit(db, form) -> None:
+    """concurrency=1: the ack of a row whose run ended commits in the claim
+    that leases the next row, so the slot passes on in one commit. The same
+    transaction writes both, so PostgreSQL gives the acked row's last version
+    (processed_at set) and the next row's lease one xmin. A claim that comes
+    late leaves the ack to the acker, so most pairs are asked for, not all."""
+    table = make_table(form, processed_at="processed_at")
+    db.create_table(table)
+    rows = 20
+    leases = []  # (id, the xmin of its lease), in run order
+
+    def handle(d: libqueue.Delivery) -> None:
+        leases.append((d.id, db.scalar("SELECT xmin::text FROM jobs WHERE id = ?", (d.id,))))
+
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=1, concurrency=1, poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            wait_until(lambda: db.count("jobs", "processed_at IS NULL") == 0, what="every row acked")
+    acked = dict(db.query("SELECT id, xmin::text FROM jobs"))
+    assert len(leases) == rows
+    carried = sum(1 for (done, _), (_, lease) in zip(leases, leases[1:]) if acked[done] == lease)
+    assert carried >= (rows - 1) * 3 // 4, \
+        "%d of %d acks committed with the next row's lease" % (carried, rows - 1)
+
+
 @pytest.mark.forms("advisory")
 def test_concurrency_in_the_advisory_form_holds_by_slot_keys(db, form) -> None:
     """workers=6, concurrency=2, one process: each delivery holds a slot key

@@ -856,6 +856,7 @@ typedef struct pg_piece {
     lq__row_fn on_row;
     void *ctx;
     bool *done; /* set when the server ran it (may be NULL) */
+    int64_t *changes; /* the rows it changed (may be NULL) */
 } pg_piece;
 
 /* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
@@ -916,6 +917,7 @@ static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadl
     ExecStatusType status = PQresultStatus(res);
     bool ran = status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK;
     if (p->done) *p->done = ran;
+    if (p->changes && ran) *p->changes = atoll(PQcmdTuples(res));
     if (*first != LQ_OK || status == PGRES_PIPELINE_ABORTED) {
         PQclear(res);
     } else if (ran) {
@@ -982,7 +984,8 @@ static int add_steps(pg_piece *pieces, int at, const lq__step *steps, int count)
     if (count > PG_PIPE_STEPS) return lq__error(LQ_ERROR, "postgresql: a pipeline of %d steps", count);
     for (int i = 0; i < count; i++)
         pieces[at + i] = (pg_piece){.stmt = steps[i].stmt, .args = steps[i].args,
-                                    .on_row = steps[i].on_row, .ctx = steps[i].ctx};
+                                    .on_row = steps[i].on_row, .ctx = steps[i].ctx,
+                                    .changes = steps[i].changes};
     return LQ_OK;
 }
 

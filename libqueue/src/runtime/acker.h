@@ -13,6 +13,7 @@
 #include "base/internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct lq_delivery lq_delivery;
 typedef struct lq_subscription lq_subscription;
@@ -27,6 +28,11 @@ typedef struct lq__acker {
     bool stopping;
     bool running;
     pthread_t thread;
+    /* While it is true (the subscription's last claim was cut short by the
+     * queue's concurrency), the next claim carries the queued acks in its
+     * own transaction (lq__acker_hand_over): the acker leaves them to it
+     * for a moment. NULL: never. */
+    const atomic_bool *carried;
 } lq__acker;
 
 /* Whether a subscription's acks go behind its handlers (push mode, or
@@ -42,6 +48,9 @@ LQ__HIDDEN int lq__acker_start(lq__acker *a);
  * `start`: starts it first if need be (a pulled subscription's, started at
  * its first ack behind). Waits while the queue is full. Thread-safe. */
 LQ__HIDDEN bool lq__acker_take(lq__acker *a, lq_delivery *const *dvs, size_t n, bool start);
+/* Takes up to `max` of the acks queued, with their references, for a claim
+ * to run in its transaction; returns how many. */
+LQ__HIDDEN size_t lq__acker_hand_over(lq__acker *a, lq_delivery **out, size_t max);
 /* Runs every ack queued, then ends the thread; for good: later takes are
  * refused. */
 LQ__HIDDEN void lq__acker_stop(lq__acker *a);

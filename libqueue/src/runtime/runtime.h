@@ -143,7 +143,10 @@ struct lq_subscription {
     char *limit_key;        /* the lock of the queue-wide limits: "concurrency:<queue>" */
     char *starts_key;       /* the queue's name in the starts table */
     lq__holds holds;        /* concurrency counted by holds (forms/holds.c), where on */
-    atomic_bool at_limit;   /* the last claim was cut short by the queue's concurrency */
+    /* The last claim was cut short by the queue's concurrency (where the
+     * lease form counts at each claim: took all the room it left). */
+    atomic_bool at_limit;
+    bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
     bool transactional;
@@ -265,6 +268,32 @@ LQ__HIDDEN int lq__settle_expired(lq_delivery *d);
  * coalescer), else commits at once. Every delivery is settled on return,
  * even out of memory. */
 LQ__HIDDEN int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gather);
+/* Acks a claim carries in its transaction (forms/lease.c, under a
+ * queue-wide concurrency counted at each claim): the acks queued behind
+ * the subscription's handlers, run before the claim counts the queue's rows
+ * in work, so that a slot whose run ended here goes to the claim's rows in
+ * the one commit, with no commit of its own to wait for. */
+#define LQ__CARRY_MAX 64
+typedef struct lq__carried {
+    lq_delivery *set[LQ__CARRY_MAX]; /* acked by the claim's step */
+    size_t n;
+    lq_delivery *rest[LQ__CARRY_MAX]; /* not fit for a set: acked after the claim */
+    size_t rest_n;
+    lq__value args[LQ__P_COUNT];
+    char *json;
+    int64_t changes; /* the rows the step acked */
+} lq__carried;
+/* Takes the acks queued behind s's handlers; *step acks them in the claim's
+ * transaction (its stmt NULL: none to carry). Out of memory, they are acked
+ * after the claim. */
+LQ__HIDDEN int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step);
+/* Whether the step acked every row it carried (else a lease was lost: the
+ * claim's transaction rolls back, and the acks go on their own, to learn
+ * which). */
+LQ__HIDDEN bool lq__acks_whole(const lq__carried *c);
+/* After the claim's transaction: its rows acked where it `committed`, else
+ * acked on their own, as the acker would; the rest too. Lets go of them. */
+LQ__HIDDEN void lq__acks_carried(lq__carried *c, bool committed);
 LQ__HIDDEN void lq__subscription_unref(lq_subscription *s);
 /* Whether a row lock settlement on this thread may commit AND CHAIN: it is
  * s's push worker's, after the handler, and the worker claims next. */
@@ -278,6 +307,9 @@ LQ__HIDDEN void lq__subscription_hold(lq_subscription *s);
 /* Handed-out deliveries' settlements began: where they hold no connection,
  * the claims of their workers' next rows may go beside them. */
 LQ__HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
+/* Acks went to the acker: at the queue's limit, where claims carry them,
+ * a claim goes now (it carries them, and their rows' slots are its). */
+LQ__HIDDEN void lq__subscription_acks_queued(lq_subscription *s);
 /* Handed-out deliveries settled: the connection they freed goes back (or
  * waits, chained), and their workers, lanes and keys are free again. A
  * settlement reports here once, so a set's settlement wakes a claimer once. */

@@ -437,3 +437,59 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
     free(rcs);
     return first;
 }
+
+int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
+    memset(c, 0, sizeof *c);
+    *step = (lq__step){0};
+    lq_delivery *taken[LQ__CARRY_MAX];
+    size_t n = lq__acker_hand_over(&s->acker, taken, LQ__CARRY_MAX);
+    for (size_t i = 0; i < n; i++) {
+        lq_delivery *d = taken[i];
+        pthread_mutex_lock(&d->mu);
+        atomic_store(&d->run_ended, true); /* its ack is asked for */
+        bool joins = joins_set(d) && !d->shared;
+        if (joins) d->in_set = true;
+        pthread_mutex_unlock(&d->mu);
+        if (joins) c->set[c->n++] = d;
+        else c->rest[c->rest_n++] = d;
+    }
+    if (!c->n) return LQ_OK;
+    /* Rows of one claim share their token: bound once, as the acker does. */
+    bool one_token = s->sql.ack_set_held.sql != NULL;
+    for (size_t i = 1; one_token && i < c->n; i++) one_token = c->set[i]->token == c->set[0]->token;
+    const lq__dialect *d = s->broker->dialect;
+    lq__strbuf sb = {0};
+    for (size_t i = 0; i < c->n; i++)
+        lq__held_set_add(&sb, d, !one_token, c->set[i]->id, c->set[i]->token);
+    c->json = lq__held_set_take(&sb, d);
+    if (!c->json) { /* acked after the claim, as the acker would */
+        leave_set(c->set, c->n, false);
+        memcpy(c->rest + c->rest_n, c->set, c->n * sizeof *c->set);
+        c->rest_n += c->n;
+        c->n = 0;
+        return lq__error(LQ_NOMEM, "out of memory");
+    }
+    settle_args(c->args, c->set[0], 0);
+    c->args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = c->json, .n = strlen(c->json)};
+    *step = (lq__step){.stmt = one_token ? &s->sql.ack_set_held : &s->sql.ack_set, .args = c->args,
+                       .changes = &c->changes};
+    return LQ_OK;
+}
+
+bool lq__acks_whole(const lq__carried *c) { return c->changes == (int64_t)c->n; }
+
+void lq__acks_carried(lq__carried *c, bool committed) {
+    free(c->json);
+    c->json = NULL;
+    if (c->n && committed) {
+        count_outcome(c->set[0]->sub, LQ__ACK, LQ_OK, (int64_t)c->n);
+        finish_settled(c->set, c->n, &(lq__freed){0});
+    } else if (c->n) { /* the claim's transaction did not commit: acked on their own */
+        leave_set(c->set, c->n, false);
+        lq__settle_acks(NULL, c->set, c->n, false);
+    }
+    if (c->rest_n) lq__settle_acks(NULL, c->rest, c->rest_n, false);
+    lq__deliveries_unref(c->set, c->n);
+    lq__deliveries_unref(c->rest, c->rest_n);
+    c->n = c->rest_n = 0;
+}

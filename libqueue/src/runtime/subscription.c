@@ -527,6 +527,12 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = lq__sql_build_paused(&s->pause_check, b->dialect, s->table);
     if (rc == LQ_OK) rc = lq__broker_intern(b, &s->pause_check);
     if (rc == LQ_OK) rc = prepare_all(s);
+    /* Under a queue-wide limit counted at each claim, a run that ended here
+     * hands its slot to the next row in one commit: the claim carries its
+     * ack (lq__acks_carry). */
+    s->carries_acks = rc == LQ_OK && s->form == LQ_FORM_LEASE && s->concurrency && !s->holds.on &&
+                      s->sql.ack_set.sql && lq__acker_wanted(s);
+    if (s->carries_acks) s->acker.carried = &s->at_limit;
     s->coalescer.ack = &s->sql.ack;
     s->coalescer.ack_set = &s->sql.ack_set;
     s->coalescer.tokens = s->form == LQ_FORM_LEASE;
@@ -1193,6 +1199,14 @@ void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size
         if (s->holds.on && atomic_load(&s->at_limit)) s->woken = true;
         wake_a_claimer(s);
     }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void lq__subscription_acks_queued(lq_subscription *s) {
+    if (!s->carries_acks || !atomic_load(&s->at_limit)) return;
+    pthread_mutex_lock(&s->mu);
+    s->woken = true;
+    wake_a_claimer(s);
     pthread_mutex_unlock(&s->mu);
 }
 

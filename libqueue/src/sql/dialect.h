@@ -27,13 +27,14 @@ typedef struct lq__value {
  * returned by exec. */
 typedef int (*lq__row_fn)(void *ctx, const lq__value *columns, int count);
 
-/* One statement of several sent together: its arguments, and its rows'
- * reader (may be NULL). */
+/* One statement of several sent together: its arguments, its rows' reader
+ * and where to write the number of rows it changed (each may be NULL). */
 typedef struct lq__step {
     const lq__stmt *stmt;
     const lq__value *args;
     lq__row_fn on_row;
     void *ctx;
+    int64_t *changes;
 } lq__step;
 /* A column's value as a new string (sql/values.c); NULL for NULL, or when
  * out of memory. */

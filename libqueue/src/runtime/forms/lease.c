@@ -150,11 +150,13 @@ static int read_count(void *ctx, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-/* Cuts *limit to `room`; returns whether it cut. */
+/* Cuts *limit to `room`; returns whether the claim takes all the room
+ * left (it was cut, or asks for it all): a slot that frees is then the
+ * next claim's. */
 static bool cut_to(int *limit, int64_t room) {
-    if (room >= *limit) return false;
-    *limit = room > 0 ? (int)room : 0;
-    return true;
+    bool full = room <= *limit;
+    if (room < *limit) *limit = room > 0 ? (int)room : 0;
+    return full;
 }
 
 /* The queue-wide limits, in the claim's transaction: it takes the queue's
@@ -164,18 +166,27 @@ static bool cut_to(int *limit, int64_t room) {
  * and the starts commit, so a claim that counts after another counts that
  * one's rows and starts too: two claims never share the same room. A lease
  * that ran out (its holder died or froze) no longer counts, and its row is
- * claimable again. */
-static int limit_to_room(int *limit, bool *locked, lq_subscription *s, lq__conn *conn,
-                         lq__value *args) {
+ * claimable again. The acks `acks` carries go first: the rows whose runs
+ * ended here count no more. */
+static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq_subscription *s,
+                         lq__conn *conn, lq__value *args) {
     int64_t in_work = 0;
     lq__window w = {0};
-    lq__step counts[2];
+    lq__step counts[3];
     int n = 0;
     bool counting = s->concurrency && !s->holds.on; /* holds: drawn before (forms/holds.c) */
-    if (counting) counts[n++] = (lq__step){&s->sql.in_work, args, read_count, &in_work};
-    if (s->rate_limit) counts[n++] = (lq__step){&s->sql.starts, args, lq__read_window, &w};
+    if (acks) {
+        if (lq__acks_carry(acks, s, &counts[n]) != LQ_OK) lq__error_clear(); /* acked after */
+        if (counts[n].stmt) n++;
+    }
+    if (counting)
+        counts[n++] = (lq__step){.stmt = &s->sql.in_work, .args = args, .on_row = read_count,
+                                 .ctx = &in_work};
+    if (s->rate_limit)
+        counts[n++] = (lq__step){.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
+                                 .ctx = &w};
     int rc = lq__begin_locked(locked, s, conn, counts, n);
-    /* Cut short by the limit: the next settlement here wakes a claim. */
+    /* All the room taken: the next run to end here wakes a claim. */
     if (rc == LQ_OK && counting) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
     if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
@@ -265,7 +276,8 @@ static void bind_claim(lq__value *args, lq_subscription *s, int64_t now, int64_t
     }
 }
 
-int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
+/* A claim; `acks`: the acks it carries (NULL: none). */
+static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *acks) {
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     if (rc != LQ_OK) return rc;
@@ -288,6 +300,7 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
     const lq__dialect *d = s->broker->dialect;
     bool limited = takes_queue_lock(s), locked = false, broken = false;
     int64_t covered = 0; /* holds: the time the claim's transaction wrote */
+    bool acks_committed = false;
     /* Under the queue's lock, so that no two claims count the same room. */
     if (d->claim_writes_lease && !s->sql.guard.sql && !limited && !s->holds.on) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
@@ -295,12 +308,17 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
          * the stamps after a locking read. */
         bool guarded = true;
-        rc = limited ? limit_to_room(&limit, &locked, s, conn, args)
+        rc = limited ? limit_to_room(&limit, &locked, acks, s, conn, args)
                      : d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
-        if (rc == LQ_OK && limit > 0) rc = lq__fifo_guard(&guarded, s, conn);
-        lq__step claim = {&s->sql.claim, args, on_claimed_row, &ctx};
+        bool undone = rc == LQ_OK && acks && !lq__acks_whole(acks);
+        if (rc == LQ_OK && limit > 0 && !undone) rc = lq__fifo_guard(&guarded, s, conn);
+        lq__step claim = {.stmt = &s->sql.claim, .args = args, .on_row = on_claimed_row,
+                          .ctx = &ctx};
         bool claims = guarded && limit > 0, committed = false;
-        if (rc == LQ_OK && claim_ends_it(s)) {
+        if (undone) { /* a carried ack found its lease lost: they go on their own first */
+            rc = d->rollback(conn);
+            atomic_store(&s->at_limit, true); /* their settlement wakes the next claim */
+        } else if (rc == LQ_OK && claim_ends_it(s)) {
             rc = lq__exec_commit(&committed, s, conn, &claim, claims ? 1 : 0); /* one round trip */
         } else {
             if (rc == LQ_OK && claims) rc = d->exec(NULL, conn, claim.stmt, args, on_claimed_row, &ctx);
@@ -312,8 +330,9 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
             if (rc == LQ_OK && s->rate_limit) rc = record_starts(s, conn, args, out->count);
             if (rc == LQ_OK && s->holds.on && out->count)
                 rc = lq__holds_cover(&covered, s, conn, last_token(out), true); /* with the leases */
-            if (rc == LQ_OK) rc = d->commit(conn);
+            if (rc == LQ_OK) committed = (rc = d->commit(conn)) == LQ_OK;
         }
+        acks_committed = committed;
         /* Committed all the same (a row reader failed after the commit was
          * sent): the rows read are the claim's, as after an autocommit claim. */
         if (rc != LQ_OK && !committed) {
@@ -337,8 +356,15 @@ int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
         claimed_by_holds(s, broken || rc == LQ_CONNECT ? NULL : conn, out, drawn, covered,
                          rc == LQ_OK && out->count == 0);
     lq__pool_release(&s->broker->pool, conn, broken || rc == LQ_CONNECT);
+    if (acks) lq__acks_carried(acks, acks_committed); /* with no connection held */
     if (rc == LQ_OK) rc = sort_claimed(out);
     return rc;
+}
+
+int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    if (!s->carries_acks) return claim(out, s, limit, NULL);
+    lq__carried acks = {0};
+    return claim(out, s, limit, &acks);
 }
 
 static int on_any(void *ctx, const lq__value *cols, int count) {

@@ -9,7 +9,8 @@
 static int run_steps(const lq__dialect *d, lq__conn *conn, const lq__step *steps, int count) {
     int rc = LQ_OK;
     for (int i = 0; rc == LQ_OK && i < count; i++)
-        rc = d->exec(NULL, conn, steps[i].stmt, steps[i].args, steps[i].on_row, steps[i].ctx);
+        rc = d->exec(steps[i].changes, conn, steps[i].stmt, steps[i].args, steps[i].on_row,
+                     steps[i].ctx);
     return rc;
 }
 

@@ -50,7 +50,8 @@ int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__co
     bind_queue(args, s);
     *r = (lq__reserved){0};
     lq__window w = {0};
-    lq__step window = {&s->sql.starts, args, lq__read_window, &w};
+    lq__step window = {.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
+                       .ctx = &w};
     bool locked = false;
     int rc = lq__begin_locked(&locked, s, conn, &window, 1);
     int granted = rc == LQ_OK ? lq__rate_room(s, &w, want) : 0;
