@@ -247,6 +247,46 @@ def test_at_the_limit_a_run_hands_its_slot_on_in_one_commit(db, form) -> None:
         "%d of %d acks committed with the next row's lease" % (carried, rows - 1)
 
 
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("lease")
+def test_a_carried_ack_waits_for_the_queue_lock_no_longer_than_its_lease(db, form) -> None:
+    """While another session holds the queue's lock (a claim stalled in
+    another process), the claim that carries a finished run's ack waits for
+    the lock no more than half of the lease left, then the ack goes on its
+    own: the row is acked within its lease, not left to run out and run
+    again. The lock is the queue's: no row is claimed while it is held."""
+    table = make_table(form)
+    db.create_table(table)
+    runs, lease_ends = [], []
+    started, locked = threading.Event(), threading.Event()
+
+    def handle(d: libqueue.Delivery) -> None:
+        runs.append(d.payload)
+        lease_ends.append(d.lease_expiry_ms / 1000)
+        started.set()
+        assert locked.wait(10), "the test did not take the queue's lock"
+
+    with libqueue.Broker(db.url) as broker:
+        first, _ = broker.publish_many(table, [b"first", b"second"])
+        with broker.subscribe(table, workers=1, concurrency=1, lease_ms=2000,
+                              poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            assert started.wait(10), "the first row did not start"
+            with contextlib.closing(db.connect()) as conn, conn.cursor() as cur:
+                cur.execute("BEGIN")
+                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                            ("concurrency:" + table.name,))
+                locked.set()
+                wait_until(lambda: db.count("jobs", "id = %d" % first) == 0,
+                           timeout=lease_ends[0] - time.time() - 0.1,
+                           what="the first row acked within its lease, the lock held elsewhere")
+                time.sleep(0.3)
+                assert runs == [b"first"], "a row was claimed while the queue's lock was held"
+                cur.execute("COMMIT")
+            wait_until(lambda: db.count("jobs") == 0, what="the second row, once the lock was free")
+    assert runs == [b"first", b"second"]
+
+
 @pytest.mark.forms("advisory")
 def test_concurrency_in_the_advisory_form_holds_by_slot_keys(db, form) -> None:
     """workers=6, concurrency=2, one process: each delivery holds a slot key

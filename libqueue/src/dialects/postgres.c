@@ -822,15 +822,18 @@ static int pg_take_slots(int *taken, lq__conn *c, const char *key, int limit, in
 
 /* lock_timeout for the queue's lock: a second before the statement's
  * deadline, or half a deadline of two seconds or less. */
-static void lock_wait_text(const lq__conn *c, char out[32]) {
+/* The lock wait: a second short of the statement's deadline, or `most`
+ * where that is shorter (0: no such bound). */
+static void lock_wait_text(const lq__conn *c, int64_t most, char out[32]) {
     int64_t statement_ms = c->deadline_ms - 2000;
     int64_t wait = statement_ms > 2000 ? statement_ms - 1000 : statement_ms / 2;
+    if (most > 0 && most < wait) wait = most;
     snprintf(out, 32, "%lld", (long long)(wait > 0 ? wait : 1)); /* 0 would wait without end */
 }
 
 static int pg_lock_queue(lq__conn *c, const char *key) {
     char wait[32];
-    lock_wait_text(c, wait);
+    lock_wait_text(c, 0, wait);
     const char *params[2] = {key, wait};
     int rc = LQ_OK;
     PGresult *res = run_stmt(c, &lock_queue_stmt, 2, params, NULL, NULL, 0, &rc);
@@ -989,10 +992,11 @@ static int add_steps(pg_piece *pieces, int at, const lq__step *steps, int count)
     return LQ_OK;
 }
 
-static int pg_begin_locked(lq__conn *c, const char *key, const lq__step *steps, int count) {
+static int pg_begin_locked(lq__conn *c, const char *key, int64_t wait_ms, const lq__step *steps,
+                           int count) {
     pg_piece pieces[PG_PIPE_STEPS + 2];
     char wait[32];
-    lock_wait_text(c, wait);
+    lock_wait_text(c, wait_ms, wait);
     const char *params[2] = {key, wait};
     pieces[0] = (pg_piece){.text = "BEGIN ISOLATION LEVEL READ COMMITTED"};
     pieces[1] = (pg_piece){.stmt = &lock_queue_stmt, .params = params, .nparams = 2};

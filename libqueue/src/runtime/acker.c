@@ -61,6 +61,9 @@ static size_t take_queued(lq__acker *a, lq_delivery **out, size_t max) {
 size_t lq__acker_hand_over(lq__acker *a, lq_delivery **out, size_t max) {
     pthread_mutex_lock(&a->mu);
     size_t n = take_queued(a, out, max);
+    /* The acker's wait for a claim ends, so the next ack to come gets a
+     * wait of its own. */
+    if (n && !a->queued) pthread_cond_signal(&a->arrived);
     pthread_mutex_unlock(&a->mu);
     return n;
 }

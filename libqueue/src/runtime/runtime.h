@@ -41,6 +41,8 @@ typedef struct lq__freed {
     bool broken;    /* its link failed: closed, not pooled */
     bool chained;   /* in the transaction COMMIT AND CHAIN opened: it waits
                      * for this worker's next claim instead of going back */
+    bool room_taken; /* the queue-wide room the rows freed went to the claim
+                      * that settled them (lq__acks_carried): no claim is woken for it */
 } lq__freed;
 
 struct lq_delivery {
@@ -147,6 +149,7 @@ struct lq_subscription {
      * lease form counts at each claim: took all the room it left). */
     atomic_bool at_limit;
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
+    atomic_llong last_expiry; /* the last lease it wrote (forms/lease.c) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
     bool transactional;
@@ -287,6 +290,10 @@ typedef struct lq__carried {
  * transaction (its stmt NULL: none to carry). Out of memory, they are acked
  * after the claim. */
 LQ__HIDDEN int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step);
+/* How long the carried rows' leases have left, at the least (ms; 0 when
+ * none is carried): the claim waits for the queue's lock no more than half
+ * of it, so that no carried row's lease runs out while its ack waits. */
+LQ__HIDDEN int64_t lq__acks_lease_left(const lq__carried *c);
 /* Whether the step acked every row it carried (else a lease was lost: the
  * claim's transaction rolls back, and the acks go on their own, to learn
  * which). */
@@ -363,7 +370,8 @@ LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);
 /* Sends back the rows of deliveries whose runs passed timeout_ms; returns
  * when the next one will (monotonic ms), or 0 when none is in work. */
 LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);
-LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
+/* The expiry of a lease the subscription writes now (its token). */
+LQ__HIDDEN int64_t lq__lease_expiry(lq_subscription *s, int64_t now_ms);
 /* Whether a delivery about to be handed out still holds its lease (true in
  * the other forms). One whose lease has run out, or nearly (its extensions
  * came late), is extended first: its token fences the row, so the extension
@@ -426,9 +434,11 @@ LQ__HIDDEN int lq__read_window(void *ctx, const lq__value *cols, int count);
 LQ__HIDDEN int lq__rate_room(lq_subscription *s, const lq__window *w, int want);
 /* A limited claim's transaction (forms/locked.c): opens it (READ
  * COMMITTED), takes the queue's lock (s->limit_key) and runs the steps;
- * *locked once a lock that must be given back (unlock_queue) is held. On
+ * *locked once a lock that must be given back (unlock_queue) is held. The
+ * lock is waited for up to the statement's deadline, or wait_ms where the
+ * dialect pipelines the claim (begin_locked) and wait_ms is not 0. On
  * failure the transaction is left for a rollback. */
-LQ__HIDDEN int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn,
+LQ__HIDDEN int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, int64_t wait_ms,
                                 const lq__step *steps, int count);
 /* Runs the steps and commits; on failure the transaction is left for a
  * rollback, unless *committed: where the dialect pipelines, a step's row

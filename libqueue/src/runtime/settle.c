@@ -476,6 +476,15 @@ int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
     return LQ_OK;
 }
 
+int64_t lq__acks_lease_left(const lq__carried *c) {
+    if (!c->n) return 0;
+    int64_t first = c->set[0]->token;
+    for (size_t i = 1; i < c->n; i++)
+        if (c->set[i]->token < first) first = c->set[i]->token;
+    int64_t left = first - lq__now_ms();
+    return left > 0 ? left : 1;
+}
+
 bool lq__acks_whole(const lq__carried *c) { return c->changes == (int64_t)c->n; }
 
 void lq__acks_carried(lq__carried *c, bool committed) {
@@ -483,7 +492,7 @@ void lq__acks_carried(lq__carried *c, bool committed) {
     c->json = NULL;
     if (c->n && committed) {
         count_outcome(c->set[0]->sub, LQ__ACK, LQ_OK, (int64_t)c->n);
-        finish_settled(c->set, c->n, &(lq__freed){0});
+        finish_settled(c->set, c->n, &(lq__freed){.room_taken = true});
     } else if (c->n) { /* the claim's transaction did not commit: acked on their own */
         leave_set(c->set, c->n, false);
         lq__settle_acks(NULL, c->set, c->n, false);

@@ -529,9 +529,14 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = prepare_all(s);
     /* Under a queue-wide limit counted at each claim, a run that ended here
      * hands its slot to the next row in one commit: the claim carries its
-     * ack (lq__acks_carry). */
+     * ack (lq__acks_carry). Only where the claim's wait for the queue's
+     * lock can be kept within the carried rows' leases (begin_locked), or
+     * where that lock is the one writer's, which the ack would wait for
+     * alone too. */
+    const lq__dialect *dialect = b->dialect;
     s->carries_acks = rc == LQ_OK && s->form == LQ_FORM_LEASE && s->concurrency && !s->holds.on &&
-                      s->sql.ack_set.sql && lq__acker_wanted(s);
+                      s->sql.ack_set.sql && lq__acker_wanted(s) &&
+                      (dialect->begin_locked || dialect->single_writer);
     if (s->carries_acks) s->acker.carried = &s->at_limit;
     s->coalescer.ack = &s->sql.ack;
     s->coalescer.ack_set = &s->sql.ack_set;
@@ -847,6 +852,7 @@ static void forgo_claim(lq_subscription *s, int limit, int extra) {
     s->claim_extra -= extra;
     s->held += kept; /* counted in held again until drop_chained forgets it */
     s->woken = false;
+    atomic_store(&s->at_limit, false); /* no claim comes soon: the acker waits for none */
     s->rest_until = lq__mono_ms() + s->poll_ms;
     bool room_freed = account_room(s);
     if (!kept && !room_freed) return;
@@ -1255,7 +1261,7 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     /* A key came free (an advisory key, a row lock's key slot), or room
      * under the queue-wide limit. */
     bool key_freed = s->form == LQ_FORM_ADVISORY || (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
-    if (key_freed || atomic_load(&s->at_limit)) s->woken = true;
+    if (key_freed || (atomic_load(&s->at_limit) && !freed->room_taken)) s->woken = true;
     wake_a_claimer(s);
     if (s->lanes || s->key_limit) { /* its lane or key may take the next */
         pthread_cond_broadcast(&s->ready_cv);
@@ -1655,6 +1661,7 @@ static void stop_threads(lq_subscription *s) {
     pthread_mutex_unlock(&s->mu);
 
     for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
+    atomic_store(&s->at_limit, false); /* no claim carries the acks of the runs still ending */
     for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
     lq__acker_stop(&s->acker); /* after the workers: it runs every ack they left */
 

@@ -243,13 +243,15 @@ typedef struct lq__dialect {
      * pipelines statements (NULL: the core sends them one by one):
      * begin_locked opens a READ COMMITTED transaction, takes the queue's
      * lock as lock_queue does (a lock that ends with the transaction: such
-     * a dialect has no unlock_queue) and runs the steps (at most 4);
+     * a dialect has no unlock_queue), waiting for it no longer than
+     * wait_ms where that is not 0, and runs the steps (at most 4);
      * exec_commit runs the steps and commits. Each sends all at once and
      * reads the answers in order; the first failure is the result, the
      * statements after it do nothing, and the transaction is left for a
      * rollback. A step's row reader that fails does not stop the server:
      * *committed tells whether the commit ran all the same. */
-    int (*begin_locked)(lq__conn *conn, const char *key, const lq__step *steps, int count);
+    int (*begin_locked)(lq__conn *conn, const char *key, int64_t wait_ms, const lq__step *steps,
+                        int count);
     int (*exec_commit)(bool *committed, lq__conn *conn, const lq__step *steps, int count);
     /* Gives it back after the transaction ended (false: not confirmed, and
      * the connection must not be reused); NULL where it ends with it. */

@@ -9,11 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The last expiry this process wrote: each new one is later, so a row
- * claimed again while an earlier holder still runs (its lease backdated, or
- * cleared by hand) never gets a token equal to the earlier one's. */
-static atomic_llong last_expiry;
-
 /* Where expiries fall on whole seconds, one clock for every row would push
  * leases ahead of the clock by a second per claim within a second, without
  * bound under load. There the rule holds per row instead: the last expiry
@@ -30,17 +25,24 @@ static int64_t next_expiry(atomic_llong *last_slot, int64_t expiry, int64_t step
     }
 }
 
-int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
+/* Each expiry a subscription writes is later than its last, so a row it
+ * claims again while an earlier claim of its own still runs (the lease
+ * backdated, or cleared by hand) never gets that claim's token. Per
+ * subscription, not per process: a process's subscriptions with shorter
+ * leases keep them short beside those with longer ones. A row claimed
+ * again after its lease ran out gets a later token anyway (now + lease_ms
+ * is past the old one). */
+int64_t lq__lease_expiry(lq_subscription *s, int64_t now_ms) {
     /* Where the column keeps whole seconds, the expiry falls on one, so the
      * column holds the token exactly. */
     bool whole = s->broker->dialect->whole_second_leases;
     int64_t step = whole ? 1000 : 1;
     int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
-    return next_expiry(&last_expiry, expiry, step);
+    return next_expiry(&s->last_expiry, expiry, step);
 }
 
 /* The expiry of one row: per row where leases keep whole seconds. */
-static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
+static int64_t row_expiry(lq_subscription *s, int64_t now_ms, int64_t id) {
     if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
     const char *parts[] = {s->broker->target.url, s->table->schema, s->table->name};
     uint64_t h = LQ__FNV_OFFSET;
@@ -150,13 +152,13 @@ static int read_count(void *ctx, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-/* Cuts *limit to `room`; returns whether the claim takes all the room
- * left (it was cut, or asks for it all): a slot that frees is then the
- * next claim's. */
-static bool cut_to(int *limit, int64_t room) {
-    bool full = room <= *limit;
-    if (room < *limit) *limit = room > 0 ? (int)room : 0;
-    return full;
+/* Cuts *limit to `room`; returns whether the next run to end here should
+ * wake a claim: the limit cut this one, or, where claims carry the acks of
+ * the runs that end, this one takes all the room left. */
+static bool cut_to(int *limit, int64_t room, bool carries_acks) {
+    bool cut = room < *limit, full = room <= *limit;
+    if (cut) *limit = room > 0 ? (int)room : 0;
+    return carries_acks ? full : cut;
 }
 
 /* The queue-wide limits, in the claim's transaction: it takes the queue's
@@ -185,9 +187,10 @@ static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq_subscri
     if (s->rate_limit)
         counts[n++] = (lq__step){.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
                                  .ctx = &w};
-    int rc = lq__begin_locked(locked, s, conn, counts, n);
-    /* All the room taken: the next run to end here wakes a claim. */
-    if (rc == LQ_OK && counting) atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work));
+    int64_t wait_ms = acks && acks->n ? lq__acks_lease_left(acks) / 2 + 1 : 0;
+    int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n);
+    if (rc == LQ_OK && counting)
+        atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work, acks != NULL));
     if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
     return rc;

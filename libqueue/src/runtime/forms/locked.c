@@ -14,11 +14,12 @@ static int run_steps(const lq__dialect *d, lq__conn *conn, const lq__step *steps
     return rc;
 }
 
-int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, const lq__step *steps,
-                     int count) {
+int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, int64_t wait_ms,
+                     const lq__step *steps, int count) {
     const lq__dialect *d = s->broker->dialect;
     *locked = false;
-    if (d->begin_locked) return d->begin_locked(conn, s->limit_key, steps, count); /* its lock ends with the transaction */
+    if (d->begin_locked) /* its lock ends with the transaction */
+        return d->begin_locked(conn, s->limit_key, wait_ms, steps, count);
     int rc = d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
     if (rc == LQ_OK && d->lock_queue) {
         rc = d->lock_queue(conn, s->limit_key);
