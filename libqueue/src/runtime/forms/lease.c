@@ -25,20 +25,38 @@ static int64_t next_expiry(atomic_llong *last_slot, int64_t expiry, int64_t step
     }
 }
 
-/* Each expiry a subscription writes is later than its last, so a row it
- * claims again while an earlier claim of its own still runs (the lease
- * backdated, or cleared by hand) never gets that claim's token. Per
- * subscription, not per process: a process's subscriptions with shorter
- * leases keep them short beside those with longer ones. A row claimed
- * again after its lease ran out gets a later token anyway (now + lease_ms
- * is past the old one). */
+/* The last expiry this process wrote, per lease length: each new one is
+ * later, so a row claimed again while an earlier holder still runs (its
+ * lease backdated, or cleared by hand) never gets a token equal to the
+ * earlier one's. Per length, so that leases of lease_ms=2000 stay that
+ * short beside subscriptions of longer ones. (A token of another length
+ * equals an earlier one only where the row was taken again exactly the
+ * difference of the lengths later, before its lease ran out: by hand.)
+ * Past LEASE_LENGTHS lengths in one process, the rest share one clock. */
+#define LEASE_LENGTHS 16
+static struct {
+    atomic_llong lease_ms; /* 0: not taken yet */
+    atomic_llong last;
+} by_length[LEASE_LENGTHS];
+static atomic_llong last_of_other_lengths;
+
+atomic_llong *lq__lease_clock(int64_t lease_ms) {
+    for (int i = 0; i < LEASE_LENGTHS; i++) {
+        long long have = atomic_load(&by_length[i].lease_ms);
+        if (have == 0 && atomic_compare_exchange_strong(&by_length[i].lease_ms, &have, lease_ms))
+            return &by_length[i].last;
+        if (have == lease_ms) return &by_length[i].last;
+    }
+    return &last_of_other_lengths;
+}
+
 int64_t lq__lease_expiry(lq_subscription *s, int64_t now_ms) {
     /* Where the column keeps whole seconds, the expiry falls on one, so the
      * column holds the token exactly. */
     bool whole = s->broker->dialect->whole_second_leases;
     int64_t step = whole ? 1000 : 1;
     int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
-    return next_expiry(&s->last_expiry, expiry, step);
+    return next_expiry(s->lease_clock, expiry, step);
 }
 
 /* The expiry of one row: per row where leases keep whole seconds. */
