@@ -149,7 +149,6 @@ struct lq_subscription {
      * lease form counts at each claim: took all the room it left). */
     atomic_bool at_limit;
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
-    atomic_llong *lease_clock; /* the last lease written for its lease_ms (lq__lease_clock) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
     bool transactional;
@@ -370,10 +369,7 @@ LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);
 /* Sends back the rows of deliveries whose runs passed timeout_ms; returns
  * when the next one will (monotonic ms), or 0 when none is in work. */
 LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);
-/* The clock of the leases of one length in this process (forms/lease.c). */
-LQ__HIDDEN atomic_llong *lq__lease_clock(int64_t lease_ms);
-/* The expiry of a lease the subscription writes now (its token). */
-LQ__HIDDEN int64_t lq__lease_expiry(lq_subscription *s, int64_t now_ms);
+LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
 /* Whether a delivery about to be handed out still holds its lease (true in
  * the other forms). One whose lease has run out, or nearly (its extensions
  * came late), is extended first: its token fences the row, so the extension

@@ -473,7 +473,6 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (!lq__opt_is_set(o, LQ_OPT_POLL_CEILING_MS) && s->ceiling_ms < s->poll_ms)
         s->ceiling_ms = s->poll_ms;
     s->lease_ms = (lq__opt_int(o, LQ_OPT_LEASE_MS) + 999) / 1000 * 1000; /* whole seconds, up */
-    s->lease_clock = lq__lease_clock(s->lease_ms);
     s->max_attempts = (int)lq__opt_int(o, LQ_OPT_MAX_ATTEMPTS);
     s->concurrency = (int)lq__opt_int(o, LQ_OPT_CONCURRENCY);
     s->worker_concurrency = (int)lq__opt_int(o, LQ_OPT_WORKER_CONCURRENCY);

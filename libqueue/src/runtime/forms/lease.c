@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The last expiry this process wrote: each new one is later, so a row
+ * claimed again while an earlier holder still runs (its lease backdated, or
+ * cleared by hand) never gets a token equal to the earlier one's. */
+static atomic_llong last_expiry;
+
 /* Where expiries fall on whole seconds, one clock for every row would push
  * leases ahead of the clock by a second per claim within a second, without
  * bound under load. There the rule holds per row instead: the last expiry
@@ -25,42 +30,17 @@ static int64_t next_expiry(atomic_llong *last_slot, int64_t expiry, int64_t step
     }
 }
 
-/* The last expiry this process wrote, per lease length: each new one is
- * later, so a row claimed again while an earlier holder still runs (its
- * lease backdated, or cleared by hand) never gets a token equal to the
- * earlier one's. Per length, so that leases of lease_ms=2000 stay that
- * short beside subscriptions of longer ones. (A token of another length
- * equals an earlier one only where the row was taken again exactly the
- * difference of the lengths later, before its lease ran out: by hand.)
- * Past LEASE_LENGTHS lengths in one process, the rest share one clock. */
-#define LEASE_LENGTHS 16
-static struct {
-    atomic_llong lease_ms; /* 0: not taken yet */
-    atomic_llong last;
-} by_length[LEASE_LENGTHS];
-static atomic_llong last_of_other_lengths;
-
-atomic_llong *lq__lease_clock(int64_t lease_ms) {
-    for (int i = 0; i < LEASE_LENGTHS; i++) {
-        long long have = atomic_load(&by_length[i].lease_ms);
-        if (have == 0 && atomic_compare_exchange_strong(&by_length[i].lease_ms, &have, lease_ms))
-            return &by_length[i].last;
-        if (have == lease_ms) return &by_length[i].last;
-    }
-    return &last_of_other_lengths;
-}
-
-int64_t lq__lease_expiry(lq_subscription *s, int64_t now_ms) {
+int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
     /* Where the column keeps whole seconds, the expiry falls on one, so the
      * column holds the token exactly. */
     bool whole = s->broker->dialect->whole_second_leases;
     int64_t step = whole ? 1000 : 1;
     int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
-    return next_expiry(s->lease_clock, expiry, step);
+    return next_expiry(&last_expiry, expiry, step);
 }
 
 /* The expiry of one row: per row where leases keep whole seconds. */
-static int64_t row_expiry(lq_subscription *s, int64_t now_ms, int64_t id) {
+static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
     if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
     const char *parts[] = {s->broker->target.url, s->table->schema, s->table->name};
     uint64_t h = LQ__FNV_OFFSET;
