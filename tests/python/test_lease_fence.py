@@ -91,3 +91,23 @@ def test_a_waiting_row_whose_lease_ran_out_is_fenced(db, broker, taken: bool) ->
             assert waiting in handed
             assert db.count("jobs", "id = %d" % waiting) == 0
         held.release()
+
+
+def test_a_short_lease_stays_short_beside_a_longer_one(db, broker, other_broker) -> None:
+    """Leases are later than the last of their own length in the process,
+    not than every lease of the process: one with lease_ms=2000 beside one of
+    60 s gets leases of about 2 s (whole seconds where the column keeps them),
+    so its rows come back that soon after a crash."""
+    table = make_table("lease")
+    db.create_table(table)
+    broker.publish_many(table, [b"long", b"short"])
+    with broker.subscribe(table, lease_ms=60000, poll_interval_ms=POLL_MS) as long_sub:
+        held = long_sub.next(5)
+        assert held is not None and held.lease_expiry_ms / 1000 - time.time() > 50
+        with other_broker.subscribe(table, lease_ms=2000, poll_interval_ms=POLL_MS) as short_sub:
+            d = short_sub.next(5)
+            assert d is not None
+            left = d.lease_expiry_ms / 1000 - time.time()
+            assert left < 3.5, "a 2 s lease ends in %.1f s" % left
+            d.ack()
+        held.ack()

@@ -78,22 +78,24 @@ static int run_ack_set(bool *whole, lq__coalescer *c, const lq__dialect *d, lq__
      * runs only what is not in the set). */
     if (n < 2) return first ? d->exec(&first->changes, conn, first->stmt, first->args, NULL, NULL)
                             : LQ_OK;
-    /* Rows of one claim share their lease token: the set then names the
-     * rows alone, and the token is bound once. */
-    bool one_token = c->tokens && c->ack_set_held && c->ack_set_held->sql;
-    for (lq__pending *p = list; one_token && p; p = p->next)
-        if (in_set(c, p)) one_token = p->args[LQ__P_HELD].i == first->args[LQ__P_HELD].i;
-    bool tokens = c->tokens && !one_token;
-    lq__strbuf sb = {0};
-    for (lq__pending *p = list; p; p = p->next)
-        if (in_set(c, p)) lq__held_set_add(&sb, d, tokens, p->args[LQ__P_ID].i, p->args[LQ__P_HELD].i);
-    char *json = lq__held_set_take(&sb, d);
-    if (!json) return lq__error(LQ_NOMEM, "out of memory");
+    int64_t (*rows)[2] = malloc(n * sizeof *rows);
+    if (!rows) return lq__error(LQ_NOMEM, "out of memory");
+    size_t k = 0;
+    for (lq__pending *p = list; p; p = p->next) {
+        if (!in_set(c, p)) continue;
+        rows[k][0] = p->args[LQ__P_ID].i;
+        rows[k++][1] = p->args[LQ__P_HELD].i;
+    }
+    char *json;
+    const lq__stmt *stmt = lq__ack_set_text(&json, d, c->ack_set, c->ack_set_held, c->tokens,
+                                            (const int64_t(*)[2])rows, n);
+    free(rows);
+    if (!stmt) return lq__error(LQ_NOMEM, "out of memory");
     lq__value args[LQ__P_COUNT];
     memcpy(args, first->args, sizeof args);
     args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = json, .n = strlen(json)};
     int64_t changes = 0;
-    int rc = d->exec(&changes, conn, one_token ? c->ack_set_held : c->ack_set, args, NULL, NULL);
+    int rc = d->exec(&changes, conn, stmt, args, NULL, NULL);
     free(json);
     if (rc == LQ_OK && changes != (int64_t)n) *whole = false;
     for (lq__pending *p = list; rc == LQ_OK && p; p = p->next)

@@ -454,15 +454,15 @@ int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
         else c->rest[c->rest_n++] = d;
     }
     if (!c->n) return LQ_OK;
-    /* Rows of one claim share their token: bound once, as the acker does. */
-    bool one_token = s->sql.ack_set_held.sql != NULL;
-    for (size_t i = 1; one_token && i < c->n; i++) one_token = c->set[i]->token == c->set[0]->token;
-    const lq__dialect *d = s->broker->dialect;
-    lq__strbuf sb = {0};
-    for (size_t i = 0; i < c->n; i++)
-        lq__held_set_add(&sb, d, !one_token, c->set[i]->id, c->set[i]->token);
-    c->json = lq__held_set_take(&sb, d);
-    if (!c->json) { /* acked after the claim, as the acker would */
+    int64_t rows[LQ__CARRY_MAX][2];
+    for (size_t i = 0; i < c->n; i++) {
+        rows[i][0] = c->set[i]->id;
+        rows[i][1] = c->set[i]->token;
+    }
+    const lq__stmt *stmt = lq__ack_set_text(&c->json, s->broker->dialect, &s->sql.ack_set,
+                                            &s->sql.ack_set_held, s->coalescer.tokens,
+                                            (const int64_t(*)[2])rows, c->n);
+    if (!stmt) { /* acked after the claim, as the acker would */
         leave_set(c->set, c->n, false);
         memcpy(c->rest + c->rest_n, c->set, c->n * sizeof *c->set);
         c->rest_n += c->n;
@@ -471,7 +471,7 @@ int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
     }
     settle_args(c->args, c->set[0], 0);
     c->args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = c->json, .n = strlen(c->json)};
-    *step = (lq__step){.stmt = one_token ? &s->sql.ack_set_held : &s->sql.ack_set, .args = c->args,
+    *step = (lq__step){.stmt = stmt, .args = c->args,
                        .changes = &c->changes};
     return LQ_OK;
 }

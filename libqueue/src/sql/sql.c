@@ -570,6 +570,18 @@ char *lq__held_set_take(lq__strbuf *sb, const lq__dialect *d) {
     return lq__sb_take(sb);
 }
 
+const lq__stmt *lq__ack_set_text(char **text, const lq__dialect *d, const lq__stmt *per_row,
+                                 const lq__stmt *one_token, bool tokens, const int64_t (*rows)[2],
+                                 size_t n) {
+    bool shared = tokens && one_token && one_token->sql;
+    for (size_t i = 1; shared && i < n; i++) shared = rows[i][1] == rows[0][1];
+    lq__strbuf sb = {0};
+    for (size_t i = 0; i < n; i++) lq__held_set_add(&sb, d, tokens && !shared, rows[i][0], rows[i][1]);
+    *text = lq__held_set_take(&sb, d);
+    if (!*text) return NULL;
+    return shared ? one_token : per_row;
+}
+
 /* UPDATE t SET <column> = <param or NULL>[, <settle tail>] WHERE <held>.
  * A move to the dead-letter group also gives the row's dedup key back. */
 static int build_update(lq__sql *b, int role, lq__param value, bool settles, bool counts) {

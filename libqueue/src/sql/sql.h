@@ -356,6 +356,14 @@ LQ__HIDDEN int lq__sql_build_take_set_returning(lq__stmt *take, const struct lq_
 LQ__HIDDEN void lq__held_set_add(lq__strbuf *sb, const struct lq__dialect *d, bool tokens, int64_t id,
                                 int64_t token);
 LQ__HIDDEN char *lq__held_set_take(lq__strbuf *sb, const struct lq__dialect *d);
+/* The acks of n rows as one statement (rows[i]: id, lease token): *text is
+ * their set, the caller's to free; the statement is `one_token` where it
+ * exists and the rows share their token (bound once, as LQ__P_HELD, so the
+ * set names the rows alone), else `per_row`, whose set has each row's token
+ * where `tokens`. NULL when out of memory. */
+LQ__HIDDEN const lq__stmt *lq__ack_set_text(char **text, const struct lq__dialect *d,
+                                           const lq__stmt *per_row, const lq__stmt *one_token,
+                                           bool tokens, const int64_t (*rows)[2], size_t n);
 /* The insert a publish runs: one row, returning its id. */
 LQ__HIDDEN int lq__sqlset_build_insert(lq__stmt *insert, const struct lq__dialect *d, const lq_table *t);
 /* One message's insert that also notifies the table's channel (LQ__P_CHANNEL)

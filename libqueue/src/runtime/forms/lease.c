@@ -9,16 +9,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The last expiry this process wrote: each new one is later, so a row
- * claimed again while an earlier holder still runs (its lease backdated, or
- * cleared by hand) never gets a token equal to the earlier one's. */
-static atomic_llong last_expiry;
+/* The last expiry this process wrote, per lease length and step (whole
+ * seconds or milliseconds, so that a database keeping whole seconds does not
+ * push the leases of another up to a second ahead): each new one is
+ * later, so a row claimed again while an earlier holder still runs (its
+ * lease backdated, or cleared by hand) never gets a token equal to the
+ * earlier one's. Per length, so that leases of lease_ms=2000 stay that short
+ * beside subscriptions of longer ones. (A token of another length equals an
+ * earlier one only where the row was taken again, before its lease ran out,
+ * exactly the difference of the lengths later.) A list that only grows, a
+ * node per length the process has used; nodes live as long as the process. */
+typedef struct lease_clock {
+    int64_t lease_ms, step;
+    atomic_llong last;
+    struct lease_clock *next;
+} lease_clock;
+static _Atomic(lease_clock *) lease_clocks;
+static atomic_llong unlisted_clock; /* where a node could not be had */
+
+static atomic_llong *clock_of_length(int64_t lease_ms, int64_t step) {
+    lease_clock *head = atomic_load(&lease_clocks), *fresh = NULL;
+    for (;;) {
+        for (lease_clock *c = head; c; c = c->next)
+            if (c->lease_ms == lease_ms && c->step == step) {
+                free(fresh); /* another thread listed it first */
+                return &c->last;
+            }
+        if (!fresh && !(fresh = calloc(1, sizeof *fresh))) return &unlisted_clock;
+        fresh->lease_ms = lease_ms;
+        fresh->step = step;
+        fresh->next = head;
+        if (atomic_compare_exchange_weak(&lease_clocks, &head, fresh)) return &fresh->last;
+    }
+}
 
 /* Where expiries fall on whole seconds, one clock for every row would push
  * leases ahead of the clock by a second per claim within a second, without
- * bound under load. There the rule holds per row instead: the last expiry
- * written for each slot of rows (a hash of the database, the table and the
- * id; rows sharing a slot only share its clock). */
+ * bound under load. There the rule holds per row and length instead: the
+ * last expiry written for each slot (a hash of the database, the table, the
+ * id and the lease length; rows sharing a slot only share its clock). */
 #define EXPIRY_SLOTS 4096
 static atomic_llong last_row_expiry[EXPIRY_SLOTS];
 
@@ -36,7 +65,7 @@ int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
     bool whole = s->broker->dialect->whole_second_leases;
     int64_t step = whole ? 1000 : 1;
     int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
-    return next_expiry(&last_expiry, expiry, step);
+    return next_expiry(clock_of_length(s->lease_ms, step), expiry, step);
 }
 
 /* The expiry of one row: per row where leases keep whole seconds. */
@@ -47,6 +76,7 @@ static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) 
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (parts[i]) h = lq__fnv1a(h, parts[i], strlen(parts[i]) + 1);
     h = lq__fnv1a(h, &id, sizeof id);
+    h = lq__fnv1a(h, &s->lease_ms, sizeof s->lease_ms);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
     return next_expiry(&last_row_expiry[h % EXPIRY_SLOTS], expiry, 1000);
 }
