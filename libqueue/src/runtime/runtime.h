@@ -115,6 +115,7 @@ struct lq_delivery {
 };
 
 typedef enum lq__mode { LQ__MODE_NONE, LQ__MODE_PUSH, LQ__MODE_PULL } lq__mode;
+typedef struct lq__lease_clock lq__lease_clock; /* forms/lease.c */
 
 struct lq_subscription {
     atomic_int refs; /* the caller's, and one per live delivery */
@@ -148,6 +149,7 @@ struct lq_subscription {
     /* The last claim was cut short by the queue's concurrency (where the
      * lease form counts at each claim: took all the room it left). */
     atomic_bool at_limit;
+    lq__lease_clock *lease_clock; /* the lease form's: the last expiry of its length (forms/lease.c) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
@@ -331,6 +333,10 @@ typedef struct lq__claimed {
 LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
+/* The lease form's clock of s->lease_ms, shared with the process's other
+ * subscriptions of that length; dropped when s is freed. */
+LQ__HIDDEN int lq__lease_clock_take(lq_subscription *s);
+LQ__HIDDEN void lq__lease_clock_drop(lq_subscription *s);
 
 /* concurrency counted by holds (forms/holds.c). Open: the table, the
  * queue's row, this subscription's number; LQ_MISUSE and the rest as

@@ -85,6 +85,7 @@ static void subscription_free(lq_subscription *s) {
     free(s->lane_busy);
     lq__key_counts_free(&s->key_counts);
     lq__holds_free(&s->holds);
+    lq__lease_clock_drop(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
@@ -519,6 +520,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         plan_flow(s);
         rc = check_declaration(s);
     }
+    if (rc == LQ_OK && s->form == LQ_FORM_LEASE) rc = lq__lease_clock_take(s);
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = plan_limits(s);
     if (rc == LQ_OK) rc = lq__run_cancels_init(&s->cancels, s);

@@ -11,36 +11,51 @@
 
 /* The last expiry this process wrote, per lease length and step (whole
  * seconds or milliseconds, so that a database keeping whole seconds does not
- * push the leases of another up to a second ahead): each new one is
- * later, so a row claimed again while an earlier holder still runs (its
- * lease backdated, or cleared by hand) never gets a token equal to the
- * earlier one's. Per length, so that leases of lease_ms=2000 stay that short
- * beside subscriptions of longer ones. (A token of another length equals an
- * earlier one only where the row was taken again, before its lease ran out,
- * exactly the difference of the lengths later.) A list that only grows, a
- * node per length the process has used; nodes live as long as the process. */
-typedef struct lease_clock {
+ * push the leases of another up to a second ahead): each new one is later,
+ * so a row claimed again while an earlier holder still runs (its lease
+ * backdated, or cleared by hand) never gets a token equal to the earlier
+ * one's. Per length, so that leases of lease_ms=2000 stay that short beside
+ * subscriptions of longer ones. (A token of another length equals an earlier
+ * one only where the row was taken again, before its lease ran out, exactly
+ * the difference of the lengths later.) The subscriptions of one length share
+ * its clock, and the last to close frees it: nothing outlives them, not even
+ * when the library is unloaded. */
+struct lq__lease_clock {
     int64_t lease_ms, step;
     atomic_llong last;
-    struct lease_clock *next;
-} lease_clock;
-static _Atomic(lease_clock *) lease_clocks;
-static atomic_llong unlisted_clock; /* where a node could not be had */
+    int users; /* clocks_mu */
+    lq__lease_clock *next;
+};
+static pthread_mutex_t clocks_mu = PTHREAD_MUTEX_INITIALIZER;
+static lq__lease_clock *clocks;
 
-static atomic_llong *clock_of_length(int64_t lease_ms, int64_t step) {
-    lease_clock *head = atomic_load(&lease_clocks), *fresh = NULL;
-    for (;;) {
-        for (lease_clock *c = head; c; c = c->next)
-            if (c->lease_ms == lease_ms && c->step == step) {
-                free(fresh); /* another thread listed it first */
-                return &c->last;
-            }
-        if (!fresh && !(fresh = calloc(1, sizeof *fresh))) return &unlisted_clock;
-        fresh->lease_ms = lease_ms;
-        fresh->step = step;
-        fresh->next = head;
-        if (atomic_compare_exchange_weak(&lease_clocks, &head, fresh)) return &fresh->last;
+int lq__lease_clock_take(lq_subscription *s) {
+    int64_t step = s->broker->dialect->whole_second_leases ? 1000 : 1;
+    pthread_mutex_lock(&clocks_mu);
+    lq__lease_clock *c = clocks;
+    while (c && (c->lease_ms != s->lease_ms || c->step != step)) c = c->next;
+    if (!c && (c = calloc(1, sizeof *c))) {
+        *c = (lq__lease_clock){.lease_ms = s->lease_ms, .step = step, .next = clocks};
+        clocks = c;
     }
+    if (c) c->users++;
+    pthread_mutex_unlock(&clocks_mu);
+    s->lease_clock = c;
+    return c ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+void lq__lease_clock_drop(lq_subscription *s) {
+    lq__lease_clock *c = s->lease_clock;
+    if (!c) return;
+    s->lease_clock = NULL;
+    pthread_mutex_lock(&clocks_mu);
+    if (--c->users == 0) {
+        lq__lease_clock **at = &clocks;
+        while (*at != c) at = &(*at)->next;
+        *at = c->next;
+        free(c);
+    }
+    pthread_mutex_unlock(&clocks_mu);
 }
 
 /* Where expiries fall on whole seconds, one clock for every row would push
@@ -65,7 +80,7 @@ int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
     bool whole = s->broker->dialect->whole_second_leases;
     int64_t step = whole ? 1000 : 1;
     int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
-    return next_expiry(clock_of_length(s->lease_ms, step), expiry, step);
+    return next_expiry(&s->lease_clock->last, expiry, step);
 }
 
 /* The expiry of one row: per row where leases keep whole seconds. */
