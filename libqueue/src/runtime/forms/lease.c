@@ -60,9 +60,11 @@ void lq__lease_clock_drop(lq_subscription *s) {
 
 /* Where expiries fall on whole seconds, one clock for every row would push
  * leases ahead of the clock by a second per claim within a second, without
- * bound under load. There the rule holds per row and length instead: the
- * last expiry written for each slot (a hash of the database, the table, the
- * id and the lease length; rows sharing a slot only share its clock). */
+ * bound under load. There the rule holds per row instead: the last expiry
+ * written for each slot of rows (a hash of the database, the table and the
+ * id; rows sharing a slot only share its clock), whatever the lease length:
+ * there a row claimed with a short lease soon after a longer lease of its
+ * slot was written gets a lease as long as that one's end. */
 #define EXPIRY_SLOTS 4096
 static atomic_llong last_row_expiry[EXPIRY_SLOTS];
 
@@ -91,7 +93,6 @@ static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) 
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (parts[i]) h = lq__fnv1a(h, parts[i], strlen(parts[i]) + 1);
     h = lq__fnv1a(h, &id, sizeof id);
-    h = lq__fnv1a(h, &s->lease_ms, sizeof s->lease_ms);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
     return next_expiry(&last_row_expiry[h % EXPIRY_SLOTS], expiry, 1000);
 }
