@@ -4,6 +4,7 @@
 #include "base/redact.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 int lq__pool_init(lq__pool *pool, const lq__dialect *d, const lq__broker_target *target,
@@ -93,4 +94,66 @@ void lq__pool_counts(lq__pool *pool, int *lent, int *idle) {
     *lent = atomic_load(&pool->lent);
     *idle = pool->idle_count;
     pthread_mutex_unlock(&pool->mu);
+}
+
+/* Warming: each thread opens its share of the connections and leaves them
+ * idle. They count as lent while they open, as an acquire's would. */
+typedef struct warm_share {
+    lq__pool *pool;
+    lq__conn_fn ready;
+    void *ctx;
+    int count;
+    pthread_t thread;
+} warm_share;
+
+static void *open_share(void *arg) {
+    warm_share *w = arg;
+    lq__pool *pool = w->pool;
+    for (int i = 0; i < w->count; i++) {
+        lq__conn *conn = NULL;
+        int rc = pool->dialect->connect(&conn, pool->target, pool->options);
+        if (rc != LQ_OK) lq__error_redact(pool->target->password);
+        if (rc == LQ_OK && w->ready && (rc = w->ready(conn, w->ctx)) != LQ_OK) {
+            pool->dialect->disconnect(conn);
+            conn = NULL;
+        }
+        if (rc != LQ_OK) {
+            lq__log_error(LQ_LOG_DEBUG, "a connection opened ahead");
+            lq__error_clear();
+        }
+        pthread_mutex_lock(&pool->mu);
+        if (rc == LQ_OK) pool->idle[pool->idle_count++] = conn;
+        else pool->open--;
+        atomic_fetch_sub(&pool->lent, 1);
+        pthread_cond_signal(&pool->freed);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    return NULL;
+}
+
+#define WARM_THREADS 8
+
+void lq__pool_warm(lq__pool *pool, int n, lq__conn_fn ready, void *ctx) {
+    pthread_mutex_lock(&pool->mu);
+    int want = (n < pool->size ? n : pool->size) - pool->open;
+    if (want > 0) {
+        pool->open += want;
+        atomic_fetch_add(&pool->lent, want);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    if (want <= 0) return;
+    warm_share shares[WARM_THREADS];
+    int threads = want < WARM_THREADS ? want : WARM_THREADS;
+    for (int i = 0; i < threads; i++)
+        shares[i] = (warm_share){.pool = pool, .ready = ready, .ctx = ctx, .count = want / threads + (i < want % threads)};
+    /* The first share is opened here; a thread that cannot start leaves
+     * its share to this one. */
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&shares[i].thread, NULL, open_share, &shares[i]) == 0) started |= 1 << i;
+        else shares[0].count += shares[i].count;
+    }
+    open_share(&shares[0]);
+    for (int i = 1; i < threads; i++)
+        if (started & 1 << i) pthread_join(shares[i].thread, NULL);
 }

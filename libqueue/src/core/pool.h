@@ -34,6 +34,14 @@ LQ__HIDDEN void lq__pool_destroy(lq__pool *pool);
 LQ__HIDDEN int lq__pool_acquire(lq__conn **out, lq__pool *pool);
 /* The same, waiting at most `timeout_ms` (0: only what is free now). */
 LQ__HIDDEN int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms);
+/* Opens connections, side by side, until `n` are open (at most the pool's
+ * size), passes each to `ready` (may be NULL) and leaves them idle: for a
+ * subscription whose rows each hold a connection, so that its first claims
+ * find theirs open and ready rather than each waiting for a connect of its
+ * own. One that fails to open or to get ready is closed, and left to the
+ * acquire that needs it to report. */
+typedef int (*lq__conn_fn)(lq__conn *conn, void *ctx);
+LQ__HIDDEN void lq__pool_warm(lq__pool *pool, int n, lq__conn_fn ready, void *ctx);
 /* Takes a connection back; a broken one is closed instead. */
 LQ__HIDDEN void lq__pool_release(lq__pool *pool, lq__conn *conn, bool broken);
 /* Idle connections plus room for new ones: a glance without the lock,

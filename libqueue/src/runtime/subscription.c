@@ -396,6 +396,26 @@ static void prepare_optional(lq_subscription *s, lq__conn *conn, lq__stmt *stmt,
     stmt->sql = NULL;
 }
 
+/* A connection opened ahead prepares the claim, which a new session's first
+ * statement on the table would otherwise pay for (PostgreSQL reads the
+ * table's catalog entries into the session's caches then). */
+static int prepare_claim(lq__conn *conn, void *ctx) {
+    lq_subscription *s = ctx;
+    return s->broker->dialect->prepare(conn, &s->sql.claim);
+}
+
+/* Where each row in work holds a connection, those of as many rows as may
+ * be in work here are opened now, side by side: the first claims would
+ * otherwise each wait for a connect of their own, and a backlog would start
+ * one row at a time. */
+static void open_connections_ahead(lq_subscription *s) {
+    if (!s->flow.holds) return;
+    int n = s->workers;
+    if (s->concurrency && s->concurrency < n) n = s->concurrency;
+    if (s->worker_concurrency && s->worker_concurrency < n) n = s->worker_concurrency;
+    lq__pool_warm(&s->broker->pool, n, prepare_claim, s);
+}
+
 /* Prepares every statement on one connection: a missing table or column
  * fails here, naming it. */
 static int prepare_all(lq_subscription *s) {
@@ -529,6 +549,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = lq__sql_build_paused(&s->pause_check, b->dialect, s->table);
     if (rc == LQ_OK) rc = lq__broker_intern(b, &s->pause_check);
     if (rc == LQ_OK) rc = prepare_all(s);
+    if (rc == LQ_OK) open_connections_ahead(s);
     /* Under a queue-wide limit counted at each claim, a run that ended here
      * hands its slot to the next row in one commit: the claim carries its
      * ack (lq__acks_carry). Only where the claim's wait for the queue's
