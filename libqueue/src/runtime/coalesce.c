@@ -78,7 +78,9 @@ static int run_ack_set(bool *whole, lq__coalescer *c, const lq__dialect *d, lq__
      * runs only what is not in the set). */
     if (n < 2) return first ? d->exec(&first->changes, conn, first->stmt, first->args, NULL, NULL)
                             : LQ_OK;
-    int64_t (*rows)[2] = malloc(n * sizeof *rows);
+    /* (id, token) pairs: on the stack for a set of the usual size. */
+    int64_t on_stack[64][2];
+    int64_t (*rows)[2] = n <= 64 ? on_stack : malloc(n * sizeof *rows);
     if (!rows) return lq__error(LQ_NOMEM, "out of memory");
     size_t k = 0;
     for (lq__pending *p = list; p; p = p->next) {
@@ -88,8 +90,8 @@ static int run_ack_set(bool *whole, lq__coalescer *c, const lq__dialect *d, lq__
     }
     char *json;
     const lq__stmt *stmt = lq__ack_set_text(&json, d, c->ack_set, c->ack_set_held, c->tokens,
-                                            (const int64_t(*)[2])rows, n);
-    free(rows);
+                                            rows, n);
+    if (rows != on_stack) free(rows);
     if (!stmt) return lq__error(LQ_NOMEM, "out of memory");
     lq__value args[LQ__P_COUNT];
     memcpy(args, first->args, sizeof args);

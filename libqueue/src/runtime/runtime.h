@@ -376,6 +376,10 @@ LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);
  * when the next one will (monotonic ms), or 0 when none is in work. */
 LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);
 LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
+/* A lease delivery's holder settles its row (the token is its own, not one
+ * sent back by timeout_ms): where tokens are kept per row, its token may be
+ * written again once the row is free. */
+LQ__HIDDEN void lq__lease_settled(const lq_subscription *s, int64_t id, int64_t token);
 /* Whether a delivery about to be handed out still holds its lease (true in
  * the other forms). One whose lease has run out, or nearly (its extensions
  * came late), is extended first: its token fences the row, so the extension

@@ -259,6 +259,9 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     }
     lq__subscription_settling(s, &dv, 1);
     lq__freed freed = {0};
+    /* Before the statement: once it commits, a claim of the row may follow
+     * at once. */
+    if (s->form == LQ_FORM_LEASE) lq__lease_settled(s, dv->id, dv->token);
     int rc = run_outcome(&freed, dv, outcome, delay_ms, why);
     if (rc == LQ_CANCELLED) dv->cancelled = true; /* lq_delivery_cancelled says so from now */
     if (!dv->past_expiry) count_outcome(s, outcome, rc, 1); /* LQ_STAT_EXPIRED_UNSTARTED's */
@@ -461,7 +464,7 @@ int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
     }
     const lq__stmt *stmt = lq__ack_set_text(&c->json, s->broker->dialect, &s->sql.ack_set,
                                             &s->sql.ack_set_held, s->coalescer.tokens,
-                                            (const int64_t(*)[2])rows, c->n);
+                                            rows, c->n);
     if (!stmt) { /* acked after the claim, as the acker would */
         leave_set(c->set, c->n, false);
         memcpy(c->rest + c->rest_n, c->set, c->n * sizeof *c->set);

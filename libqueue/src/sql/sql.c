@@ -571,7 +571,7 @@ char *lq__held_set_take(lq__strbuf *sb, const lq__dialect *d) {
 }
 
 const lq__stmt *lq__ack_set_text(char **text, const lq__dialect *d, const lq__stmt *per_row,
-                                 const lq__stmt *one_token, bool tokens, const int64_t (*rows)[2],
+                                 const lq__stmt *one_token, bool tokens, int64_t (*rows)[2],
                                  size_t n) {
     bool shared = tokens && one_token && one_token->sql;
     for (size_t i = 1; shared && i < n; i++) shared = rows[i][1] == rows[0][1];

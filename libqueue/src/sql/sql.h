@@ -363,7 +363,7 @@ LQ__HIDDEN char *lq__held_set_take(lq__strbuf *sb, const struct lq__dialect *d);
  * where `tokens`. NULL when out of memory. */
 LQ__HIDDEN const lq__stmt *lq__ack_set_text(char **text, const struct lq__dialect *d,
                                            const lq__stmt *per_row, const lq__stmt *one_token,
-                                           bool tokens, const int64_t (*rows)[2], size_t n);
+                                           bool tokens, int64_t (*rows)[2], size_t n);
 /* The insert a publish runs: one row, returning its id. */
 LQ__HIDDEN int lq__sqlset_build_insert(lq__stmt *insert, const struct lq__dialect *d, const lq_table *t);
 /* One message's insert that also notifies the table's channel (LQ__P_CHANNEL)

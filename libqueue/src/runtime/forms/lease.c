@@ -79,22 +79,42 @@ static int64_t next_expiry(atomic_llong *last_slot, int64_t expiry, int64_t step
 int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms) {
     /* Where the column keeps whole seconds, the expiry falls on one, so the
      * column holds the token exactly. */
-    bool whole = s->broker->dialect->whole_second_leases;
-    int64_t step = whole ? 1000 : 1;
-    int64_t expiry = (whole ? (now_ms + 999) / 1000 * 1000 : now_ms) + s->lease_ms;
+    int64_t step = s->lease_clock->step;
+    int64_t expiry = (now_ms + step - 1) / step * step + s->lease_ms;
     return next_expiry(&s->lease_clock->last, expiry, step);
 }
 
-/* The expiry of one row: per row where leases keep whole seconds. */
-static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
-    if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
+/* The slot of a row: a hash of the database, the table and the id. */
+static atomic_llong *row_slot(const lq_subscription *s, int64_t id) {
     const char *parts[] = {s->broker->target.url, s->table->schema, s->table->name};
     uint64_t h = LQ__FNV_OFFSET;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (parts[i]) h = lq__fnv1a(h, parts[i], strlen(parts[i]) + 1);
     h = lq__fnv1a(h, &id, sizeof id);
+    return &last_row_expiry[h % EXPIRY_SLOTS];
+}
+
+/* The expiry of one row: per row where leases keep whole seconds. */
+static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
+    if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
-    return next_expiry(&last_row_expiry[h % EXPIRY_SLOTS], expiry, 1000);
+    return next_expiry(row_slot(s, id), expiry, 1000);
+}
+
+void lq__lease_settled(const lq_subscription *s, int64_t id, int64_t token) {
+    if (!s->broker->dialect->whole_second_leases) return;
+    /* Its holder settles the row, so no run will hold `token` once the row
+     * is free: a claim of the row within the same second may write it
+     * again, rather than a second later (a row released or retried at once,
+     * again and again, would otherwise be leased a second further ahead each
+     * time). Until then the row is leased with `token`, and no claim takes
+     * it before its expiry, past which every expiry is later. Whether the
+     * settlement is made or fails, its delivery is done with. Only while
+     * the slot's last expiry is this token: every other row of the slot was
+     * written before it, a whole second or more earlier, so their tokens
+     * stay below the slot's. */
+    long long expected = token;
+    atomic_compare_exchange_strong(row_slot(s, id), &expected, token - 1000);
 }
 
 typedef struct claim_ctx {
