@@ -115,13 +115,12 @@ def test_a_row_released_again_and_again_keeps_its_lease_length(db, broker) -> No
     assert furthest <= 32, "a lease of 30 s ended %.1f s from now" % furthest
 
 
-@pytest.mark.dialect("postgresql", "sqlite")
 def test_a_short_lease_stays_short_beside_a_longer_one(db, broker, other_broker) -> None:
     """Leases are later than the last of their own length in the process,
     not than every lease of the process: one with lease_ms=2000 beside one of
     60 s gets leases of about 2 s, so its rows come back that soon after a
-    crash. (Where leases keep whole seconds, MySQL, the rule is per row
-    slot, whatever the length: docs/guarantees.md.)"""
+    crash. (Where leases keep whole seconds, MySQL, the rule is per row and
+    length: docs/guarantees.md.)"""
     table = make_table("lease")
     db.create_table(table)
     broker.publish_many(table, [b"long", b"short"])
