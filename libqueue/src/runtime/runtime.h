@@ -376,10 +376,13 @@ LQ__HIDDEN int lq__book_refs(lq_delivery ***out, size_t *n, lq_subscription *s);
  * when the next one will (monotonic ms), or 0 when none is in work. */
 LQ__HIDDEN int64_t lq__lease_expire_overdue(lq_subscription *s);
 LQ__HIDDEN int64_t lq__lease_expiry(const lq_subscription *s, int64_t now_ms);
-/* A lease delivery's holder settles its row (the token is its own, not one
- * sent back by timeout_ms): where tokens are kept per row, its token may be
- * written again once the row is free. */
-LQ__HIDDEN void lq__lease_settled(const lq_subscription *s, int64_t id, int64_t token);
+/* A lease delivery's holder settles its row, naming its token (not one sent
+ * back by timeout_ms): where tokens are kept per row, claims of the row wait
+ * for the settlement (begin, true when they will), and once it has changed
+ * the row the token may be written again (end, `settled`). */
+LQ__HIDDEN bool lq__lease_give_back_begin(const lq_subscription *s, int64_t id, int64_t token);
+LQ__HIDDEN void lq__lease_give_back_end(const lq_subscription *s, int64_t id, int64_t token,
+                                        bool settled);
 /* Whether a delivery about to be handed out still holds its lease (true in
  * the other forms). One whose lease has run out, or nearly (its extensions
  * came late), is extended first: its token fences the row, so the extension

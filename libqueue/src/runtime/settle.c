@@ -259,10 +259,9 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     }
     lq__subscription_settling(s, &dv, 1);
     lq__freed freed = {0};
-    /* Before the statement: once it commits, a claim of the row may follow
-     * at once. */
-    if (s->form == LQ_FORM_LEASE) lq__lease_settled(s, dv->id, dv->token);
+    bool giving_back = s->form == LQ_FORM_LEASE && lq__lease_give_back_begin(s, dv->id, dv->token);
     int rc = run_outcome(&freed, dv, outcome, delay_ms, why);
+    if (giving_back) lq__lease_give_back_end(s, dv->id, dv->token, rc == LQ_OK);
     if (rc == LQ_CANCELLED) dv->cancelled = true; /* lq_delivery_cancelled says so from now */
     if (!dv->past_expiry) count_outcome(s, outcome, rc, 1); /* LQ_STAT_EXPIRED_UNSTARTED's */
     dv->settled = true;

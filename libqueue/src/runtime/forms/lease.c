@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The last expiry this process wrote, per lease length and step (whole
  * seconds or milliseconds, so that a database keeping whole seconds does not
@@ -98,27 +99,54 @@ static atomic_llong *row_slot(const lq_subscription *s, int64_t id) {
     return &last_row_expiry[h % EXPIRY_SLOTS];
 }
 
+/* A row slot's last expiry, a whole second, is made odd while the holder
+ * of that token settles its row and may give the token back. A claim that
+ * meets it waits for the settlement, at most GIVE_BACK_WAIT_US: where the
+ * claim itself holds the row (its lease cleared by hand), the settlement
+ * waits for the claim, and the claim takes the next second instead. */
+#define GIVING_BACK 1
+#define GIVE_BACK_WAIT_US 20000
+#define GIVE_BACK_POLL_US 100
+
 /* The expiry of one row: per row where leases keep whole seconds. */
 static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) {
     if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
+    atomic_llong *slot = row_slot(s, id);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
-    return next_expiry(row_slot(s, id), expiry, 1000);
+    long long last = atomic_load(slot);
+    for (int waited_us = 0;;) {
+        if ((last & GIVING_BACK) && waited_us < GIVE_BACK_WAIT_US) {
+            nanosleep(&(struct timespec){.tv_nsec = GIVE_BACK_POLL_US * 1000}, NULL);
+            waited_us += GIVE_BACK_POLL_US;
+            last = atomic_load(slot);
+            continue;
+        }
+        int64_t next = expiry > last ? expiry : (last + 1000) / 1000 * 1000;
+        if (atomic_compare_exchange_weak(slot, &last, next)) return next;
+    }
 }
 
-void lq__lease_settled(const lq_subscription *s, int64_t id, int64_t token) {
-    if (!s->broker->dialect->whole_second_leases) return;
-    /* Its holder settles the row, so no run will hold `token` once the row
-     * is free: a claim of the row within the same second may write it
-     * again, rather than a second later (a row released or retried at once,
-     * again and again, would otherwise be leased a second further ahead each
-     * time). Until then the row is leased with `token`, and no claim takes
-     * it before its expiry, past which every expiry is later. Whether the
-     * settlement is made or fails, its delivery is done with. Only while
-     * the slot's last expiry is this token: every other row of the slot was
-     * written before it, a whole second or more earlier, so their tokens
-     * stay below the slot's. */
+/* Its holder settles a row, naming `token`: once the settlement has changed
+ * the row, no run holds `token` any more, and a claim of the row within the
+ * same second may write it again, rather than a second later (a row
+ * released or retried at once, again and again, would otherwise be leased
+ * a second further ahead each time). Not before: a row whose lease was
+ * cleared meanwhile (by hand) could be claimed with `token` while its
+ * holder still runs, and the holder's settlement would then change the new
+ * claim's row. Only while the slot's last expiry is this token: every other
+ * row of the slot was written before it, a whole second or more earlier,
+ * so their tokens stay below the slot's. */
+bool lq__lease_give_back_begin(const lq_subscription *s, int64_t id, int64_t token) {
+    if (!s->broker->dialect->whole_second_leases) return false;
     long long expected = token;
-    atomic_compare_exchange_strong(row_slot(s, id), &expected, token - 1000);
+    return atomic_compare_exchange_strong(row_slot(s, id), &expected, token | GIVING_BACK);
+}
+
+void lq__lease_give_back_end(const lq_subscription *s, int64_t id, int64_t token, bool settled) {
+    /* A claim that waited past GIVE_BACK_WAIT_US took the next second:
+     * the slot is no longer odd, and stays as that claim left it. */
+    long long expected = token | GIVING_BACK;
+    atomic_compare_exchange_strong(row_slot(s, id), &expected, settled ? token - 1000 : token);
 }
 
 typedef struct claim_ctx {
