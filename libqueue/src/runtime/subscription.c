@@ -549,7 +549,6 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = lq__sql_build_paused(&s->pause_check, b->dialect, s->table);
     if (rc == LQ_OK) rc = lq__broker_intern(b, &s->pause_check);
     if (rc == LQ_OK) rc = prepare_all(s);
-    if (rc == LQ_OK) open_connections_ahead(s);
     /* Under a queue-wide limit counted at each claim, a run that ended here
      * hands its slot to the next row in one commit: the claim carries its
      * ack (lq__acks_carry). Only where the claim's wait for the queue's
@@ -571,6 +570,8 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
                              .control_changed = member_control_changed,
                              .cancel_heard = member_cancel_heard};
     if (rc == LQ_OK) rc = lq__broker_attach(b, &s->member);
+    /* Once the subscription is sure to open: a refused one opens none. */
+    if (rc == LQ_OK) open_connections_ahead(s);
     if (rc != LQ_OK) {
         if (s->table) {
             char label[256];

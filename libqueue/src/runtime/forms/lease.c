@@ -100,10 +100,12 @@ static atomic_llong *row_slot(const lq_subscription *s, int64_t id) {
 }
 
 /* A row slot's last expiry, a whole second, is made odd while the holder
- * of that token settles its row and may give the token back. A claim that
- * meets it waits for the settlement, at most GIVE_BACK_WAIT_US: where the
- * claim itself holds the row (its lease cleared by hand), the settlement
- * waits for the claim, and the claim takes the next second instead. */
+ * of that token settles its row and may give the token back. A claim whose
+ * expiry would fall on that second or before waits for the settlement, at
+ * most GIVE_BACK_WAIT_US: where the claim itself holds the row (its lease
+ * cleared by hand), the settlement waits for the claim, and the claim takes
+ * the next second instead. A later expiry is written as it is: a give-back
+ * only lowers the slot. */
 #define GIVING_BACK 1
 #define GIVE_BACK_WAIT_US 20000
 #define GIVE_BACK_POLL_US 100
@@ -113,13 +115,17 @@ static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) 
     if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
     atomic_llong *slot = row_slot(s, id);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
+    int64_t wait_until = 0;
     long long last = atomic_load(slot);
-    for (int waited_us = 0;;) {
-        if ((last & GIVING_BACK) && waited_us < GIVE_BACK_WAIT_US) {
-            nanosleep(&(struct timespec){.tv_nsec = GIVE_BACK_POLL_US * 1000}, NULL);
-            waited_us += GIVE_BACK_POLL_US;
-            last = atomic_load(slot);
-            continue;
+    for (;;) {
+        if ((last & GIVING_BACK) && expiry <= (last & ~GIVING_BACK)) {
+            int64_t now_us = lq__mono_us();
+            if (!wait_until) wait_until = now_us + GIVE_BACK_WAIT_US;
+            if (now_us < wait_until) {
+                nanosleep(&(struct timespec){.tv_nsec = GIVE_BACK_POLL_US * 1000}, NULL);
+                last = atomic_load(slot);
+                continue;
+            }
         }
         int64_t next = expiry > last ? expiry : (last + 1000) / 1000 * 1000;
         if (atomic_compare_exchange_weak(slot, &last, next)) return next;
