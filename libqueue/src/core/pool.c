@@ -39,6 +39,16 @@ int lq__pool_acquire(lq__conn **out, lq__pool *pool) {
     return lq__pool_acquire_within(out, pool, pool->acquire_timeout_ms);
 }
 
+/* A connection counted as open and lent that did not open: its count goes. */
+static void opening_failed(lq__pool *pool) {
+    lq__error_redact(pool->target->password);
+    pthread_mutex_lock(&pool->mu);
+    pool->open--;
+    atomic_fetch_sub(&pool->lent, 1);
+    pthread_cond_signal(&pool->freed);
+    pthread_mutex_unlock(&pool->mu);
+}
+
 int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms) {
     struct timespec deadline = lq__deadline_in(timeout_ms);
     pthread_mutex_lock(&pool->mu);
@@ -54,14 +64,7 @@ int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms) 
             atomic_fetch_add(&pool->lent, 1);
             pthread_mutex_unlock(&pool->mu);
             int rc = pool->dialect->connect(out, pool->target, pool->options);
-            if (rc != LQ_OK) {
-                lq__error_redact(pool->target->password);
-                pthread_mutex_lock(&pool->mu);
-                pool->open--;
-                atomic_fetch_sub(&pool->lent, 1);
-                pthread_cond_signal(&pool->freed);
-                pthread_mutex_unlock(&pool->mu);
-            }
+            if (rc != LQ_OK) opening_failed(pool);
             return rc;
         }
         if (pthread_cond_timedwait(&pool->freed, &pool->mu, &deadline) == ETIMEDOUT) {
@@ -96,8 +99,8 @@ void lq__pool_counts(lq__pool *pool, int *lent, int *idle) {
     pthread_mutex_unlock(&pool->mu);
 }
 
-/* Warming: each thread opens its share of the connections and leaves them
- * idle. They count as lent while they open, as an acquire's would. */
+/* Warming: each thread opens its share of the connections and gives them
+ * back idle. They count as lent while they open, as an acquire's would. */
 typedef struct warm_share {
     lq__pool *pool;
     lq__conn_fn ready;
@@ -112,21 +115,13 @@ static void *open_share(void *arg) {
     for (int i = 0; i < w->count; i++) {
         lq__conn *conn = NULL;
         int rc = pool->dialect->connect(&conn, pool->target, pool->options);
-        if (rc != LQ_OK) lq__error_redact(pool->target->password);
-        if (rc == LQ_OK && w->ready && (rc = w->ready(conn, w->ctx)) != LQ_OK) {
-            pool->dialect->disconnect(conn);
-            conn = NULL;
-        }
+        if (rc != LQ_OK) opening_failed(pool);
+        else if (w->ready && (rc = w->ready(conn, w->ctx)) != LQ_OK) lq__pool_release(pool, conn, true);
+        else lq__pool_release(pool, conn, false);
         if (rc != LQ_OK) {
             lq__log_error(LQ_LOG_DEBUG, "a connection opened ahead");
             lq__error_clear();
         }
-        pthread_mutex_lock(&pool->mu);
-        if (rc == LQ_OK) pool->idle[pool->idle_count++] = conn;
-        else pool->open--;
-        atomic_fetch_sub(&pool->lent, 1);
-        pthread_cond_signal(&pool->freed);
-        pthread_mutex_unlock(&pool->mu);
     }
     return NULL;
 }

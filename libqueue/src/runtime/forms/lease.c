@@ -115,21 +115,14 @@ static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) 
     if (!s->broker->dialect->whole_second_leases) return lq__lease_expiry(s, now_ms);
     atomic_llong *slot = row_slot(s, id);
     int64_t expiry = (now_ms + 999) / 1000 * 1000 + s->lease_ms;
-    int64_t wait_until = 0;
-    long long last = atomic_load(slot);
-    for (;;) {
-        if ((last & GIVING_BACK) && expiry <= (last & ~GIVING_BACK)) {
-            int64_t now_us = lq__mono_us();
-            if (!wait_until) wait_until = now_us + GIVE_BACK_WAIT_US;
-            if (now_us < wait_until) {
-                nanosleep(&(struct timespec){.tv_nsec = GIVE_BACK_POLL_US * 1000}, NULL);
-                last = atomic_load(slot);
-                continue;
-            }
-        }
-        int64_t next = expiry > last ? expiry : (last + 1000) / 1000 * 1000;
-        if (atomic_compare_exchange_weak(slot, &last, next)) return next;
-    }
+    /* Past the wait, an odd slot gives the next second: (T + 1 + 1000)
+     * rounded down. */
+    int64_t wait_until = lq__mono_us() + GIVE_BACK_WAIT_US;
+    for (long long last = atomic_load(slot);
+         (last & GIVING_BACK) && expiry <= (last & ~GIVING_BACK) && lq__mono_us() < wait_until;
+         last = atomic_load(slot))
+        nanosleep(&(struct timespec){.tv_nsec = GIVE_BACK_POLL_US * 1000}, NULL);
+    return next_expiry(slot, expiry, 1000);
 }
 
 /* Its holder settles a row, naming `token`: once the settlement has changed
