@@ -796,6 +796,55 @@ static bool pg_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     return released;
 }
 
+/* The tries stop at the first key taken (the LIMIT), so no other is held;
+ * `then` is tried once, on that one row (a subquery with a LIMIT is not
+ * merged into the query around it), and a NULL one gives NULL. */
+static const lq__stmt try_lock_any_stmt = {
+    .sql = "SELECT \"lq_slot\", pg_try_advisory_lock(hashtextextended($4, 0)) FROM "
+           "(SELECT (\"lq_i\" + $3::int) % $2::int AS \"lq_slot\" FROM generate_series(0, $2::int - 1) AS \"lq_i\" "
+           "WHERE pg_try_advisory_lock(hashtextextended($1 || ((\"lq_i\" + $3::int) % $2::int)::text, 0)) "
+           "LIMIT 1) AS \"lq_first\"",
+    .id = -5};
+/* Every release is asked for (a column each, where an AND would stop at
+ * the first false); a NULL key gives NULL, as the functions are strict. */
+static const lq__stmt unlock_keys_stmt = {
+    .sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0)), pg_advisory_unlock(hashtextextended($2, 0)), "
+           "pg_advisory_unlock(hashtextextended($3, 0))",
+    .id = -6};
+
+static int pg_try_lock_any(int *taken, bool *then_taken, lq__conn *c, const char *prefix, int n, int first,
+                           const char *then) {
+    char n_text[16], first_text[16];
+    snprintf(n_text, sizeof n_text, "%d", n);
+    snprintf(first_text, sizeof first_text, "%d", first);
+    const char *params[4] = {prefix, n_text, first_text, then};
+    int rc = LQ_OK;
+    *taken = -1;
+    *then_taken = false;
+    PGresult *res = run_stmt(c, &try_lock_any_stmt, 4, params, NULL, NULL, 0, &rc);
+    if (!res) return rc;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) > 1)
+        return pg_error(c, res, LQ_BACKEND, "an advisory lock call failed");
+    if (PQntuples(res) == 1) {
+        *taken = atoi(PQgetvalue(res, 0, 0));
+        *then_taken = !PQgetisnull(res, 0, 1) && PQgetvalue(res, 0, 1)[0] == 't';
+    }
+    PQclear(res);
+    return LQ_OK;
+}
+
+static bool pg_unlock_keys(lq__conn *c, const char *const keys[3]) {
+    int rc = LQ_OK;
+    if (!c) return false;
+    PGresult *res = run_stmt(c, &unlock_keys_stmt, 3, keys, NULL, NULL, 0, &rc);
+    if (!res) return false;
+    bool confirmed = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+    for (int i = 0; confirmed && i < 3; i++)
+        confirmed = PQgetisnull(res, 0, i) || PQgetvalue(res, 0, i)[0] == 't';
+    PQclear(res);
+    return confirmed;
+}
+
 /* A slot is the two-key advisory lock (hash of the queue, slot number), a
  * space apart from the one-key locks of the advisory form. The LIMIT stops
  * the tries once `want` are taken. */
@@ -1152,4 +1201,6 @@ const lq__dialect lq__postgres_dialect = {
     .advisory_key = pg_advisory_key,
     .try_lock_key = pg_try_lock_key,
     .unlock_key = pg_unlock_key,
+    .try_lock_any = pg_try_lock_any,
+    .unlock_keys = pg_unlock_keys,
 };

@@ -285,6 +285,15 @@ typedef struct lq__dialect {
      * elsewhere), and give back (false when the database did not confirm). */
     int (*try_lock_key)(bool *taken, lq__conn *conn, const lq__broker_target *target, const char *key);
     bool (*unlock_key)(lq__conn *conn, const lq__broker_target *target, const char *key);
+    /* In one round trip where the database can (NULL: the caller goes one
+     * key at a time): tries the keys "<prefix><i>" for i from `first` round
+     * to first - 1 of the n, and holds the first one free (*taken its i, or
+     * -1 when all are held elsewhere), then, once one is held, tries `then`
+     * (NULL: none; *then_taken); and gives back up to three keys (NULL
+     * entries skipped), false unless each release was confirmed. */
+    int (*try_lock_any)(int *taken, bool *then_taken, lq__conn *conn, const char *prefix, int n, int first,
+                        const char *then);
+    bool (*unlock_keys)(lq__conn *conn, const char *const keys[3]);
     /* How many keys the process holds, where keys live in the process (NULL
      * where sessions hold them and the claim's query filters them out). */
     size_t (*keys_held)(const lq__broker_target *target);

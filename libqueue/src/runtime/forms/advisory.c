@@ -67,6 +67,19 @@ static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, 
     return lq__pool_acquire_within(out, &s->broker->pool, 0);
 }
 
+/* Lets a key and a candidate's slots go (NULL: none), in one round trip
+ * where the database can; false when a release was not confirmed. */
+static bool unlock_all(lq_subscription *s, lq__conn *conn, const char *key, const char *slot,
+                       const char *key_slot) {
+    const lq__dialect *d = s->broker->dialect;
+    const char *const keys[3] = {key, slot, key_slot};
+    if (d->unlock_keys && (key || slot || key_slot)) return d->unlock_keys(conn, keys);
+    bool confirmed = true;
+    for (int i = 0; i < 3; i++)
+        if (keys[i] && !d->unlock_key(conn, &s->broker->target, keys[i])) confirmed = false;
+    return confirmed;
+}
+
 /* concurrency in the advisory form: a slot is one more advisory key,
  * "lq-slot-<hash of the queue>-<i>" for i below the limit, taken on the
  * session (or in the process) that takes the row's key and held as long:
@@ -75,38 +88,39 @@ static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, 
  * tries start at a random slot, so claims beside each other seldom meet.
  * partition_concurrency's slots are the same, one set per partition key:
  * "lq-kslot-<hash of the queue>-<hash of the key>-<i>". *slot_out NULL:
- * every slot is held, the queue (or the key) is at its limit. */
-static int take_slot(char **slot_out, lq_subscription *s, lq__conn *conn, const char *pkey) {
+ * every slot is held, the queue (or the key) is at its limit. Once a slot
+ * is held, `then` (NULL: none) is tried too, in the same round trip where
+ * the database can: *then_locked. */
+static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq__conn *conn,
+                     const char *pkey, const char *then) {
     const lq__dialect *d = s->broker->dialect;
+    const lq__broker_target *target = &s->broker->target;
     *slot_out = NULL;
+    *then_locked = false;
     int n = pkey ? s->partition_concurrency : s->concurrency;
     unsigned long long queue = lq__fnv1a_str(s->limit_key);
     unsigned long long key = pkey ? lq__fnv1a_str(pkey) : 0;
+    char prefix[64], name[80];
+    if (pkey) snprintf(prefix, sizeof prefix, "lq-kslot-%016llx-%016llx-", queue, key);
+    else snprintf(prefix, sizeof prefix, "lq-slot-%016llx-", queue);
     unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
-    int first = rand_r(&seed) % n;
-    for (int i = 0; i < n; i++) {
-        char name[80];
-        if (pkey) snprintf(name, sizeof name, "lq-kslot-%016llx-%016llx-%d", queue, key, (first + i) % n);
-        else snprintf(name, sizeof name, "lq-slot-%016llx-%d", queue, (first + i) % n);
+    int first = rand_r(&seed) % n, taken = -1, rc = LQ_OK;
+    if (d->try_lock_any) rc = d->try_lock_any(&taken, then_locked, conn, prefix, n, first, then);
+    for (int i = 0; !d->try_lock_any && taken < 0 && i < n && rc == LQ_OK; i++) {
         bool locked;
-        int rc = d->try_lock_key(&locked, conn, &s->broker->target, name);
-        if (rc != LQ_OK) return rc;
-        if (!locked) continue;
-        if (!(*slot_out = lq__strdup(name))) {
-            d->unlock_key(conn, &s->broker->target, name);
-            return lq__error(LQ_NOMEM, "out of memory");
-        }
-        return LQ_OK;
+        snprintf(name, sizeof name, "%s%d", prefix, (first + i) % n);
+        rc = d->try_lock_key(&locked, conn, target, name);
+        if (rc == LQ_OK && locked) taken = (first + i) % n;
+    }
+    if (!d->try_lock_any && taken >= 0 && then) rc = d->try_lock_key(then_locked, conn, target, then);
+    if (taken < 0) return rc;
+    snprintf(name, sizeof name, "%s%d", prefix, taken);
+    if (rc != LQ_OK || !(*slot_out = lq__strdup(name))) {
+        unlock_all(s, conn, *then_locked ? then : NULL, name, NULL);
+        *then_locked = false;
+        return rc != LQ_OK ? rc : lq__error(LQ_NOMEM, "out of memory");
     }
     return LQ_OK;
-}
-
-/* Lets a slot go (NULL: none); false when the release was not confirmed. */
-static bool release_slot(lq_subscription *s, lq__conn *conn, char *slot) {
-    if (!slot) return true;
-    bool confirmed = s->broker->dialect->unlock_key(conn, &s->broker->target, slot);
-    free(slot);
-    return confirmed;
 }
 
 /* The slots one candidate holds: the queue's and its partition key's. */
@@ -114,36 +128,37 @@ typedef struct slots {
     char *queue, *key;
 } slots;
 
-/* Takes the slots a candidate needs before its key is tried. *full: the
- * queue is at its limit, and the claim stops; a partition key at its limit
- * passes over this candidate only (*passed). Either way no slot is held. */
-static int take_slots(slots *out, bool *full, bool *passed, lq_subscription *s, lq__conn *conn,
-                      const candidate *c) {
-    *out = (slots){0};
-    *full = *passed = false;
-    int rc = s->concurrency ? take_slot(&out->queue, s, conn, NULL) : LQ_OK;
-    if (rc != LQ_OK || (s->concurrency && !out->queue)) {
-        *full = rc == LQ_OK;
-        return rc;
-    }
-    if (!s->partition_concurrency || !c->pkey) return LQ_OK;
-    rc = take_slot(&out->key, s, conn, c->pkey);
-    if (rc == LQ_OK && out->key) return LQ_OK;
-    *passed = rc == LQ_OK;
-    if (!release_slot(s, conn, out->queue) && rc == LQ_OK)
-        rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
-    out->queue = NULL;
+/* Lets a key (NULL: none) and the slots go; rc, or the failure of a
+ * release not confirmed. */
+static int release_slots(lq_subscription *s, lq__conn *conn, const char *key, slots *held, int rc) {
+    bool confirmed = unlock_all(s, conn, key, held->queue, held->key);
+    free(held->queue);
+    free(held->key);
+    *held = (slots){0};
+    if (!confirmed && rc == LQ_OK)
+        rc = key ? lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", key)
+                 : lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
     return rc;
 }
 
-/* Lets both go; rc, or the failure of a release not confirmed. */
-static int release_slots(lq_subscription *s, lq__conn *conn, slots *held, int rc) {
-    bool confirmed = release_slot(s, conn, held->queue);
-    if (!release_slot(s, conn, held->key)) confirmed = false;
-    *held = (slots){0};
-    if (!confirmed && rc == LQ_OK)
-        rc = lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
-    return rc;
+/* Takes the slots a candidate needs, then its key, the last two in one
+ * round trip where the database can. *locked: all are held. Else none is:
+ * *full when the queue is at its limit, and the claim stops; a partition
+ * key at its limit, or a key held elsewhere, passes over this candidate. */
+static int take_turn(slots *out, bool *locked, bool *full, lq_subscription *s, lq__conn *conn,
+                     const candidate *c) {
+    *out = (slots){0};
+    *locked = *full = false;
+    bool keyed = s->partition_concurrency && c->pkey;
+    if (!s->concurrency && !keyed) return s->broker->dialect->try_lock_key(locked, conn, &s->broker->target, c->key);
+    int rc = LQ_OK;
+    if (s->concurrency) {
+        rc = take_slot(&out->queue, locked, s, conn, NULL, keyed ? NULL : c->key);
+        *full = rc == LQ_OK && !out->queue;
+        if (rc != LQ_OK || !out->queue) return rc;
+    }
+    if (keyed) rc = take_slot(&out->key, locked, s, conn, c->pkey, c->key);
+    return rc == LQ_OK && *locked ? LQ_OK : release_slots(s, conn, NULL, out, rc);
 }
 
 static void give_slots(lq_delivery *d, slots *held) {
@@ -155,9 +170,7 @@ static void give_slots(lq_delivery *d, slots *held) {
 /* Lets a candidate's key and slots go; rc, or the failure of a release not
  * confirmed. */
 static int let_go(lq_subscription *s, lq__conn *conn, const candidate *c, slots *held, int rc) {
-    if (!s->broker->dialect->unlock_key(conn, &s->broker->target, c->key) && rc == LQ_OK)
-        rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", c->key);
-    return release_slots(s, conn, held, rc);
+    return release_slots(s, conn, c->key, held, rc);
 }
 
 /* Locks one candidate's key and takes its row; NULL in *out when the key is
@@ -166,13 +179,11 @@ static int let_go(lq_subscription *s, lq__conn *conn, const candidate *c, slots 
 static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq__conn *conn,
                           const candidate *c, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
-    bool locked, passed;
+    bool locked;
     *out = NULL;
     slots held;
-    int rc = take_slots(&held, full, &passed, s, conn, c);
-    if (rc != LQ_OK || *full || passed) return rc;
-    rc = d->try_lock_key(&locked, conn, &s->broker->target, c->key);
-    if (rc != LQ_OK || !locked) return release_slots(s, conn, &held, rc);
+    int rc = take_turn(&held, &locked, full, s, conn, c);
+    if (rc != LQ_OK || !locked) return rc;
     take_ctx take = {s, NULL};
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
     int64_t changes = 0;
@@ -221,7 +232,6 @@ static int on_set_taken(void *arg, const lq__value *cols, int count) {
 static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__conn *conn,
                          candidates *c, int limit, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
-    const lq__broker_target *target = &s->broker->target;
     int *at = malloc((size_t)limit * sizeof *at);
     lq_delivery **taken = calloc((size_t)limit, sizeof *taken);
     slots *held = calloc((size_t)limit, sizeof *held);
@@ -229,14 +239,9 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
     int n = 0;
     lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
-        bool locked, passed;
-        if ((rc = take_slots(&held[n], full, &passed, s, conn, &c->items[i])) != LQ_OK || *full) break;
-        if (passed) continue;
-        rc = d->try_lock_key(&locked, conn, target, c->items[i].key);
-        if (rc != LQ_OK || !locked) {
-            rc = release_slots(s, conn, &held[n], rc);
-            continue;
-        }
+        bool locked;
+        if ((rc = take_turn(&held[n], &locked, full, s, conn, &c->items[i])) != LQ_OK || *full) break;
+        if (!locked) continue;
         at[n++] = i;
         lq__held_set_add(&set, d, false, c->items[i].id, 0);
     }
@@ -388,16 +393,11 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
 
 void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
     lq_subscription *s = dv->sub;
-    const lq__dialect *d = s->broker->dialect;
-    bool confirmed = true;
-    if (dv->key) {
-        confirmed = d->unlock_key(dv->conn, &s->broker->target, dv->key);
-        free(dv->key);
-        dv->key = NULL;
-    }
-    if (!release_slot(s, dv->conn, dv->slot)) confirmed = false;
-    if (!release_slot(s, dv->conn, dv->key_slot)) confirmed = false;
-    dv->slot = dv->key_slot = NULL;
+    bool confirmed = unlock_all(s, dv->conn, dv->key, dv->slot, dv->key_slot);
+    free(dv->key);
+    free(dv->slot);
+    free(dv->key_slot);
+    dv->key = dv->slot = dv->key_slot = NULL;
     if (dv->conn) {
         /* A lock whose release is not confirmed ends with its session. */
         *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed || dv->conn_broken};
