@@ -88,7 +88,8 @@ class Peak:
 
 
 def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: Any) -> None:
-    workers = [spawn(db, table, log, "drain", poll_interval_ms=POLL_MS, **options)
+    options.setdefault("poll_interval_ms", POLL_MS)
+    workers = [spawn(db, table, log, "drain", **options)
                for _ in range(processes)]
     try:
         for w in workers:
@@ -101,16 +102,18 @@ def drain(db: Any, table: libqueue.Table, log: str, processes: int, **options: A
             assert w.wait(30) == 0
 
 
-def concurrency_across_processes(db: Any, form: str, tmp_path: Any) -> None:
-    """3 processes x 6 workers with concurrency=4: never more than 4
-    handlers at once, and 3 or more on average while the backlog lasts."""
+def concurrency_across_processes(db: Any, form: str, tmp_path: Any, processes: int = 3,
+                                 **options: Any) -> None:
+    """3 processes (or `processes`) x 6 workers with concurrency=4: never
+    more than 4 handlers at once, and 3 or more on average while the backlog
+    lasts."""
     table = make_table(form)
     db.create_table(table)
     rows = 200
     with libqueue.Broker(db.url) as broker:
         broker.publish_many(table, [b"%d" % i for i in range(rows)])
     log = str(tmp_path / "spans.log")
-    drain(db, table, log, 3, workers=6, concurrency=4, sleep_ms=(20, 50))
+    drain(db, table, log, processes, workers=6, concurrency=4, sleep_ms=(20, 50), **options)
     spans = spans_of(log)
     assert len(spans) == rows
     most, mean = overlap(spans)
@@ -139,6 +142,16 @@ def test_concurrency_holds_across_processes_by_slot_locks(db, form, tmp_path) ->
     """The row lock form: each row in work holds a slot lock of its claim's
     transaction (MySQL: a GET_LOCK given back when the transaction ends)."""
     concurrency_across_processes(db, form, tmp_path)
+
+
+@pytest.mark.forms("lease", "row_lock", "advisory")
+def test_more_workers_than_the_limit_in_one_process_keep_the_limit_busy(db, form, tmp_path):
+    """Two of the six workers find the limit at every turn and rest: each
+    settlement here must wake one, whatever the claims beside it saw last
+    (a row lock claim that found room could write so after one that found
+    none had begun to rest, and every worker then rested until the poll,
+    here 2 s: the limit's slots are not left to the poll)."""
+    concurrency_across_processes(db, form, tmp_path, processes=1, poll_interval_ms=2000)
 
 
 @pytest.mark.forms("lease")

@@ -1282,10 +1282,14 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
         room_freed = account_room(s);
     }
     for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
-    /* A key came free (an advisory key, a row lock's key slot), or room
-     * under the queue-wide limit. */
-    bool key_freed = s->form == LQ_FORM_ADVISORY || (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
-    if (key_freed || (atomic_load(&s->at_limit) && !freed->room_taken)) s->woken = true;
+    /* A key or a slot came free (an advisory key, a row lock's slot or key
+     * slot: its transaction held it), or room under the queue-wide limit.
+     * A freed slot wakes a claim whatever at_limit says: that is the last
+     * claim's word, and a claim that found room may write it after one
+     * beside it found none and rests. */
+    bool slot_freed = s->form == LQ_FORM_ADVISORY ||
+                      (s->form == LQ_FORM_ROW_LOCK && (s->table->partition_limit || s->concurrency));
+    if (slot_freed || (atomic_load(&s->at_limit) && !freed->room_taken)) s->woken = true;
     wake_a_claimer(s);
     if (s->lanes || s->key_limit) { /* its lane or key may take the next */
         pthread_cond_broadcast(&s->ready_cv);
