@@ -144,6 +144,7 @@ def test_concurrency_holds_across_processes_by_slot_locks(db, form, tmp_path) ->
     concurrency_across_processes(db, form, tmp_path)
 
 
+@pytest.mark.dialect("postgresql", "mysql")
 @pytest.mark.forms("lease", "row_lock", "advisory")
 def test_more_workers_than_the_limit_in_one_process_keep_the_limit_busy(db, form, tmp_path):
     """Two of the six workers find the limit at every turn and rest: each

@@ -116,6 +116,8 @@ static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq_
     if (taken < 0) return rc;
     snprintf(name, sizeof name, "%s%d", prefix, taken);
     if (rc != LQ_OK || !(*slot_out = lq__strdup(name))) {
+        /* Not confirmed, a lock ends with its session: the caller ends it
+         * on any failure (lq__advisory_claim). */
         unlock_all(s, conn, *then_locked ? then : NULL, name, NULL);
         *then_locked = false;
         return rc != LQ_OK ? rc : lq__error(LQ_NOMEM, "out of memory");
@@ -136,7 +138,7 @@ static int release_slots(lq_subscription *s, lq__conn *conn, const char *key, sl
     free(held->key);
     *held = (slots){0};
     if (!confirmed && rc == LQ_OK)
-        rc = key ? lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", key)
+        rc = key ? lq__error(LQ_BACKEND, "the release of advisory key \"%s\" or its slots was not confirmed", key)
                  : lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
     return rc;
 }
