@@ -146,8 +146,9 @@ struct lq_subscription {
     char *limit_key;        /* the lock of the queue-wide limits: "concurrency:<queue>" */
     char *starts_key;       /* the queue's name in the starts table */
     lq__holds holds;        /* concurrency counted by holds (forms/holds.c), where on */
-    /* The last claim was cut short by the queue's concurrency (where the
-     * lease form counts at each claim: took all the room it left). */
+    /* The lease form's: the last claim was cut short by the queue's
+     * concurrency (where it counts at each claim: took all the room it
+     * left). In the other forms each settlement frees a slot and wakes. */
     atomic_bool at_limit;
     lq__lease_clock *lease_clock; /* the lease form's: the last expiry of its length (forms/lease.c) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */

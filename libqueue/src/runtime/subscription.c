@@ -1284,9 +1284,9 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
     /* A key or a slot came free (an advisory key, a row lock's slot or key
      * slot: its transaction held it), or room under the queue-wide limit.
-     * A freed slot wakes a claim whatever at_limit says: that is the last
-     * claim's word, and a claim that found room may write it after one
-     * beside it found none and rests. */
+     * A freed slot wakes a claim at every settlement: a flag each claim
+     * wrote would be the last claim's word, and a claim that found room
+     * could write it after one beside it found none and rests. */
     bool slot_freed = s->form == LQ_FORM_ADVISORY ||
                       (s->form == LQ_FORM_ROW_LOCK && (s->table->partition_limit || s->concurrency));
     if (slot_freed || (atomic_load(&s->at_limit) && !freed->room_taken)) s->woken = true;

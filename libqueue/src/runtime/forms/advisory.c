@@ -80,6 +80,27 @@ static bool unlock_all(lq_subscription *s, lq__conn *conn, const char *key, cons
     return confirmed;
 }
 
+/* The dialect's try_lock_any, or its one-key calls in turn. */
+static int try_lock_any(int *taken, bool *then_locked, lq_subscription *s, lq__conn *conn,
+                        const char *prefix, int n, int first, const char *then) {
+    const lq__dialect *d = s->broker->dialect;
+    const lq__broker_target *target = &s->broker->target;
+    if (d->try_lock_any) return d->try_lock_any(taken, then_locked, conn, prefix, n, first, then);
+    *taken = -1;
+    *then_locked = false;
+    for (int i = 0; i < n; i++) {
+        char name[80];
+        bool locked;
+        snprintf(name, sizeof name, "%s%d", prefix, (first + i) % n);
+        int rc = d->try_lock_key(&locked, conn, target, name);
+        if (rc != LQ_OK) return rc;
+        if (!locked) continue;
+        *taken = (first + i) % n;
+        return then ? d->try_lock_key(then_locked, conn, target, then) : LQ_OK;
+    }
+    return LQ_OK;
+}
+
 /* concurrency in the advisory form: a slot is one more advisory key,
  * "lq-slot-<hash of the queue>-<i>" for i below the limit, taken on the
  * session (or in the process) that takes the row's key and held as long:
@@ -93,10 +114,7 @@ static bool unlock_all(lq_subscription *s, lq__conn *conn, const char *key, cons
  * the database can: *then_locked. */
 static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq__conn *conn,
                      const char *pkey, const char *then) {
-    const lq__dialect *d = s->broker->dialect;
-    const lq__broker_target *target = &s->broker->target;
     *slot_out = NULL;
-    *then_locked = false;
     int n = pkey ? s->partition_concurrency : s->concurrency;
     unsigned long long queue = lq__fnv1a_str(s->limit_key);
     unsigned long long key = pkey ? lq__fnv1a_str(pkey) : 0;
@@ -104,15 +122,8 @@ static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq_
     if (pkey) snprintf(prefix, sizeof prefix, "lq-kslot-%016llx-%016llx-", queue, key);
     else snprintf(prefix, sizeof prefix, "lq-slot-%016llx-", queue);
     unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
-    int first = rand_r(&seed) % n, taken = -1, rc = LQ_OK;
-    if (d->try_lock_any) rc = d->try_lock_any(&taken, then_locked, conn, prefix, n, first, then);
-    for (int i = 0; !d->try_lock_any && taken < 0 && i < n && rc == LQ_OK; i++) {
-        bool locked;
-        snprintf(name, sizeof name, "%s%d", prefix, (first + i) % n);
-        rc = d->try_lock_key(&locked, conn, target, name);
-        if (rc == LQ_OK && locked) taken = (first + i) % n;
-    }
-    if (!d->try_lock_any && taken >= 0 && then) rc = d->try_lock_key(then_locked, conn, target, then);
+    int taken;
+    int rc = try_lock_any(&taken, then_locked, s, conn, prefix, n, rand_r(&seed) % n, then);
     if (taken < 0) return rc;
     snprintf(name, sizeof name, "%s%d", prefix, taken);
     if (rc != LQ_OK || !(*slot_out = lq__strdup(name))) {
@@ -368,8 +379,8 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
             shared_broken = true; /* its session may still hold the key */
         }
     }
-    /* Cut short by the limit: the next settlement here wakes a claim. */
-    if (s->concurrency) atomic_store(&s->at_limit, full);
+    /* Cut short by the limit: each settlement here wakes a claim
+     * (subscription.c), as it lets a key go. */
     /* Every row taken, even by a claim that failed after, is counted
      * against its key's window, or none of them runs. */
     if (s->key_rate_limit && out->count) {

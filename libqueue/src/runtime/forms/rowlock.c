@@ -35,13 +35,14 @@ static int share_transaction(lq__claimed *out, lq__conn *conn) {
  * it asks for, and asks for no more rows than it got slots. A slot is held
  * until the transaction ends (the row's settlement, or the session's end),
  * so the rows in work never outnumber the slots. Slots a claim took beyond
- * its rows (a batch that found fewer) stay held until its batch settles. */
+ * its rows (a batch that found fewer) stay held until its batch settles.
+ * A claim that got none rests until a settlement here frees one (each
+ * wakes a claim: subscription.c). */
 static int take_slots(lq__value *args, lq_subscription *s, lq__conn *conn) {
     int taken = 0;
     int rc = s->broker->dialect->take_slots(&taken, conn, s->limit_key, s->concurrency,
                                             (int)args[LQ__P_LIMIT].i);
     if (rc != LQ_OK) return rc;
-    atomic_store(&s->at_limit, taken < args[LQ__P_LIMIT].i);
     args[LQ__P_LIMIT].i = taken;
     return LQ_OK;
 }
