@@ -148,8 +148,16 @@ struct lq_subscription {
     lq__holds holds;        /* concurrency counted by holds (forms/holds.c), where on */
     /* The lease form's: the last claim was cut short by the queue's
      * concurrency (where it counts at each claim: took all the room it
-     * left). In the other forms each settlement frees a slot and wakes. */
+     * left), which its acker and holds read. A flag each claim writes is
+     * the last claim's word; the wake-up of a claim that rests at the limit
+     * goes by limit_rests. */
     atomic_bool at_limit;
+    /* A claim cut by the queue-wide limit rests: the next settlement here
+     * (or ack queued for a claim to carry) wakes a claim. room_events counts
+     * those, so that a claim that came back cut while one passed (which
+     * found no mark yet) does not rest. */
+    atomic_bool limit_rests;
+    atomic_ullong room_events;
     lq__lease_clock *lease_clock; /* the lease form's: the last expiry of its length (forms/lease.c) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
@@ -330,6 +338,7 @@ LQ__HIDDEN void lq__subscription_settled(lq_subscription *s, lq_delivery *const 
 typedef struct lq__claimed {
     lq_delivery *head, *tail;
     int count;
+    bool cut; /* the queue-wide limit cut the claim: a settlement here should wake the next */
 } lq__claimed;
 LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);

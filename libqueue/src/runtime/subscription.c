@@ -816,7 +816,7 @@ static bool may_give_back(const lq_subscription *s) {
 
 static void give_back_waiting(lq_subscription *s) {
     if (!s->waiting || !may_give_back(s)) return;
-    lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
+    lq__claimed left = {.head = s->queue_head, .tail = s->queue_tail, .count = s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
     show_ready(s);
@@ -886,6 +886,16 @@ static void forgo_claim(lq_subscription *s, int limit, int extra) {
     pthread_mutex_lock(&s->mu);
 }
 
+/* A claim the queue-wide limit cut rests until a settlement here: the
+ * mark makes the next one wake a claim. One that came while the claim ran
+ * found no mark and woke none, so then the claim goes again at once (the
+ * mark is stored before the count is read, and an ack queued counts before
+ * it reads the mark: one of the two sees the other). s->mu held. */
+static void rest_at_limit(lq_subscription *s, unsigned long long events) {
+    atomic_store(&s->limit_rests, true);
+    if (atomic_load(&s->room_events) != events) s->woken = true;
+}
+
 /* One turn of a claimer, s->mu held (let go while it waits or claims): it
  * rests after a short or failed claim until the wait is over or a wake-up
  * comes (one claim per wait, whichever thread makes it), waits while no
@@ -949,6 +959,8 @@ static void claim_turn(lq_subscription *s, bool own) {
         return;
     }
     s->woken = false;
+    atomic_store(&s->limit_rests, false); /* no claim rests now: this one goes */
+    unsigned long long events = atomic_load(&s->room_events);
     wake_a_claimer(s); /* the next, while room is left */
     pthread_mutex_unlock(&s->mu);
 
@@ -987,6 +999,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     lq__claimed kept = {0};
     /* Rows ended unrun still made the claim full: the next comes at once. */
     bool short_claim = got.count < limit;
+    if (got.cut) rest_at_limit(s, events);
     bool took_rows = got.count > 0;
     for (lq_delivery *d = got.head, *next; d; d = next) {
         next = d->queue_next;
@@ -1226,14 +1239,19 @@ void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size
         /* Under holds, a run that ended gave its room back (forms/holds.c):
          * a claim cut short by the limit goes again now, not after the
          * settlement's commit. */
-        if (s->holds.on && atomic_load(&s->at_limit)) s->woken = true;
+        if (s->holds.on) {
+            atomic_fetch_add(&s->room_events, 1);
+            if (atomic_load(&s->at_limit) || atomic_load(&s->limit_rests)) s->woken = true;
+        }
         wake_a_claimer(s);
     }
     pthread_mutex_unlock(&s->mu);
 }
 
 void lq__subscription_acks_queued(lq_subscription *s) {
-    if (!s->carries_acks || !atomic_load(&s->at_limit)) return;
+    if (!s->carries_acks) return;
+    atomic_fetch_add(&s->room_events, 1); /* before the marks are read: rest_at_limit */
+    if (!atomic_load(&s->at_limit) && !atomic_load(&s->limit_rests)) return;
     pthread_mutex_lock(&s->mu);
     s->woken = true;
     wake_a_claimer(s);
@@ -1282,14 +1300,15 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
         room_freed = account_room(s);
     }
     for (size_t i = 0; i < n; i++) room_freed |= count_settled(s, dvs[i]);
-    /* A key or a slot came free (an advisory key, a row lock's slot or key
-     * slot: its transaction held it), or room under the queue-wide limit.
-     * A freed slot wakes a claim at every settlement: a flag each claim
-     * wrote would be the last claim's word, and a claim that found room
-     * could write it after one beside it found none and rests. */
-    bool slot_freed = s->form == LQ_FORM_ADVISORY ||
-                      (s->form == LQ_FORM_ROW_LOCK && (s->table->partition_limit || s->concurrency));
-    if (slot_freed || (atomic_load(&s->at_limit) && !freed->room_taken)) s->woken = true;
+    /* A key came free (an advisory key, or a row lock's key slot: its
+     * transaction held it), which a claim of any size may have passed
+     * over; or room under the queue-wide limit, which a claim it cut waits
+     * for (rest_at_limit), unless a claim carrying the ack took it. */
+    bool key_freed = s->form == LQ_FORM_ADVISORY ||
+                     (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
+    atomic_fetch_add(&s->room_events, 1);
+    bool room_back = (atomic_load(&s->at_limit) || atomic_load(&s->limit_rests)) && !freed->room_taken;
+    if (key_freed || room_back) s->woken = true;
     wake_a_claimer(s);
     if (s->lanes || s->key_limit) { /* its lane or key may take the next */
         pthread_cond_broadcast(&s->ready_cv);
@@ -1699,7 +1718,7 @@ static void stop_threads(lq_subscription *s) {
      * for, on this very thread, so they go back at close. A stopped
      * subscription waits for no room, so the others need leave it none. */
     pthread_mutex_lock(&s->mu);
-    lq__claimed left = {s->queue_head, s->queue_tail, s->waiting};
+    lq__claimed left = {.head = s->queue_head, .tail = s->queue_tail, .count = s->waiting};
     s->queue_head = s->queue_tail = NULL;
     s->waiting = 0;
     s->stopped = true;
@@ -1726,7 +1745,7 @@ void lq_subscription_close(lq_subscription *s) {
     }
     lq_subscription_stop(s);
     pthread_mutex_lock(&s->mu);
-    lq__claimed left = {s->left_head, s->left_tail, s->left_count};
+    lq__claimed left = {.head = s->left_head, .tail = s->left_tail, .count = s->left_count};
     s->left_head = s->left_tail = NULL;
     s->left_count = 0;
     bool in_work = s->in_work > 0;

@@ -379,8 +379,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
             shared_broken = true; /* its session may still hold the key */
         }
     }
-    /* Cut short by the limit: each settlement here wakes a claim
-     * (subscription.c), as it lets a key go. */
+    out->cut = full; /* each settlement here wakes a claim anyway: it lets a key go */
     /* Every row taken, even by a claim that failed after, is counted
      * against its key's window, or none of them runs. */
     if (s->key_rate_limit && out->count) {

@@ -43,7 +43,7 @@ int lq__trim_keys(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__valu
                                        .n = strlen(all[i]->partition_key)};
         rc = room_of(&room[i], s, conn, args, mine);
     }
-    lq__claimed kept = {0};
+    lq__claimed kept = {.cut = out->cut};
     for (i = 0; i < n; i++) {
         bool keep = rc != LQ_OK || !all[i]->partition_key || room[first_of_key(all, i)]-- > 0;
         if (keep) lq__claimed_add(&kept, all[i]);

@@ -184,7 +184,7 @@ static int stamp_set(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__v
 static int stamp_claimed(lq__claimed *out, lq_subscription *s, lq__conn *conn, lq__value *args,
                          int64_t now) {
     if (out->count > 1 && s->sql.stamp_set.sql) return stamp_set(out, s, conn, args, now);
-    lq__claimed stamped = {0};
+    lq__claimed stamped = {.cut = out->cut};
     int rc = LQ_OK;
     lq_delivery *d = out->head;
     while (d) {
@@ -265,8 +265,8 @@ static bool cut_to(int *limit, int64_t room, bool carries_acks) {
  * that ran out (its holder died or froze) no longer counts, and its row is
  * claimable again. The acks `acks` carries go first: the rows whose runs
  * ended here count no more. */
-static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq_subscription *s,
-                         lq__conn *conn, lq__value *args) {
+static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq__claimed *out,
+                         lq_subscription *s, lq__conn *conn, lq__value *args) {
     int64_t in_work = 0;
     lq__window w = {0};
     lq__step counts[3];
@@ -284,8 +284,10 @@ static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq_subscri
                                  .ctx = &w};
     int64_t wait_ms = acks && acks->n ? lq__acks_lease_left(acks) / 2 + 1 : 0;
     int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n);
-    if (rc == LQ_OK && counting)
-        atomic_store(&s->at_limit, cut_to(limit, s->concurrency - in_work, acks != NULL));
+    if (rc == LQ_OK && counting) {
+        out->cut = cut_to(limit, s->concurrency - in_work, acks != NULL);
+        atomic_store(&s->at_limit, out->cut);
+    }
     if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
     return rc;
@@ -385,6 +387,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
         int64_t before = lq__now_ms();
         bind_claim(args, s, before, lq__lease_expiry(s, before), limit); /* for its look */
         rc = lq__holds_draw(&drawn, s, conn, limit, args);
+        out->cut = rc == LQ_OK && drawn < limit; /* the room in hand, short */
         if (rc != LQ_OK || drawn == 0) {
             lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
             return rc;
@@ -406,7 +409,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
          * the stamps after a locking read. */
         bool guarded = true;
-        rc = limited ? limit_to_room(&limit, &locked, acks, s, conn, args)
+        rc = limited ? limit_to_room(&limit, &locked, acks, out, s, conn, args)
                      : d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
         bool undone = rc == LQ_OK && acks && !lq__acks_whole(acks);
         if (rc == LQ_OK && limit > 0 && !undone) rc = lq__fifo_guard(&guarded, s, conn);
@@ -415,7 +418,8 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
         bool claims = guarded && limit > 0, committed = false;
         if (undone) { /* a carried ack found its lease lost: they go on their own first */
             rc = d->rollback(conn);
-            atomic_store(&s->at_limit, true); /* their settlement wakes the next claim */
+            out->cut = true; /* their settlement wakes the next claim */
+            atomic_store(&s->at_limit, true);
         } else if (rc == LQ_OK && claim_ends_it(s)) {
             rc = lq__exec_commit(&committed, s, conn, &claim, claims ? 1 : 0); /* one round trip */
         } else {

@@ -36,13 +36,14 @@ static int share_transaction(lq__claimed *out, lq__conn *conn) {
  * until the transaction ends (the row's settlement, or the session's end),
  * so the rows in work never outnumber the slots. Slots a claim took beyond
  * its rows (a batch that found fewer) stay held until its batch settles.
- * A claim that got none rests until a settlement here frees one (each
- * wakes a claim: subscription.c). */
-static int take_slots(lq__value *args, lq_subscription *s, lq__conn *conn) {
+ * A claim that got fewer rests until a settlement here frees one
+ * (rest_at_limit, subscription.c). */
+static int take_slots(lq__claimed *out, lq__value *args, lq_subscription *s, lq__conn *conn) {
     int taken = 0;
     int rc = s->broker->dialect->take_slots(&taken, conn, s->limit_key, s->concurrency,
                                             (int)args[LQ__P_LIMIT].i);
     if (rc != LQ_OK) return rc;
+    out->cut = taken < args[LQ__P_LIMIT].i;
     args[LQ__P_LIMIT].i = taken;
     return LQ_OK;
 }
@@ -120,7 +121,7 @@ int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit) {
         rc = d->begin(conn, s->table->isolation);
         open = true;
     }
-    if (rc == LQ_OK && s->concurrency && args[LQ__P_LIMIT].i > 0) rc = take_slots(args, s, conn);
+    if (rc == LQ_OK && s->concurrency && args[LQ__P_LIMIT].i > 0) rc = take_slots(out, args, s, conn);
     if (rc == LQ_OK && args[LQ__P_LIMIT].i > 0) rc = lq__fifo_guard(&guarded, s, conn);
     if (rc == LQ_OK && guarded && args[LQ__P_LIMIT].i > 0)
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
