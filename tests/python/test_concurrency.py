@@ -172,6 +172,55 @@ def test_worker_concurrency_caps_what_one_subscription_holds(db, form) -> None:
     assert most == 3, "%d handlers ran at once under worker_concurrency=3" % most
 
 
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("row_lock", "advisory")
+def test_a_process_holding_every_slot_makes_no_claim_until_one_is_free(db, broker, form):
+    """workers=6, concurrency=4: while the process's own runs hold all 4
+    slots, a claim could only find them held, so none is made; a hand-over
+    is one claim, not one more for each idle worker woken beside it."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 100
+    broker.publish_many(table, [b"%d" % i for i in range(rows)])
+    peak = Peak()
+    with broker.subscribe(table, workers=6, concurrency=4, poll_interval_ms=POLL_MS) as sub:
+        sub.run(peak.handle)
+        wait_until(lambda: sub.stat("settled") == rows, what="every row to settle")
+        claims, empty = sub.stat("claims"), sub.stat("empty_claims")
+    assert peak.most == 4
+    # Each row is one claim; the empty ones are those of the drained queue.
+    assert empty <= rows // 10, "%d of %d claims found every slot held or no row" % (empty, claims)
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("row_lock", "advisory")
+def test_a_run_past_its_timeout_gives_its_slot_back_while_its_handler_runs(db, broker, form):
+    """concurrency=1, two workers: the first run hangs past timeout_ms and
+    keeps its worker, but its row went back and its slot with it (its
+    transaction or key ended), so the row runs again beside it."""
+    table = make_table(form)
+    db.create_table(table)
+    broker.publish(table, b"hangs once")
+    seen: List[int] = []
+    hung = threading.Event()
+
+    def handle(d: libqueue.Delivery) -> None:
+        seen.append(d.attempt)
+        if d.attempt == 1:
+            hung.wait(30)
+
+    with broker.subscribe(table, workers=2, concurrency=1, timeout_ms=300,
+                          poll_interval_ms=POLL_MS) as sub:
+        sub.run(handle)
+        try:
+            wait_until(lambda: len(seen) >= 2, timeout=20,
+                       what="the row's second run beside the first, hung")
+        finally:
+            hung.set()
+        wait_until(lambda: db.count(table.name) == 0, what="the second run to ack the row")
+    assert seen == [1, 2]
+
+
 @pytest.mark.forms("lease")
 def test_a_queue_at_its_limit_is_not_claimed_past_it(db, form) -> None:
     """A broker that holds the whole limit leaves nothing to another, whose

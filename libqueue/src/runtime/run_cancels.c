@@ -144,6 +144,7 @@ static void take_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
     d->taken_out = true;
     d->cancelled = rc == LQ_OK;
     pthread_mutex_unlock(&d->mu);
+    lq__subscription_let_go_early(s, d);
     if (rc == LQ_OK) {
         lq__log(LQ_LOG_INFO, "row %lld was cancelled while in work: taken out in its run's transaction",
                 (long long)d->id);

@@ -97,6 +97,7 @@ struct lq_delivery {
      * set holds no delivery's mutex while its statement runs. */
     bool in_set;
     bool handed; /* counted in the subscription's in_work */
+    bool let_go_early; /* handed, and counted in the subscription's let_go_early */
     /* Its run ended: its handler returned, or its settlement was asked for
      * (a settlement began, its ack went behind, lq_delivery_handled). The
      * time limit covers the run alone: from then on timeout_ms does not
@@ -192,6 +193,9 @@ struct lq_subscription {
     lq__ready_fd ready;
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
+    /* Of in_work, the rows whose expiry or cancel let their row (and its
+     * concurrency slot) go while their handlers still run. */
+    int let_go_early;
     int settling; /* of those, settling now: their workers' next rows may be claimed */
     unsigned jitter_seed;
     int64_t rest_until;    /* monotonic ms: no claim before, unless woken */
@@ -324,6 +328,10 @@ LQ__HIDDEN void lq__subscription_hold(lq_subscription *s);
 /* Handed-out deliveries' settlements began: where they hold no connection,
  * the claims of their workers' next rows may go beside them. */
 LQ__HIDDEN void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size_t n);
+/* An expiry or a cancel let a handed-out delivery's row go while its
+ * handler runs: in the row lock and advisory forms its concurrency slot is
+ * free, and a claim may take it now. */
+LQ__HIDDEN void lq__subscription_let_go_early(lq_subscription *s, lq_delivery *d);
 /* Acks went to the acker: at the queue's limit, where claims carry them,
  * a claim goes now (it carries them, and their rows' slots are its). */
 LQ__HIDDEN void lq__subscription_acks_queued(lq_subscription *s);
@@ -357,8 +365,8 @@ LQ__HIDDEN void lq__holds_free(lq__holds *h);
  * what the subscription holds in hand, or where it has none, a growth from
  * the queue's; *drawn is how much (0: the queue is at its limit, or, after
  * a claim that found no row, it has no row to claim: `claim_args` are the
- * claim's, for the look). */
-LQ__HIDDEN int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want,
+ * claim's, for the look); *cut when the limit left less than `want`. */
+LQ__HIDDEN int lq__holds_draw(int *drawn, bool *cut, lq_subscription *s, lq__conn *conn, int want,
                               const lq__value *claim_args);
 /* After a claim that drew `drawn`: its rows are counted until let go, the
  * room it did not use is back in hand, and `covered` (from lq__holds_cover,

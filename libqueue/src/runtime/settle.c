@@ -299,6 +299,7 @@ int lq__settle_expired(lq_delivery *dv) {
      * commit rolled back. */
     dv->expired = true;
     pthread_mutex_unlock(&dv->mu);
+    lq__subscription_let_go_early(s, dv);
     if (rc != LQ_OK) return rc;
     atomic_fetch_add(&s->stats[LQ_STAT_EXPIRED], 1);
     lq__log(LQ_LOG_WARNING, "row %lld: its run passed timeout_ms (%lld ms): the row went %s",

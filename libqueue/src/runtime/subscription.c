@@ -649,6 +649,12 @@ static void wake_a_claimer(lq_subscription *s) {
     pthread_cond_signal(&s->claim_cv);
 }
 
+/* Cuts a claim's rows to the `left` a bound leaves, or forgoes it. */
+static void cap_claim(bool *wants, int *limit, int left) {
+    if (left <= 0) *wants = false;
+    else if (*limit > left) *limit = left;
+}
+
 /* Whether another claim may start now: the flow allows it, and so does the
  * broker's room, whose share for the claim is taken at once, so two
  * subscriptions never count on the same room. Returns the rows the claim
@@ -660,11 +666,13 @@ static int may_claim(lq_subscription *s) {
     int kept = chained.of == s;
     bool wants = flow_may_start(s, kept);
     int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
-    if (s->worker_concurrency) { /* rows held here: in work, waiting, asked for */
-        int left = s->worker_concurrency - s->in_work - s->waiting - s->flow.asked;
-        if (left <= 0) wants = false;
-        else if (limit > left) limit = left;
-    }
+    int here = s->waiting + s->flow.asked; /* rows held here beside those in work */
+    if (s->worker_concurrency) cap_claim(&wants, &limit, s->worker_concurrency - s->in_work - here);
+    /* Where each row holds its concurrency slot in this process (a row lock
+     * transaction's, an advisory session's), a claim while they hold them
+     * all could only find every slot held: none is made until one is free. */
+    if (s->concurrency && s->form != LQ_FORM_LEASE)
+        cap_claim(&wants, &limit, s->concurrency - (s->in_work - s->let_go_early) - here);
     lq_broker *b = s->broker;
     int mine = room_of(s) - kept;
     pthread_mutex_lock(&b->room_mu);
@@ -958,8 +966,12 @@ static void claim_turn(lq_subscription *s, bool own) {
         forgo_claim(s, limit, extra);
         return;
     }
+    /* This claim answers the wake-up or the mark, which it clears: the rest
+     * ends, as the rest read above (before s->mu was let go for the pause
+     * or the chained transaction) may be older than they are. */
+    bool marked = atomic_exchange(&s->limit_rests, false);
+    if (s->woken || marked) s->rest_until = 0;
     s->woken = false;
-    atomic_store(&s->limit_rests, false); /* no claim rests now: this one goes */
     unsigned long long events = atomic_load(&s->room_events);
     wake_a_claimer(s); /* the next, while room is left */
     pthread_mutex_unlock(&s->mu);
@@ -999,7 +1011,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     lq__claimed kept = {0};
     /* Rows ended unrun still made the claim full: the next comes at once. */
     bool short_claim = got.count < limit;
-    if (got.cut) rest_at_limit(s, events);
+    if (rc == LQ_OK && got.cut) rest_at_limit(s, events);
     bool took_rows = got.count > 0;
     for (lq_delivery *d = got.head, *next; d; d = next) {
         next = d->queue_next;
@@ -1248,6 +1260,19 @@ void lq__subscription_settling(lq_subscription *s, lq_delivery *const *dvs, size
     pthread_mutex_unlock(&s->mu);
 }
 
+void lq__subscription_let_go_early(lq_subscription *s, lq_delivery *d) {
+    pthread_mutex_lock(&s->mu);
+    if (d->handed && !d->let_go_early) {
+        d->let_go_early = true;
+        s->let_go_early++;
+        if (s->concurrency && s->form != LQ_FORM_LEASE) { /* its slot is free */
+            s->woken = true;
+            wake_a_claimer(s);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 void lq__subscription_acks_queued(lq_subscription *s) {
     if (!s->carries_acks) return;
     atomic_fetch_add(&s->room_events, 1); /* before the marks are read: rest_at_limit */
@@ -1276,6 +1301,8 @@ static bool count_settled(lq_subscription *s, lq_delivery *d) {
         atomic_fetch_sub(&s->coalescer.in_work, 1);
         if (s->lanes) s->lane_busy[d->lane]--;
         if (d->key_counted) lq__key_counts_add(&s->key_counts, d->partition_key, -1);
+        if (d->let_go_early) s->let_go_early--;
+        d->let_go_early = false;
         d->key_counted = false;
         d->handed = false;
     }
@@ -1306,7 +1333,7 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
      * for (rest_at_limit), unless a claim carrying the ack took it. */
     bool key_freed = s->form == LQ_FORM_ADVISORY ||
                      (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
-    atomic_fetch_add(&s->room_events, 1);
+    if (!freed->room_taken) atomic_fetch_add(&s->room_events, 1); /* taken: by the claim carrying it */
     bool room_back = (atomic_load(&s->at_limit) || atomic_load(&s->limit_rests)) && !freed->room_taken;
     if (key_freed || room_back) s->woken = true;
     wake_a_claimer(s);

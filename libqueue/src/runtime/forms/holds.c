@@ -183,16 +183,20 @@ static bool take_fresh(lq__holds *h, int64_t lease_ms, int want, bool at_limit, 
     return true;
 }
 
-int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want,
+int lq__holds_draw(int *drawn, bool *cut, lq_subscription *s, lq__conn *conn, int want,
                    const lq__value *claim_args) {
     lq__holds *h = &s->holds;
     *drawn = 0;
+    *cut = false;
     if (want <= 0) return LQ_OK;
     pthread_mutex_lock(&h->mu);
     bool taken = take_fresh(h, s->lease_ms, want, atomic_load(&s->at_limit), drawn);
     bool look = h->found_none;
     pthread_mutex_unlock(&h->mu);
-    if (taken) return LQ_OK;
+    if (taken) {
+        *cut = *drawn < want; /* in hand, short, only at the limit (take_fresh) */
+        return LQ_OK;
+    }
     if (look) { /* an idle queue costs a read a poll, not a growth, a claim and a trim */
         int64_t rows = 0;
         int rc = s->broker->dialect->exec(NULL, conn, &h->sql.probe, claim_args, lq__on_count, &rows);
@@ -225,7 +229,10 @@ int lq__holds_draw(int *drawn, lq_subscription *s, lq__conn *conn, int want,
         }
         pthread_mutex_unlock(&h->mu);
         /* Cut short by the limit: a settlement here wakes a claim. */
-        if (rc == LQ_OK) atomic_store(&s->at_limit, *drawn < want);
+        *cut = rc == LQ_OK && *drawn < want;
+        if (rc == LQ_OK) atomic_store(&s->at_limit, *cut);
+    } else {
+        *cut = *drawn < want;
     }
     pthread_mutex_unlock(&h->write_mu);
     return rc;

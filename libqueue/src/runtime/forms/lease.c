@@ -386,8 +386,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     if (s->holds.on) {
         int64_t before = lq__now_ms();
         bind_claim(args, s, before, lq__lease_expiry(s, before), limit); /* for its look */
-        rc = lq__holds_draw(&drawn, s, conn, limit, args);
-        out->cut = rc == LQ_OK && drawn < limit; /* the room in hand, short */
+        rc = lq__holds_draw(&drawn, &out->cut, s, conn, limit, args);
         if (rc != LQ_OK || drawn == 0) {
             lq__pool_release(&s->broker->pool, conn, rc == LQ_CONNECT);
             return rc;
