@@ -213,6 +213,28 @@ def test_a_row_lock_run_is_cancelled_in_its_transaction(db, broker, form) -> Non
 
 
 @pytest.mark.forms("row_lock")
+def test_a_cancelled_row_lock_run_gives_its_slot_back_before_it_settles(db, broker, form):
+    """concurrency=1: the run taken out by a cancel no longer holds the
+    queue's one slot (its transaction ended), so the next row is claimed
+    while that run has still to settle."""
+    table = make_table(form)
+    broker.create_table(table)
+    row = broker.publish(table, b"long")
+    with broker.subscribe(table, concurrency=1, workers=2, poll_interval_ms=POLL_MS) as sub:
+        d = sub.next(5)
+        assert d is not None and d.id == row
+        assert broker.cancel(table, row) is True
+        assert d.cancelled
+        later = broker.publish(table, b"later")
+        got = sub.next(5)
+        assert got is not None and got.id == later, "the cancelled run kept the slot"
+        got.ack()
+        with pytest.raises(libqueue.Cancelled):
+            d.ack()
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.forms("row_lock")
 def test_a_row_lock_run_under_another_broker_is_cancelled(db, broker, form) -> None:
     table = make_table(form)
     broker.create_table(table)
