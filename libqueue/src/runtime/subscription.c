@@ -649,6 +649,13 @@ static void wake_a_claimer(lq_subscription *s) {
     pthread_cond_signal(&s->claim_cv);
 }
 
+/* Whether each row in work holds its concurrency slot in this process (a
+ * row lock transaction's, an advisory session's), where the lease form's
+ * leases are counted at the database. */
+static bool slots_held_here(const lq_subscription *s) {
+    return s->concurrency && s->form != LQ_FORM_LEASE;
+}
+
 /* Cuts a claim's rows to the `left` a bound leaves, or forgoes it. */
 static void cap_claim(bool *wants, int *limit, int left) {
     if (left <= 0) *wants = false;
@@ -668,10 +675,9 @@ static int may_claim(lq_subscription *s) {
     int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
     int here = s->waiting + s->flow.asked; /* rows held here beside those in work */
     if (s->worker_concurrency) cap_claim(&wants, &limit, s->worker_concurrency - s->in_work - here);
-    /* Where each row holds its concurrency slot in this process (a row lock
-     * transaction's, an advisory session's), a claim while they hold them
-     * all could only find every slot held: none is made until one is free. */
-    if (s->concurrency && s->form != LQ_FORM_LEASE)
+    /* While this process's rows hold every slot, a claim could only find
+     * them all held: none is made until one is free. */
+    if (slots_held_here(s))
         cap_claim(&wants, &limit, s->concurrency - (s->in_work - s->let_go_early) - here);
     lq_broker *b = s->broker;
     int mine = room_of(s) - kept;
@@ -1265,7 +1271,7 @@ void lq__subscription_let_go_early(lq_subscription *s, lq_delivery *d) {
     if (d->handed && !d->let_go_early) {
         d->let_go_early = true;
         s->let_go_early++;
-        if (s->concurrency && s->form != LQ_FORM_LEASE) { /* its slot is free */
+        if (slots_held_here(s)) { /* its slot is free */
             s->woken = true;
             wake_a_claimer(s);
         }
@@ -1333,8 +1339,11 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
      * for (rest_at_limit), unless a claim carrying the ack took it. */
     bool key_freed = s->form == LQ_FORM_ADVISORY ||
                      (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
-    if (!freed->room_taken) atomic_fetch_add(&s->room_events, 1); /* taken: by the claim carrying it */
-    bool room_back = (atomic_load(&s->at_limit) || atomic_load(&s->limit_rests)) && !freed->room_taken;
+    bool room_back = false;
+    if (!freed->room_taken) { /* else the claim carrying its ack took the room */
+        atomic_fetch_add(&s->room_events, 1);
+        room_back = atomic_load(&s->at_limit) || atomic_load(&s->limit_rests);
+    }
     if (key_freed || room_back) s->woken = true;
     wake_a_claimer(s);
     if (s->lanes || s->key_limit) { /* its lane or key may take the next */
