@@ -991,7 +991,7 @@ static int build_fifo_guard(lq__sqlset *set, const lq_table *t) {
 static int build_locking_claim(lq__sqlset *set, const lq_table *t, bool lease) {
     lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
-    lq__sql_locking_read(&b, lease);
+    lq__sql_locking_read(&b, lease, NULL);
     return lq__sql_finish(&b);
 }
 

@@ -371,38 +371,61 @@ static int build_row_lock_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
     if (t->partition_limit) return build_key_slot_claim(&b);
-    lq__sql_locking_read(&b, false);
+    lq__sql_locking_read(&b, false, NULL);
     return lq__sql_finish(&b);
 }
 
-/* Lease: one statement locks the claimable rows, stamps their lease and
- * counts their attempt, and returns them as they were. */
-static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
-    lq__sql b;
-    lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
-    lq__sql_add(&b, "WITH \"lq_claimed\" AS (");
-    lq__sql_locking_read(&b, true);
-    lq__sql_add(&b, "), \"lq_stamped\" AS (UPDATE ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " AS \"lq_row\" SET ");
-    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(&b, " = ");
-    lq__sql_param(&b, LQ__P_LEASE);
+/* ", lq_stamped AS (UPDATE ..)": stamps the lease of the rows lq_claimed
+ * locked and counts their attempt; `by_array` finds them by an array of
+ * their ids, a plan on the primary key whatever the planner guesses of a
+ * LIMIT it cannot read before the statement runs. */
+static void stamp_claimed(lq__sql *b, const lq_table *t, bool by_array) {
+    lq__sql_add(b, ", \"lq_stamped\" AS (UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " AS \"lq_row\" SET ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_LEASE);
     if (lq__has(t, LQ_ROLE_ATTEMPT)) {
-        lq__sql_add(&b, ", ");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " = \"lq_row\".");
-        lq__sql_col(&b, LQ_ROLE_ATTEMPT);
-        lq__sql_add(&b, " + 1");
+        lq__sql_add(b, ", ");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " = \"lq_row\".");
+        lq__sql_col(b, LQ_ROLE_ATTEMPT);
+        lq__sql_add(b, " + 1");
     }
-    lq__sql_add(&b, " FROM \"lq_claimed\" WHERE \"lq_row\".");
-    lq__sql_id(&b);
-    lq__sql_add(&b, " = \"lq_claimed\".\"lq_c0\") SELECT * FROM \"lq_claimed\" ORDER BY ");
+    lq__sql_add(b, by_array ? " WHERE \"lq_row\"." : " FROM \"lq_claimed\" WHERE \"lq_row\".");
+    lq__sql_id(b);
+    lq__sql_add(b, by_array ? " = ANY(ARRAY(SELECT \"lq_c0\" FROM \"lq_claimed\")))"
+                            : " = \"lq_claimed\".\"lq_c0\")");
+}
+
+/* Lease: one statement locks the claimable rows (at most what `bound`
+ * renders, where not NULL), stamps their lease and counts their attempt,
+ * and returns them as they were. */
+static int lease_claim(lq__stmt *out, const lq_table *t, void (*bound)(lq__sql *b)) {
+    lq__sql b;
+    lq__sql_start(&b, out, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "WITH \"lq_claimed\" AS (");
+    lq__sql_locking_read(&b, true, bound);
+    lq__sql_add(&b, ")");
+    stamp_claimed(&b, t, bound != NULL);
+    lq__sql_add(&b, " SELECT * FROM \"lq_claimed\" ORDER BY ");
     /* The claim order, of the columns the table has: priority, due, id. */
     if (lq__has(t, LQ_ROLE_PRIORITY)) lq__sql_add(&b, "\"lq_c6\", ");
     if (lq__has(t, LQ_ROLE_RETRY_AFTER)) lq__sql_add(&b, "\"lq_c7\", ");
     lq__sql_add(&b, "\"lq_c0\"");
     return lq__sql_finish(&b);
+}
+
+static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
+    return lease_claim(&set->claim, t, NULL);
+}
+
+/* The claim that counts its room itself: sent with the queue's lock and the
+ * commit in one round trip, it runs after the lock is taken and so counts
+ * what every claim before it committed. */
+static int pg_build_claim_in_room(lq__stmt *out, const lq_table *t) {
+    return lease_claim(out, t, lq__sql_room_left);
 }
 
 /* The rendered advisory key: concat() reads NULL as ''. */
@@ -992,7 +1015,7 @@ static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadl
  * follows it up to the sync, and a transaction it was in stays open, failed,
  * for the caller's rollback. */
 static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
-    const char *names[PG_PIPE_STEPS + 2];
+    const char *names[PG_PIPE_STEPS + 3];
     int rc = not_broken(c);
     for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
     if (rc != LQ_OK) return rc;
@@ -1042,15 +1065,21 @@ static int add_steps(pg_piece *pieces, int at, const lq__step *steps, int count)
 }
 
 static int pg_begin_locked(lq__conn *c, const char *key, int64_t wait_ms, const lq__step *steps,
-                           int count) {
-    pg_piece pieces[PG_PIPE_STEPS + 2];
+                           int count, bool *committed) {
+    pg_piece pieces[PG_PIPE_STEPS + 3];
     char wait[32];
     lock_wait_text(c, wait_ms, wait);
     const char *params[2] = {key, wait};
     pieces[0] = (pg_piece){.text = "BEGIN ISOLATION LEVEL READ COMMITTED"};
     pieces[1] = (pg_piece){.stmt = &lock_queue_stmt, .params = params, .nparams = 2};
     int rc = add_steps(pieces, 2, steps, count);
-    return rc != LQ_OK ? rc : run_pieces(c, pieces, count + 2);
+    if (rc != LQ_OK) return rc;
+    int n = count + 2;
+    if (committed) {
+        *committed = false;
+        pieces[n++] = (pg_piece){.text = "COMMIT", .done = committed};
+    }
+    return run_pieces(c, pieces, n);
 }
 
 static int pg_exec_commit(bool *committed, lq__conn *c, const lq__step *steps, int count) {
@@ -1169,6 +1198,7 @@ const lq__dialect lq__postgres_dialect = {
                   [LQ__COL_PAYLOAD_SIZE] = "::bigint", [LQ__COL_HEADERS_SIZE] = "::bigint",
                   [LQ__COL_EXPIRED] = "::bigint"},
     .build_claims = pg_build_claims,
+    .build_claim_in_room = pg_build_claim_in_room,
     .held_set_source = pg_held_set_source,
     .held_set_array = true,
     .prepare = pg_prepare,

@@ -161,6 +161,8 @@ struct lq_subscription {
     atomic_ullong room_events;
     lq__lease_clock *lease_clock; /* the lease form's: the last expiry of its length (forms/lease.c) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
+    atomic_llong room_seen; /* what its last count left of concurrency: where that is ample,
+                               its claims leave the acks to the acker (forms/lease.c) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
     bool transactional;
@@ -462,13 +464,14 @@ LQ__HIDDEN int lq__read_window(void *ctx, const lq__value *cols, int count);
  * when the oldest start leaves where it cuts, else to 0. */
 LQ__HIDDEN int lq__rate_room(lq_subscription *s, const lq__window *w, int want);
 /* A limited claim's transaction (forms/locked.c): opens it (READ
- * COMMITTED), takes the queue's lock (s->limit_key) and runs the steps;
- * *locked once a lock that must be given back (unlock_queue) is held. The
- * lock is waited for up to the statement's deadline, or wait_ms where the
- * dialect pipelines the claim (begin_locked) and wait_ms is not 0. On
- * failure the transaction is left for a rollback. */
+ * COMMITTED), takes the queue's lock (s->limit_key) and runs the steps,
+ * and with `committed` commits too (*committed: the commit ran); *locked
+ * once a lock that must be given back (unlock_queue) is held. The lock is
+ * waited for up to the statement's deadline, or wait_ms where the dialect
+ * pipelines the claim (begin_locked) and wait_ms is not 0. On failure the
+ * transaction is left for a rollback, unless *committed. */
 LQ__HIDDEN int lq__begin_locked(bool *locked, lq_subscription *s, lq__conn *conn, int64_t wait_ms,
-                                const lq__step *steps, int count);
+                                const lq__step *steps, int count, bool *committed);
 /* Runs the steps and commits; on failure the transaction is left for a
  * rollback, unless *committed: where the dialect pipelines, a step's row
  * reader that fails (out of memory) does so after the commit was sent, and

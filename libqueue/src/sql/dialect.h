@@ -160,6 +160,10 @@ typedef struct lq__dialect {
      * rows come back in the types the core reads. */
     const char *row_casts[LQ__COL_COUNT];
     int (*build_claims)(lq__sqlset *set, const lq_table *table);
+    /* sqlset.claim_in_room for a lease table claimed under `concurrency`
+     * (NULL: none; the claim then runs after the count, in a round trip of
+     * its own). */
+    int (*build_claim_in_room)(lq__stmt *out, const lq_table *table);
     /* Settling a set of rows in one statement (sqlset.ack_set): a row source
      * of column lq_id, and with `tokens` lq_held, read from LQ__P_HELD_SET as
      * lq__held_set_add writes it; and the time text its tokens are written
@@ -244,14 +248,15 @@ typedef struct lq__dialect {
      * begin_locked opens a READ COMMITTED transaction, takes the queue's
      * lock as lock_queue does (a lock that ends with the transaction: such
      * a dialect has no unlock_queue), waiting for it no longer than
-     * wait_ms where that is not 0, and runs the steps (at most 4);
-     * exec_commit runs the steps and commits. Each sends all at once and
-     * reads the answers in order; the first failure is the result, the
-     * statements after it do nothing, and the transaction is left for a
-     * rollback. A step's row reader that fails does not stop the server:
-     * *committed tells whether the commit ran all the same. */
+     * wait_ms where that is not 0, and runs the steps (at most 4), and
+     * commits too where `committed` is not NULL; exec_commit runs the steps
+     * and commits. Each sends all at once and reads the answers in order;
+     * the first failure is the result, the statements after it do nothing,
+     * and the transaction is left for a rollback. A step's row reader that
+     * fails does not stop the server: *committed tells whether the commit
+     * ran all the same. */
     int (*begin_locked)(lq__conn *conn, const char *key, int64_t wait_ms, const lq__step *steps,
-                        int count);
+                        int count, bool *committed);
     int (*exec_commit)(bool *committed, lq__conn *conn, const lq__step *steps, int count);
     /* Gives it back after the transaction ended (false: not confirmed, and
      * the connection must not be reused); NULL where it ends with it. */

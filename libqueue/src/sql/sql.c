@@ -242,12 +242,22 @@ void lq__sql_claim_limit(lq__sql *b) {
     lq__sql_param(b, LQ__P_LIMIT);
 }
 
-void lq__sql_locking_read(lq__sql *b, bool lease) {
+void lq__sql_locking_read(lq__sql *b, bool lease, void (*bound)(lq__sql *b)) {
     lq__sql_add(b, "SELECT ");
     lq__sql_row_columns(b, NULL);
     lq__sql_from_claimable(b, lease);
     if (b->table->fifo) lq__sql_fifo_head(b, lease);
-    lq__sql_claim_limit(b);
+    if (bound) {
+        lq__sql_add(b, " ORDER BY ");
+        lq__sql_claim_order(b);
+        lq__sql_add(b, " LIMIT LEAST(");
+        lq__sql_param(b, LQ__P_LIMIT);
+        lq__sql_add(b, ", ");
+        bound(b);
+        lq__sql_add(b, ")");
+    } else {
+        lq__sql_claim_limit(b);
+    }
     lq__sql_add(b, " FOR UPDATE SKIP LOCKED");
 }
 
@@ -1031,23 +1041,37 @@ int lq__sql_build_dedup_lookup(lq__stmt *out, const lq__dialect *d, const lq_tab
 /* "SELECT COUNT(*) FROM t WHERE locked_until > <now>[ AND <role> = <param>]":
  * the rows leased now, of one group or one partition key (an ack clears
  * the lease of a row it keeps as processed). */
+/* "SELECT COUNT(*) .. leased now", of the rows whose `role` column is
+ * `param` where the table has one. */
+static void count_leased(lq__sql *b, int role, lq__param param) {
+    lq__sql_add(b, "SELECT COUNT(*) FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " > ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    if (role && lq__has(b->table, role)) {
+        lq__sql_add(b, " AND ");
+        lq__sql_col(b, role);
+        lq__sql_add(b, " = ");
+        lq__sql_param(b, param);
+    }
+}
+
 static int build_count_leased(lq__stmt *out, const lq__dialect *d, const lq_table *t, int role,
                               lq__param param) {
     lq__sql b;
     lq__sql_start(&b, out, d, t);
-    lq__sql_add(&b, "SELECT COUNT(*) FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(&b, " > ");
-    lq__sql_param(&b, LQ__P_LEASE_NOW);
-    if (role && lq__has(t, role)) {
-        lq__sql_add(&b, " AND ");
-        lq__sql_col(&b, role);
-        lq__sql_add(&b, " = ");
-        lq__sql_param(&b, param);
-    }
+    count_leased(&b, role, param);
     return lq__sql_finish(&b);
+}
+
+void lq__sql_room_left(lq__sql *b) {
+    lq__sql_add(b, "GREATEST(0, ");
+    lq__sql_param(b, LQ__P_CONCURRENCY);
+    lq__sql_add(b, " - (");
+    count_leased(b, LQ_ROLE_GROUP, LQ__P_GROUP);
+    lq__sql_add(b, "))");
 }
 
 /* " WHERE queue = ? [AND pkey = ?] AND started_at", for a comparison to
@@ -1181,6 +1205,8 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
         rc = build_starts(&set->key_starts, &set->key_start_add, &set->key_start_prune, d, t, true);
     if (rc == LQ_OK && t->partition_limit && lq_table_form(t) == LQ_FORM_LEASE)
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
+    if (rc == LQ_OK && concurrency && d->build_claim_in_room && lq_table_form(t) == LQ_FORM_LEASE)
+        rc = d->build_claim_in_room(&set->claim_in_room, t);
     return rc;
 }
 
@@ -1192,7 +1218,7 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
                        &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue,
                        &set->key_starts,  &set->key_start_add, &set->key_start_prune,
-                       &set->start_at,    &set->start_unused, &set->key_slot};
+                       &set->start_at,    &set->start_unused, &set->key_slot,  &set->claim_in_room};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

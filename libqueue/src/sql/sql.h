@@ -42,6 +42,7 @@ typedef enum lq__param {
     LQ__P_TO_ID,
     LQ__P_REASON,      /* why a row goes to the dead letters (the dead_reason role) */
     LQ__P_STARTED_AT,  /* a reserved start's time, epoch ms on the database's clock */
+    LQ__P_CONCURRENCY, /* the queue-wide concurrency, where a claim counts its room itself */
     LQ__P_COUNT
 } lq__param;
 
@@ -114,6 +115,9 @@ typedef struct lq__sqlset {
                           * its period, the oldest and the database's clock now */
     lq__stmt key_start_add;   /* and one start of the key, now */
     lq__stmt key_start_prune; /* and the key's starts past the period, deleted */
+    lq__stmt claim_in_room; /* concurrency, lease form, where the dialect can: the claim, of
+                             * no more rows than the room it counts itself (LQ__P_CONCURRENCY
+                             * less the queue's rows leased now), or NULL sql */
 } lq__sqlset;
 
 /* A statement under construction. */
@@ -165,8 +169,12 @@ LQ__HIDDEN void lq__sql_candidate_pkey(lq__sql *b, bool named);
 LQ__HIDDEN void lq__sql_candidate_filter(lq__sql *b);
 /* The locking read of claimable rows (row lock, and the lease claims of
  * PostgreSQL and MySQL): SELECT <row columns> FROM t WHERE <claimable> [FIFO
- * head] ORDER BY .. LIMIT .. FOR UPDATE SKIP LOCKED. */
-LQ__HIDDEN void lq__sql_locking_read(lq__sql *b, bool lease);
+ * head] ORDER BY .. LIMIT .. FOR UPDATE SKIP LOCKED; with `bound`, LIMIT
+ * LEAST(LQ__P_LIMIT, <what bound renders>). */
+LQ__HIDDEN void lq__sql_locking_read(lq__sql *b, bool lease, void (*bound)(lq__sql *b));
+/* The room the queue-wide concurrency leaves, as an expression: the limit
+ * (LQ__P_CONCURRENCY) less the queue's rows leased now, 0 at the least. */
+LQ__HIDDEN void lq__sql_room_left(lq__sql *b);
 /* The advisory take up to its end: counts the attempt of a candidate still
  * claimable (UPDATE .. SET attempt = attempt + 1 WHERE ..), or, without an
  * attempt column, reads it (SELECT <row columns> FROM t WHERE ..); of the
@@ -326,7 +334,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 30
+#define LQ__SQLSET_STATEMENTS 31
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

@@ -247,6 +247,22 @@ static int read_count(void *ctx, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
+/* Whether nothing follows the claim in its transaction but the commit. */
+static bool claim_ends_it(const lq_subscription *s) {
+    return s->broker->dialect->claim_writes_lease && !s->partition_concurrency && !s->key_rate_limit &&
+           !s->rate_limit && !s->holds.on;
+}
+
+/* Whether a claim that carries no acks can count its room itself
+ * (sqlset.claim_in_room), so that its begin, lock, count, claim and commit
+ * go in one round trip: nothing follows the claim but the commit, and no
+ * FIFO guard goes before it. (A carried ack whose lease was lost must roll
+ * the claim back, which a commit sent with it cannot.) */
+static bool in_one_trip(const lq_subscription *s) {
+    return s->sql.claim_in_room.sql && s->broker->dialect->begin_locked && claim_ends_it(s) &&
+           !s->sql.guard.sql;
+}
+
 /* Cuts *limit to `room`; returns whether the next run to end here should
  * wake a claim: the limit cut this one, or, where claims carry the acks of
  * the runs that end, this one takes all the room left. */
@@ -263,16 +279,23 @@ static bool cut_to(int *limit, int64_t room, bool carries_acks) {
  * and the starts commit, so a claim that counts after another counts that
  * one's rows and starts too: two claims never share the same room. A lease
  * that ran out (its holder died or froze) no longer counts, and its row is
- * claimable again. The acks `acks` carries go first: the rows whose runs
- * ended here count no more. */
-static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq__claimed *out,
-                         lq_subscription *s, lq__conn *conn, lq__value *args) {
+ * claimable again. The acks `acks` carries go first, where the room is
+ * scarce: the rows whose runs ended here count no more. Where the claim
+ * can count its room itself
+ * (in_one_trip), it goes in the same round trip, with the commit: *claimed
+ * says so, and *committed whether the commit ran. */
+static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committed,
+                         lq__carried *acks, lq__claimed *out, lq_subscription *s, lq__conn *conn,
+                         lq__value *args, claim_ctx *ctx) {
     int64_t in_work = 0;
     lq__window w = {0};
     lq__step counts[3];
     int n = 0;
     bool counting = s->concurrency && !s->holds.on; /* holds: drawn before (forms/holds.c) */
-    if (acks) {
+    /* Only where the room the last count left is scarce, so that their
+     * slots may be the claim's: elsewhere the acker acks them on its own,
+     * and the claim goes in one round trip. */
+    if (acks && atomic_load(&s->room_seen) <= *limit + LQ__CARRY_MAX) {
         if (lq__acks_carry(acks, s, &counts[n]) != LQ_OK) lq__error_clear(); /* acked after */
         if (counts[n].stmt) n++;
     }
@@ -282,21 +305,22 @@ static int limit_to_room(int *limit, bool *locked, lq__carried *acks, lq__claime
     if (s->rate_limit)
         counts[n++] = (lq__step){.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
                                  .ctx = &w};
+    *claimed = n == 1 && counting && in_one_trip(s);
+    if (*claimed) {
+        args[LQ__P_CONCURRENCY] = (lq__value){.type = LQ__V_INT, .i = s->concurrency};
+        counts[n++] = (lq__step){.stmt = &s->sql.claim_in_room, .args = args,
+                                 .on_row = on_claimed_row, .ctx = ctx};
+    }
     int64_t wait_ms = acks && acks->n ? lq__acks_lease_left(acks) / 2 + 1 : 0;
-    int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n);
-    if (rc == LQ_OK && counting) {
+    int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n, *claimed ? committed : NULL);
+    if ((rc == LQ_OK || *committed) && counting) {
+        atomic_store(&s->room_seen, s->concurrency - in_work);
         out->cut = cut_to(limit, s->concurrency - in_work, acks != NULL);
         atomic_store(&s->at_limit, out->cut);
     }
     if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = *limit};
     return rc;
-}
-
-/* Whether nothing follows the claim in its transaction but the commit. */
-static bool claim_ends_it(const lq_subscription *s) {
-    return s->broker->dialect->claim_writes_lease && !s->partition_concurrency && !s->key_rate_limit &&
-           !s->rate_limit && !s->holds.on;
 }
 
 /* Gives back, in the claim's transaction, a row it leased. */
@@ -407,15 +431,18 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     } else {
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
          * the stamps after a locking read. */
-        bool guarded = true;
-        rc = limited ? limit_to_room(&limit, &locked, acks, out, s, conn, args)
+        bool guarded = true, claimed = false, committed = false;
+        rc = limited ? limit_to_room(&limit, &locked, &claimed, &committed, acks, out, s, conn, args,
+                                     &ctx)
                      : d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
         bool undone = rc == LQ_OK && acks && !lq__acks_whole(acks);
-        if (rc == LQ_OK && limit > 0 && !undone) rc = lq__fifo_guard(&guarded, s, conn);
+        if (rc == LQ_OK && limit > 0 && !undone && !claimed) rc = lq__fifo_guard(&guarded, s, conn);
         lq__step claim = {.stmt = &s->sql.claim, .args = args, .on_row = on_claimed_row,
                           .ctx = &ctx};
-        bool claims = guarded && limit > 0, committed = false;
-        if (undone) { /* a carried ack found its lease lost: they go on their own first */
+        bool claims = guarded && limit > 0;
+        if (claimed) {
+            /* the claim ran with the count, and the commit was sent with them */
+        } else if (undone) { /* a carried ack found its lease lost: they go on their own first */
             rc = d->rollback(conn);
             out->cut = true; /* their settlement wakes the next claim */
             atomic_store(&s->at_limit, true);

@@ -53,7 +53,7 @@ int lq__starts_reserve(lq__reserved *r, bool *broken, lq_subscription *s, lq__co
     lq__step window = {.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
                        .ctx = &w};
     bool locked = false;
-    int rc = lq__begin_locked(&locked, s, conn, 0, &window, 1);
+    int rc = lq__begin_locked(&locked, s, conn, 0, &window, 1, NULL);
     int granted = rc == LQ_OK ? lq__rate_room(s, &w, want) : 0;
     args[LQ__P_STARTED_AT] = (lq__value){.type = LQ__V_INT, .i = w.now};
     if (rc == LQ_OK && granted) rc = d->exec(NULL, conn, &s->sql.start_prune, args, NULL, NULL);
