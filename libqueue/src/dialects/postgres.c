@@ -399,16 +399,15 @@ static void stamp_claimed(lq__sql *b, const lq_table *t, bool by_array) {
                             : " = \"lq_claimed\".\"lq_c0\")");
 }
 
-/* Lease: one statement locks the claimable rows (at most what `bound`
- * renders, where not NULL), stamps their lease and counts their attempt,
- * and returns them as they were. */
-static int lease_claim(lq__stmt *out, const lq_table *t, void (*bound)(lq__sql *b)) {
+/* Lease: one statement locks the claimable rows, stamps their lease and
+ * counts their attempt, and returns them as they were. */
+static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
-    lq__sql_start(&b, out, &lq__postgres_dialect, t);
+    lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
     lq__sql_add(&b, "WITH \"lq_claimed\" AS (");
-    lq__sql_locking_read(&b, true, bound);
+    lq__sql_locking_read(&b, true, NULL);
     lq__sql_add(&b, ")");
-    stamp_claimed(&b, t, bound != NULL);
+    stamp_claimed(&b, t, false);
     lq__sql_add(&b, " SELECT * FROM \"lq_claimed\" ORDER BY ");
     /* The claim order, of the columns the table has: priority, due, id. */
     if (lq__has(t, LQ_ROLE_PRIORITY)) lq__sql_add(&b, "\"lq_c6\", ");
@@ -417,15 +416,25 @@ static int lease_claim(lq__stmt *out, const lq_table *t, void (*bound)(lq__sql *
     return lq__sql_finish(&b);
 }
 
-static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
-    return lease_claim(&set->claim, t, NULL);
-}
+static void room_counted(lq__sql *b) { lq__sql_add(b, "(SELECT \"lq_n\" FROM \"lq_room\")"); }
 
 /* The claim that counts its room itself: sent with the queue's lock and the
  * commit in one round trip, it runs after the lock is taken and so counts
- * what every claim before it committed. */
+ * what every claim before it committed. Its rows are the claim's, in no
+ * order, each with the room it counted as one more column; where it claimed
+ * none, one row of that room alone. */
 static int pg_build_claim_in_room(lq__stmt *out, const lq_table *t) {
-    return lease_claim(out, t, lq__sql_room_left);
+    lq__sql b;
+    lq__sql_start(&b, out, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "WITH \"lq_room\" AS (SELECT ");
+    lq__sql_room_left(&b);
+    lq__sql_add(&b, " AS \"lq_n\"), \"lq_claimed\" AS (");
+    lq__sql_locking_read(&b, true, room_counted);
+    lq__sql_add(&b, ")");
+    stamp_claimed(&b, t, true);
+    lq__sql_add(&b, " SELECT \"lq_claimed\".*, \"lq_room\".\"lq_n\" FROM \"lq_room\" "
+                    "LEFT JOIN \"lq_claimed\" ON true");
+    return lq__sql_finish(&b);
 }
 
 /* The rendered advisory key: concat() reads NULL as ''. */

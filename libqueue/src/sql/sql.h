@@ -117,7 +117,9 @@ typedef struct lq__sqlset {
     lq__stmt key_start_prune; /* and the key's starts past the period, deleted */
     lq__stmt claim_in_room; /* concurrency, lease form, where the dialect can: the claim, of
                              * no more rows than the room it counts itself (LQ__P_CONCURRENCY
-                             * less the queue's rows leased now), or NULL sql */
+                             * less the queue's rows leased now), that room one more column
+                             * of its rows (one row of it alone where it claims none), or
+                             * NULL sql */
 } lq__sqlset;
 
 /* A statement under construction. */

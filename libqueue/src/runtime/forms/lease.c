@@ -217,6 +217,22 @@ static int on_claimed_row(void *arg, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
+typedef struct room_ctx {
+    claim_ctx *claim;
+    int64_t room;
+} room_ctx;
+
+/* A row of the claim that counts its room (sqlset.claim_in_room): the room
+ * it counted, last, and a claimed row before it unless the claim found none. */
+static int on_row_in_room(void *arg, const lq__value *cols, int count) {
+    room_ctx *ctx = arg;
+    if (count < 2 || cols[count - 1].type != LQ__V_INT)
+        return lq__error(LQ_BACKEND, "a claim returned no room");
+    ctx->room = cols[count - 1].i;
+    if (cols[ctx->claim->s->row_at[LQ__COL_ID]].type == LQ__V_NULL) return LQ_OK; /* none */
+    return on_claimed_row(ctx->claim, cols, count - 1);
+}
+
 static int by_claim_order(const void *a, const void *b) {
     const lq_delivery *x = *(lq_delivery *const *)a, *y = *(lq_delivery *const *)b;
     if (x->priority != y->priority) return x->priority < y->priority ? -1 : 1;
@@ -289,6 +305,7 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
                          lq__value *args, claim_ctx *ctx) {
     int64_t in_work = 0;
     lq__window w = {0};
+    room_ctx in_room = {.claim = ctx};
     lq__step counts[3];
     int n = 0;
     bool counting = s->concurrency && !s->holds.on; /* holds: drawn before (forms/holds.c) */
@@ -299,23 +316,24 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
         if (lq__acks_carry(acks, s, &counts[n]) != LQ_OK) lq__error_clear(); /* acked after */
         if (counts[n].stmt) n++;
     }
-    if (counting)
-        counts[n++] = (lq__step){.stmt = &s->sql.in_work, .args = args, .on_row = read_count,
-                                 .ctx = &in_work};
-    if (s->rate_limit)
-        counts[n++] = (lq__step){.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
-                                 .ctx = &w};
-    *claimed = n == 1 && counting && in_one_trip(s);
+    *claimed = n == 0 && counting && in_one_trip(s);
     if (*claimed) {
         args[LQ__P_CONCURRENCY] = (lq__value){.type = LQ__V_INT, .i = s->concurrency};
         counts[n++] = (lq__step){.stmt = &s->sql.claim_in_room, .args = args,
-                                 .on_row = on_claimed_row, .ctx = ctx};
+                                 .on_row = on_row_in_room, .ctx = &in_room};
+    } else if (counting) {
+        counts[n++] = (lq__step){.stmt = &s->sql.in_work, .args = args, .on_row = read_count,
+                                 .ctx = &in_work};
     }
+    if (s->rate_limit)
+        counts[n++] = (lq__step){.stmt = &s->sql.starts, .args = args, .on_row = lq__read_window,
+                                 .ctx = &w};
     int64_t wait_ms = acks && acks->n ? lq__acks_lease_left(acks) / 2 + 1 : 0;
     int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n, *claimed ? committed : NULL);
     if ((rc == LQ_OK || *committed) && counting) {
-        atomic_store(&s->room_seen, s->concurrency - in_work);
-        out->cut = cut_to(limit, s->concurrency - in_work, acks != NULL);
+        int64_t room = *claimed ? in_room.room : s->concurrency - in_work;
+        atomic_store(&s->room_seen, room);
+        out->cut = cut_to(limit, room, acks != NULL);
         atomic_store(&s->at_limit, out->cut);
     }
     if (rc == LQ_OK && s->rate_limit) *limit = lq__rate_room(s, &w, *limit);
