@@ -270,8 +270,8 @@ static bool claim_ends_it(const lq_subscription *s) {
 }
 
 /* Whether a claim that carries no acks can count its room itself
- * (sqlset.claim_in_room), so that its begin, lock, count, claim and commit
- * go in one round trip: nothing follows the claim but the commit, and no
+ * (sqlset.claim_in_room), so that its begin, lock, claim and commit go in
+ * one round trip: nothing follows the claim but the commit, and no
  * FIFO guard goes before it. (A carried ack whose lease was lost must roll
  * the claim back, which a commit sent with it cannot.) */
 static bool in_one_trip(const lq_subscription *s) {
@@ -296,10 +296,9 @@ static bool cut_to(int *limit, int64_t room, bool carries_acks) {
  * one's rows and starts too: two claims never share the same room. A lease
  * that ran out (its holder died or froze) no longer counts, and its row is
  * claimable again. The acks `acks` carries go first, where the room is
- * scarce: the rows whose runs ended here count no more. Where the claim
- * can count its room itself
- * (in_one_trip), it goes in the same round trip, with the commit: *claimed
- * says so, and *committed whether the commit ran. */
+ * scarce: the rows whose runs ended here count no more. Where the claim can
+ * count its room itself (in_one_trip), it goes in the same round trip, with
+ * the commit: *claimed says so, and *committed whether the commit ran. */
 static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committed,
                          lq__carried *acks, lq__claimed *out, lq_subscription *s, lq__conn *conn,
                          lq__value *args, claim_ctx *ctx) {
