@@ -379,7 +379,7 @@ static int build_row_lock_claim(lq__sqlset *set, const lq_table *t) {
  * locked and counts their attempt; `by_array` finds them by an array of
  * their ids, a plan on the primary key whatever the planner guesses of a
  * LIMIT it cannot read before the statement runs. */
-static void stamp_claimed(lq__sql *b, const lq_table *t, bool by_array) {
+static void stamp_leases(lq__sql *b, const lq_table *t, bool by_array) {
     lq__sql_add(b, ", \"lq_stamped\" AS (UPDATE ");
     lq__sql_table(b);
     lq__sql_add(b, " AS \"lq_row\" SET ");
@@ -407,7 +407,7 @@ static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_add(&b, "WITH \"lq_claimed\" AS (");
     lq__sql_locking_read(&b, true, NULL);
     lq__sql_add(&b, ")");
-    stamp_claimed(&b, t, false);
+    stamp_leases(&b, t, false);
     lq__sql_add(&b, " SELECT * FROM \"lq_claimed\" ORDER BY ");
     /* The claim order, of the columns the table has: priority, due, id. */
     if (lq__has(t, LQ_ROLE_PRIORITY)) lq__sql_add(&b, "\"lq_c6\", ");
@@ -431,7 +431,7 @@ static int pg_build_claim_in_room(lq__stmt *out, const lq_table *t) {
     lq__sql_add(&b, " AS \"lq_n\"), \"lq_claimed\" AS (");
     lq__sql_locking_read(&b, true, room_counted);
     lq__sql_add(&b, ")");
-    stamp_claimed(&b, t, true);
+    stamp_leases(&b, t, true);
     lq__sql_add(&b, " SELECT \"lq_claimed\".*, \"lq_room\".\"lq_n\" FROM \"lq_room\" "
                     "LEFT JOIN \"lq_claimed\" ON true");
     return lq__sql_finish(&b);
@@ -925,7 +925,7 @@ static int pg_lock_queue(lq__conn *c, const char *key) {
     return LQ_OK;
 }
 
-/* ---- pipelines: a limited claim's transaction in two round trips ---- */
+/* ---- pipelines: a limited claim's transaction in one or two round trips ---- */
 #ifdef LIBPQ_HAS_PIPELINING /* libpq 14 and later; before it, one statement at a time */
 
 /* One statement of a pipeline: text without parameters (BEGIN, COMMIT), a

@@ -161,8 +161,9 @@ struct lq_subscription {
     atomic_ullong room_events;
     lq__lease_clock *lease_clock; /* the lease form's: the last expiry of its length (forms/lease.c) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
-    atomic_llong room_seen; /* what its last count left of concurrency: where that is ample,
-                               its claims leave the acks to the acker (forms/lease.c) */
+    atomic_llong room_seen; /* the room its last count found under concurrency: where that
+                               is ample, its claims leave the acks to the acker
+                               (forms/lease.c) */
     atomic_llong rate_wait_ms; /* the last claim was cut short by the rate limit: when,
                                   from its claim, a start leaves the window (0: not cut) */
     bool transactional;

@@ -428,7 +428,8 @@ static int prepare_all(lq_subscription *s) {
         const char *what;
         const lq__stmt *stmt;
     } all[] = {
-        {"claim", &s->sql.claim},          {"take", &s->sql.take},
+        {"claim", &s->sql.claim},          {"claim", &s->sql.claim_in_room},
+        {"take", &s->sql.take},
         {"take", &s->sql.take_read},       {"lease stamp", &s->sql.stamp},
         {"FIFO group guard", &s->sql.guard},
         {"ack", &s->sql.ack},              {"retry", &s->sql.retry},
@@ -551,7 +552,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = prepare_all(s);
     /* Under a queue-wide limit counted at each claim, a run that ended here
      * hands its slot to the next row in one commit: the claim carries its
-     * ack (lq__acks_carry). Only where the claim's wait for the queue's
+     * ack (lq__acks_carry; forms/lease.c says when). Only where the claim's wait for the queue's
      * lock can be kept within the carried rows' leases (begin_locked), or
      * where that lock is the one writer's, which the ack would wait for
      * alone too. */

@@ -235,29 +235,28 @@ void lq__sql_candidate_filter(lq__sql *b) {
     if (t->key_rate_limit && lq_table_form(t) == LQ_FORM_ADVISORY) key_rate_has_room(b);
 }
 
-void lq__sql_claim_limit(lq__sql *b) {
+/* " ORDER BY <claim order> LIMIT <LQ__P_LIMIT>", or with `bound` LIMIT
+ * LEAST(<LQ__P_LIMIT>, <what bound renders>). */
+static void claim_limit(lq__sql *b, void (*bound)(lq__sql *b)) {
     lq__sql_add(b, " ORDER BY ");
     lq__sql_claim_order(b);
-    lq__sql_add(b, " LIMIT ");
+    lq__sql_add(b, bound ? " LIMIT LEAST(" : " LIMIT ");
     lq__sql_param(b, LQ__P_LIMIT);
+    if (bound) {
+        lq__sql_add(b, ", ");
+        bound(b);
+        lq__sql_add(b, ")");
+    }
 }
+
+void lq__sql_claim_limit(lq__sql *b) { claim_limit(b, NULL); }
 
 void lq__sql_locking_read(lq__sql *b, bool lease, void (*bound)(lq__sql *b)) {
     lq__sql_add(b, "SELECT ");
     lq__sql_row_columns(b, NULL);
     lq__sql_from_claimable(b, lease);
     if (b->table->fifo) lq__sql_fifo_head(b, lease);
-    if (bound) {
-        lq__sql_add(b, " ORDER BY ");
-        lq__sql_claim_order(b);
-        lq__sql_add(b, " LIMIT LEAST(");
-        lq__sql_param(b, LQ__P_LIMIT);
-        lq__sql_add(b, ", ");
-        bound(b);
-        lq__sql_add(b, ")");
-    } else {
-        lq__sql_claim_limit(b);
-    }
+    claim_limit(b, bound);
     lq__sql_add(b, " FOR UPDATE SKIP LOCKED");
 }
 
@@ -1039,10 +1038,8 @@ int lq__sql_build_dedup_lookup(lq__stmt *out, const lq__dialect *d, const lq_tab
 }
 
 /* "SELECT COUNT(*) FROM t WHERE locked_until > <now>[ AND <role> = <param>]":
- * the rows leased now, of one group or one partition key (an ack clears
- * the lease of a row it keeps as processed). */
-/* "SELECT COUNT(*) .. leased now", of the rows whose `role` column is
- * `param` where the table has one. */
+ * the rows leased now, of one group or one partition key where the table
+ * has that column (an ack clears the lease of a row it keeps as processed). */
 static void count_leased(lq__sql *b, int role, lq__param param) {
     lq__sql_add(b, "SELECT COUNT(*) FROM ");
     lq__sql_table(b);

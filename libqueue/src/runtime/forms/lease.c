@@ -295,8 +295,8 @@ static bool cut_to(int *limit, int64_t room, bool carries_acks) {
  * and the starts commit, so a claim that counts after another counts that
  * one's rows and starts too: two claims never share the same room. A lease
  * that ran out (its holder died or froze) no longer counts, and its row is
- * claimable again. The acks `acks` carries go first, where the room is
- * scarce: the rows whose runs ended here count no more. Where the claim can
+ * claimable again. The acks `acks` carries go first (at the limit, or where
+ * the room is scarce): the rows whose runs ended here count no more. Where the claim can
  * count its room itself (in_one_trip), it goes in the same round trip, with
  * the commit: *claimed says so, and *committed whether the commit ran. */
 static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committed,
@@ -308,10 +308,13 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
     lq__step counts[3];
     int n = 0;
     bool counting = s->concurrency && !s->holds.on; /* holds: drawn before (forms/holds.c) */
-    /* Only where the room the last count left is scarce, so that their
-     * slots may be the claim's: elsewhere the acker acks them on its own,
-     * and the claim goes in one round trip. */
-    if (acks && atomic_load(&s->room_seen) <= *limit + LQ__CARRY_MAX) {
+    /* Where the claim could go in one round trip, only at the limit or where
+     * the room the last count found is scarce, so that their slots may be
+     * the claim's: elsewhere the acker acks them on its own (it leaves them
+     * to a claim only while at_limit). */
+    bool carry = acks && (!in_one_trip(s) || atomic_load(&s->at_limit) ||
+                          atomic_load(&s->room_seen) <= *limit + LQ__CARRY_MAX);
+    if (carry) {
         if (lq__acks_carry(acks, s, &counts[n]) != LQ_OK) lq__error_clear(); /* acked after */
         if (counts[n].stmt) n++;
     }
