@@ -873,7 +873,8 @@ typedef enum lq_stat {
     LQ_STAT_DEAD_LETTERED = 16, /* rows a settlement sent to the dead letters (max_attempts
                                    reached and oversized rows included; rows past their
                                    expiry count in LQ_STAT_EXPIRED_UNSTARTED alone) */
-    LQ_STAT_LEASE_LOST = 17,    /* settlements refused as the lease had passed on */
+    LQ_STAT_LEASE_LOST = 17,    /* settlements refused as the lease had passed on, and rows
+                                   waiting here given back unrun as their lease ran out */
     LQ_STAT_SETTLE_ERRORS = 18, /* settlements that failed otherwise (the row comes back) */
     LQ_STAT_POOL_IN_USE = 19,   /* the broker's connections lent out now */
     LQ_STAT_POOL_IDLE = 20      /* the broker's connections open and idle now */

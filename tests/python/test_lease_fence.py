@@ -64,10 +64,28 @@ def row_locked(db: Any, row: int, taken_by: Optional[str]):
 
 @pytest.mark.parametrize("taken", [True, False], ids=["taken", "not-taken"])
 def test_a_waiting_row_whose_lease_ran_out_is_fenced(db, broker, taken: bool) -> None:
-    table = make_table("lease")
+    fence(db, broker, taken)
+
+
+def test_a_waiting_row_whose_lease_ran_out_under_a_limit_is_given_back(db, broker) -> None:
+    """Where a limit counts leased rows, a lease that ran out counted for no
+    claim meanwhile, so another may have taken its room: extended late, the
+    row is given back unrun (and claimed again), not run over the limit."""
+    counts = fence(db, broker, False, partition_concurrency=1)
+    assert counts["lease_lost"] >= 1, "a lease extended after it ran out started a run"
+    assert counts["claimed"] >= 3, "the row given back was not claimed again"
+
+
+def fence(db, broker, taken: bool, **limits: Any) -> dict:
+    """Claims two rows, holds the second's lock past its lease while the
+    first is in work, then takes whatever comes; returns the
+    subscription's lease_lost and claimed counts."""
+    table = make_table("lease", partition_key="account")
     db.create_table(table)
-    first, waiting = broker.publish_many(table, [b"first", b"waiting"])
-    with broker.subscribe(table, workers=2, lease_ms=LEASE_MS, poll_interval_ms=POLL_MS) as sub:
+    first, waiting = broker.publish_many(table, [dict(payload=b"first", partition_key="a"),
+                                                 dict(payload=b"waiting", partition_key="b")])
+    with broker.subscribe(table, workers=2, lease_ms=LEASE_MS, poll_interval_ms=POLL_MS,
+                          **limits) as sub:
         held = sub.next(5)
         assert held is not None and held.id == first
         wait_until(lambda: sub.stat("waiting") == 1, what="the second row claimed ahead")
@@ -91,6 +109,7 @@ def test_a_waiting_row_whose_lease_ran_out_is_fenced(db, broker, taken: bool) ->
             assert waiting in handed
             assert db.count("jobs", "id = %d" % waiting) == 0
         held.release()
+        return {name: sub.stat(name) for name in ("lease_lost", "claimed")}
 
 
 def test_a_row_released_again_and_again_keeps_its_lease_length(db, broker) -> None:

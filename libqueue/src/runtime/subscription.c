@@ -355,7 +355,8 @@ static int plan_limits(lq_subscription *s) {
     if (rc == LQ_OK && holds) rc = lq__holds_open(s);
     if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table, false);
     if (rc == LQ_OK && s->key_rate_limit) rc = lq__starts_table_create(s->broker, s->table, true);
-    if (rc == LQ_OK && leases && ((s->concurrency && !holds) || s->partition_concurrency))
+    s->leases_counted = leases && ((s->concurrency && !holds) || s->partition_concurrency);
+    if (rc == LQ_OK && s->leases_counted)
         lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
     return rc;
 }
@@ -1237,7 +1238,10 @@ static lq_delivery *take_held(lq_subscription *s, lq_delivery **slot) {
         lq__log(LQ_LOG_WARNING, "row %lld: its lease ran out while it waited for a worker (its "
                                 "extensions came late); not run here, left to its next claim",
                 (long long)d->id);
-        if (lq__settle(d, LQ__RELEASE, 0) != LQ_OK) lq__error_clear(); /* lost: counted so */
+        if (lq__settle(d, LQ__RELEASE, 0) == LQ_OK) /* its lease came back late: given back */
+            atomic_fetch_add(&s->stats[LQ_STAT_LEASE_LOST], 1);
+        else
+            lq__error_clear(); /* lost: counted so */
         lq__delivery_unref(d);
     }
     pthread_mutex_lock(&s->mu);

@@ -554,6 +554,11 @@ static int extend_one(lq_subscription *s, lq__conn *conn, lq_delivery *d) {
             lq__holds_covered(s, covered);
         if (rc == LQ_OK) rc = s->broker->dialect->exec(&changes, conn, &s->sql.extend, args, NULL, NULL);
         if (rc == LQ_OK && changes == 1) {
+            /* Where limits count leased rows, a lease that ran out before
+             * its extension landed counted for no claim meanwhile: one may
+             * have taken its room. The row is this delivery's again, but it
+             * must not start a run: it counts as lost (lq__lease_holds). */
+            if (s->leases_counted && lq__now_ms() >= d->token) d->lease_lost = true;
             d->token = until;
             atomic_fetch_add(&s->stats[LQ_STAT_EXTENSIONS], 1);
         } else if (rc == LQ_OK && lq__lease_row_left(s, conn, d)) {
