@@ -4,6 +4,7 @@ processes, and worker_concurrency, counted in the subscription."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -244,6 +245,38 @@ def test_a_queue_at_its_limit_is_not_claimed_past_it(db, form) -> None:
             for d in got:
                 d.ack()
     assert db.count("jobs") == 2
+
+
+@pytest.mark.forms("lease")
+def test_subscriptions_opened_at_once_make_the_limit_index_without_a_warning(db, form, caplog):
+    """Brokers that open limited subscriptions of a new table at once each
+    make the index the limits count with (IF NOT EXISTS): one that finds it
+    made meanwhile by another is not an error (PostgreSQL reports such a
+    race as a duplicate name in its catalog)."""
+    caplog.set_level(logging.WARNING, logger="libqueue")
+    for round_ in range(3):
+        table = make_table(form, "jobs_%d" % round_, partition_key="account")
+        db.create_table(table)
+        brokers = [libqueue.Broker(db.url) for _ in range(6)]
+        gate = threading.Barrier(len(brokers))
+        subs: List[Any] = []
+
+        def open_one(b: libqueue.Broker) -> None:
+            gate.wait()
+            subs.append(b.subscribe(table, concurrency=4, partition_concurrency=2))
+
+        threads = [threading.Thread(target=open_one, args=(b,)) for b in brokers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for sub in subs:
+            sub.close()
+        for b in brokers:
+            b.close()
+        assert len(subs) == len(brokers)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warnings, warnings
 
 
 @pytest.mark.parametrize("options, message", [

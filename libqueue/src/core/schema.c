@@ -653,6 +653,16 @@ static int build_limit_index(lq__stmt *out, const lq__dialect *d, const lq_table
     return lq__sql_finish(&b);
 }
 
+/* Whether an index's creation failed only because it exists: made before
+ * (MySQL, which has no IF NOT EXISTS for an index) or meanwhile by another
+ * broker (PostgreSQL's IF NOT EXISTS then trips on its catalog's unique
+ * index of names). */
+static bool index_made_already(int rc, const lq__dialect *d) {
+    if (rc == LQ_OK) return false;
+    if (rc == LQ_DUPLICATE) return true;
+    return d->ddl->duplicate_index && lq_errcode_native() == d->ddl->duplicate_index;
+}
+
 void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key) {
     const lq__dialect *d = b->dialect;
     lq__conn *conn = NULL;
@@ -661,8 +671,7 @@ void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key) {
         lq__stmt index = {0};
         rc = build_limit_index(&index, d, t, i == 1);
         if (rc == LQ_OK) rc = d->execute(NULL, conn, index.sql, NULL, 0);
-        if (rc != LQ_OK && d->ddl->duplicate_index && lq_errcode_native() == d->ddl->duplicate_index)
-            rc = LQ_OK; /* made before */
+        if (index_made_already(rc, d)) rc = LQ_OK;
         free(index.sql);
     }
     if (conn) lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
@@ -686,8 +695,7 @@ void lq__processed_index_create(lq_broker *b, lq__conn *conn, const lq_table *t)
     int rc = build_processed_index(&index, d, t, d->ddl->concurrent_index);
     if (rc == LQ_OK && !conn && (rc = lq__pool_acquire(&own, &b->pool)) == LQ_OK) conn = own;
     if (rc == LQ_OK) rc = d->execute(NULL, conn, index.sql, NULL, 0);
-    if (rc != LQ_OK && d->ddl->duplicate_index && lq_errcode_native() == d->ddl->duplicate_index)
-        rc = LQ_OK; /* made before */
+    if (index_made_already(rc, d)) rc = LQ_OK;
     free(index.sql);
     if (own) lq__pool_release(&b->pool, own, rc == LQ_CONNECT);
     if (rc != LQ_OK) {
