@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from typing import Any, Dict
 
 import pytest
 
@@ -37,12 +38,14 @@ def test_every_row_is_acked_and_claims_look_ahead(db, form) -> None:
 
 
 @pytest.mark.forms("lease")
-@pytest.mark.parametrize("limit", [{}, {"concurrency": 2}], ids=["unlimited", "at_a_limit"])
+@pytest.mark.parametrize("limit", [{}, {"concurrency": 2}, {"concurrency": 2, "workers": 2}],
+                         ids=["unlimited", "at_a_limit", "at_a_limit_each_claim_reaches"])
 def test_an_ack_behind_that_lost_its_lease_is_logged(db, form, caplog, limit) -> None:
     """The lease of one row passes to another holder while its handler runs:
     its ack, run behind the handler, changes nothing and says so in the log;
-    the other rows are acked. At a limit the ack may be carried by a claim,
-    whose transaction then rolls back and lets the acks run on their own."""
+    the other rows are acked. At a limit the ack may be carried by a claim
+    (where each claim takes all the room left, it is), whose transaction
+    then rolls back and lets the acks run on their own."""
     caplog.set_level(logging.WARNING, logger="libqueue")
     table = make_table(form)
     db.create_table(table)
@@ -50,8 +53,9 @@ def test_an_ack_behind_that_lost_its_lease_is_logged(db, form, caplog, limit) ->
     victims = Recorder()
     with libqueue.Broker(db.url) as broker:
         broker.publish_many(table, [b"%d" % i for i in range(8)])
-        with broker.subscribe(table, workers=4, coalesce=1, poll_interval_ms=POLL_MS,
-                              **limit) as sub:
+        options: Dict[str, Any] = dict(workers=4, coalesce=1, poll_interval_ms=POLL_MS)
+        options.update(limit)
+        with broker.subscribe(table, **options) as sub:
             def handle(d: libqueue.Delivery) -> None:
                 if d.payload == b"3":
                     d.execute("UPDATE jobs SET locked_until = %s WHERE id = %d" % (later, d.id))

@@ -305,9 +305,11 @@ typedef struct lq__carried {
     int64_t changes; /* the rows the step acked */
 } lq__carried;
 /* Takes the acks queued behind s's handlers; *step acks them in the claim's
- * transaction (its stmt NULL: none to carry). Out of memory, they are acked
- * after the claim. */
-LQ__HIDDEN int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step);
+ * transaction (its stmt NULL: none to carry), with `whole` by a statement
+ * that fails unless it acks them all (sqlset.ack_set_whole; `changes` is
+ * then the caller's to set). Out of memory, they are acked after the
+ * claim. */
+LQ__HIDDEN int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step, bool whole);
 /* How long the carried rows' leases have left, at the least (ms; 0 when
  * none is carried): the claim waits for the queue's lock no more than half
  * of it, so that no carried row's lease runs out while its ack waits. */

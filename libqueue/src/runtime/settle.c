@@ -441,7 +441,7 @@ int lq__settle_acks(int *statuses, lq_delivery *const *dvs, size_t n, bool gathe
     return first;
 }
 
-int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
+int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step, bool whole) {
     memset(c, 0, sizeof *c);
     *step = (lq__step){0};
     lq_delivery *taken[LQ__CARRY_MAX];
@@ -462,9 +462,10 @@ int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
         rows[i][0] = c->set[i]->id;
         rows[i][1] = c->set[i]->token;
     }
-    const lq__stmt *stmt = lq__ack_set_text(&c->json, s->broker->dialect, &s->sql.ack_set,
-                                            &s->sql.ack_set_held, s->coalescer.tokens,
-                                            rows, c->n);
+    const lq__stmt *stmt = lq__ack_set_text(&c->json, s->broker->dialect,
+                                            whole ? &s->sql.ack_set_whole : &s->sql.ack_set,
+                                            whole ? &s->sql.ack_set_held_whole : &s->sql.ack_set_held,
+                                            s->coalescer.tokens, rows, c->n);
     if (!stmt) { /* acked after the claim, as the acker would */
         leave_set(c->set, c->n, false);
         memcpy(c->rest + c->rest_n, c->set, c->n * sizeof *c->set);
@@ -474,8 +475,10 @@ int lq__acks_carry(lq__carried *c, lq_subscription *s, lq__step *step) {
     }
     settle_args(c->args, c->set[0], 0);
     c->args[LQ__P_HELD_SET] = (lq__value){.type = LQ__V_TEXT, .p = c->json, .n = strlen(c->json)};
-    *step = (lq__step){.stmt = stmt, .args = c->args,
-                       .changes = &c->changes};
+    c->args[LQ__P_ACKS] = (lq__value){.type = LQ__V_INT, .i = (int64_t)c->n};
+    /* A whole set's statement returns a row, not the rows it changed: the
+     * claim counts them as all acked once it ran. */
+    *step = (lq__step){.stmt = stmt, .args = c->args, .changes = whole ? NULL : &c->changes};
     return LQ_OK;
 }
 

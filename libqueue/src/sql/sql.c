@@ -496,7 +496,7 @@ static void join_held_set(lq__sql *b, bool tokens) {
  * for every row of LQ__P_HELD_SET, in the lease form each with its token, or
  * with `one_token` all with the one of LQ__P_HELD (the rows of one claim),
  * which spares the database reading a token per row. */
-static int build_ack_set(lq__sql *b, bool one_token) {
+static void ack_set_body(lq__sql *b, bool one_token) {
     bool lease = lq_table_form(b->table) == LQ_FORM_LEASE;
     bool tokens = lease && !one_token;
     bool marks = lq__has(b->table, LQ_ROLE_PROCESSED_AT);
@@ -527,7 +527,7 @@ static int build_ack_set(lq__sql *b, bool one_token) {
             }
             lq__sql_free_dedup_key(b, "lq_t");
         }
-        return lq__sql_finish(b);
+        return;
     }
     ack_head(b);
     lq__sql_add(b, tokens ? " WHERE (" : " WHERE ");
@@ -545,6 +545,26 @@ static int build_ack_set(lq__sql *b, bool one_token) {
         lq__sql_add(b, " = ");
         lq__sql_param(b, LQ__P_HELD);
     }
+}
+
+static int build_ack_set(lq__sql *b, bool one_token) {
+    ack_set_body(b, one_token);
+    return lq__sql_finish(b);
+}
+
+/* A set's ack that goes in one round trip with the claim after it and the
+ * commit (the claim's transaction under concurrency, PostgreSQL): the
+ * commit must not keep the claim where a row's lease was lost (each ack
+ * then goes on its own, to tell which), so the statement fails unless it
+ * acked all LQ__P_ACKS rows, which aborts the transaction. The failure is
+ * a cast only a short count reaches, whose text says why in the server's
+ * log. */
+static int build_ack_set_whole(lq__sql *b, bool one_token) {
+    lq__sql_add(b, "WITH \"lq_acked\" AS (");
+    ack_set_body(b, one_token);
+    lq__sql_add(b, " RETURNING 1) SELECT CAST(CASE WHEN COUNT(*) = ");
+    lq__sql_param(b, LQ__P_ACKS);
+    lq__sql_add(b, " THEN '0' ELSE '" LQ__ACKS_NOT_WHOLE "' END AS integer) FROM \"lq_acked\"");
     return lq__sql_finish(b);
 }
 
@@ -1204,6 +1224,15 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     if (rc == LQ_OK && concurrency && d->build_claim_in_room && lq_table_form(t) == LQ_FORM_LEASE)
         rc = d->build_claim_in_room(&set->claim_in_room, t);
+    lq__sql b;
+    if (rc == LQ_OK && set->claim_in_room.sql && set->ack_set.sql) {
+        lq__sql_start(&b, &set->ack_set_whole, d, t);
+        rc = build_ack_set_whole(&b, false);
+    }
+    if (rc == LQ_OK && set->claim_in_room.sql && set->ack_set_held.sql) {
+        lq__sql_start(&b, &set->ack_set_held_whole, d, t);
+        rc = build_ack_set_whole(&b, true);
+    }
     return rc;
 }
 
@@ -1215,7 +1244,8 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->dead_delete, &set->extend,    &set->in_work,    &set->starts,
                        &set->start_add,   &set->start_prune, &set->key_in_work, &set->in_queue,
                        &set->key_starts,  &set->key_start_add, &set->key_start_prune,
-                       &set->start_at,    &set->start_unused, &set->key_slot,  &set->claim_in_room};
+                       &set->start_at,    &set->start_unused, &set->key_slot,  &set->claim_in_room,
+                       &set->ack_set_whole, &set->ack_set_held_whole};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

@@ -43,10 +43,14 @@ typedef enum lq__param {
     LQ__P_REASON,      /* why a row goes to the dead letters (the dead_reason role) */
     LQ__P_STARTED_AT,  /* a reserved start's time, epoch ms on the database's clock */
     LQ__P_CONCURRENCY, /* the queue-wide concurrency, where a claim counts its room itself */
+    LQ__P_ACKS,        /* how many rows a set of acks names */
     LQ__P_COUNT
 } lq__param;
 
 #define LQ__MAX_PARAMS 24
+
+/* What the failure of sqlset.ack_set_whole says (a text cast to integer). */
+#define LQ__ACKS_NOT_WHOLE "libqueue: an ack a claim carried found its lease lost"
 
 typedef struct lq__stmt {
     char *sql;  /* NULL: the outcome runs no statement */
@@ -120,6 +124,8 @@ typedef struct lq__sqlset {
                              * less the queue's rows leased now), that room one more column
                              * of its rows (one row of it alone where it claims none), or
                              * NULL sql */
+    lq__stmt ack_set_whole;      /* where there is claim_in_room: ack_set (and ack_set_held,  */
+    lq__stmt ack_set_held_whole; /* below) that fails unless it acked all LQ__P_ACKS rows */
 } lq__sqlset;
 
 /* A statement under construction. */
@@ -336,7 +342,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 31
+#define LQ__SQLSET_STATEMENTS 33
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

@@ -269,14 +269,20 @@ static bool claim_ends_it(const lq_subscription *s) {
            !s->rate_limit && !s->holds.on;
 }
 
-/* Whether a claim that carries no acks can count its room itself
- * (sqlset.claim_in_room), so that its begin, lock, claim and commit go in
- * one round trip: nothing follows the claim but the commit, and no
- * FIFO guard goes before it. (A carried ack whose lease was lost must roll
- * the claim back, which a commit sent with it cannot.) */
+/* Whether a claim can count its room itself (sqlset.claim_in_room), so
+ * that its begin, lock, acks it carries, claim and commit go in one round
+ * trip: nothing follows the claim but the commit, and no FIFO guard goes
+ * before it. (A carried ack whose lease was lost must roll the claim back:
+ * its statement, ack_set_whole, then fails, which aborts the transaction
+ * before the commit.) */
 static bool in_one_trip(const lq_subscription *s) {
     return s->sql.claim_in_room.sql && s->broker->dialect->begin_locked && claim_ends_it(s) &&
            !s->sql.guard.sql;
+}
+
+/* Whether the claim's transaction failed as ack_set_whole fails. */
+static bool acks_not_whole(void) {
+    return strcmp(lq_errcode_sqlstate(), "22P02") == 0 && strstr(lq_errmsg(), LQ__ACKS_NOT_WHOLE);
 }
 
 /* Cuts *limit to `room`; returns whether the next run to end here should
@@ -314,11 +320,12 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
      * to a claim only while at_limit). */
     bool carry = acks && (!in_one_trip(s) || atomic_load(&s->at_limit) ||
                           atomic_load(&s->room_seen) <= *limit + LQ__CARRY_MAX);
+    *claimed = counting && in_one_trip(s);
     if (carry) {
-        if (lq__acks_carry(acks, s, &counts[n]) != LQ_OK) lq__error_clear(); /* acked after */
+        if (lq__acks_carry(acks, s, &counts[n], *claimed) != LQ_OK) lq__error_clear(); /* acked after */
         if (counts[n].stmt) n++;
     }
-    *claimed = n == 0 && counting && in_one_trip(s);
+    bool acks_in = n > 0;
     if (*claimed) {
         args[LQ__P_CONCURRENCY] = (lq__value){.type = LQ__V_INT, .i = s->concurrency};
         counts[n++] = (lq__step){.stmt = &s->sql.claim_in_room, .args = args,
@@ -332,6 +339,14 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
                                  .ctx = &w};
     int64_t wait_ms = acks && acks->n ? lq__acks_lease_left(acks) / 2 + 1 : 0;
     int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n, *claimed ? committed : NULL);
+    if (acks_in && *claimed) {
+        if (rc == LQ_OK || *committed) acks->changes = (int64_t)acks->n; /* whole, or it failed */
+        if (rc != LQ_OK && !*committed && acks_not_whole()) {
+            lq__error_clear();
+            *claimed = false; /* undone: the claim rolls back, and the acks go on their own */
+            return LQ_OK;
+        }
+    }
     if ((rc == LQ_OK || *committed) && counting) {
         int64_t room = *claimed ? in_room.room : s->concurrency - in_work;
         atomic_store(&s->room_seen, room);
