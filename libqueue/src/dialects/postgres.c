@@ -941,6 +941,8 @@ typedef struct pg_piece {
     void *ctx;
     bool *done; /* set when the server ran it (may be NULL) */
     int64_t *changes; /* the rows it changed (may be NULL) */
+    bool sync;  /* a sync follows it: the implicit transaction it ran in ends,
+                 * and the pieces after it run whatever it did */
 } pg_piece;
 
 /* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
@@ -960,8 +962,8 @@ static int send_piece(lq__conn *c, const pg_piece *p, const char *name) {
     const lq__stmt *st = p->stmt;
     int sent;
     if (p->params) {
-        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 0)
-                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 0);
+        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 1)
+                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 1);
         return sent ? LQ_OK : LQ_BACKEND;
     }
     int count = lq__stmt_values(st);
@@ -988,8 +990,9 @@ static int await_ready(lq__conn *c, int64_t *deadline) {
 }
 
 /* Reads one statement's answer: its result, then the NULL that ends it.
- * `*first` keeps the first failure of the pipeline; after it the server
- * skips the statements (PGRES_PIPELINE_ABORTED), which are only read. */
+ * `*first` keeps the first failure of the pipeline's segment (up to a
+ * sync); after it the server skips the statements (PGRES_PIPELINE_ABORTED),
+ * which are only read. */
 static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadline) {
     int rc = await_ready(c, deadline);
     PGresult *res = rc == LQ_OK ? PQgetResult(c->pg) : NULL;
@@ -1019,17 +1022,34 @@ static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadl
     return rc;
 }
 
+/* Reads the answer to a sync: the end of a segment of the pipeline. */
+static int read_sync(lq__conn *c, bool last) {
+    int64_t deadline = 0;
+    int rc = await_ready(c, &deadline);
+    PGresult *sync = rc == LQ_OK ? PQgetResult(c->pg) : NULL;
+    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC ||
+                        (last && !PQexitPipelineMode(c->pg)))) {
+        c->broken = true;
+        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
+    }
+    if (sync) PQclear(sync);
+    return rc;
+}
+
 /* Sends every piece, then a sync, at once, and reads the answers in order:
  * one round trip. The first failure is the result; the server skips what
- * follows it up to the sync, and a transaction it was in stays open, failed,
- * for the caller's rollback. */
+ * follows it up to the next sync, and a transaction it was in stays open,
+ * failed, for the caller's rollback. */
 static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     const char *names[PG_PIPE_STEPS + 3];
     int rc = not_broken(c);
     for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
     if (rc != LQ_OK) return rc;
     if (!PQenterPipelineMode(c->pg)) return pg_error(c, NULL, LQ_BACKEND, "cannot start a pipeline");
-    for (int i = 0; rc == LQ_OK && i < count; i++) rc = send_piece(c, &pieces[i], names[i]);
+    for (int i = 0; rc == LQ_OK && i < count; i++) {
+        rc = send_piece(c, &pieces[i], names[i]);
+        if (rc == LQ_OK && pieces[i].sync && i + 1 < count && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
+    }
     if (rc == LQ_OK && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
     if (rc != LQ_OK) {
         c->broken = true; /* what was sent of it is unknown: the pool closes it */
@@ -1047,19 +1067,18 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     }
     /* Each statement has the connection's deadline of its own, as when sent
      * alone: the server's statement_timeout is per statement too. */
-    int first = LQ_OK;
+    int first = LQ_OK, segment = LQ_OK;
     for (int i = 0; rc == LQ_OK && i < count; i++) {
         deadline = 0;
-        rc = read_piece(&first, c, &pieces[i], &deadline);
+        rc = read_piece(&segment, c, &pieces[i], &deadline);
+        if (rc == LQ_OK && pieces[i].sync && i + 1 < count) {
+            rc = read_sync(c, false);
+            if (first == LQ_OK) first = segment;
+            segment = LQ_OK;
+        }
     }
-    PGresult *sync = NULL;
-    deadline = 0;
-    if (rc == LQ_OK && (rc = await_ready(c, &deadline)) == LQ_OK) sync = PQgetResult(c->pg);
-    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || !PQexitPipelineMode(c->pg))) {
-        c->broken = true;
-        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
-    }
-    if (sync) PQclear(sync);
+    if (rc == LQ_OK) rc = read_sync(c, true);
+    if (first == LQ_OK) first = segment;
     return rc != LQ_OK ? rc : first;
 }
 
@@ -1089,6 +1108,32 @@ static int pg_begin_locked(lq__conn *c, const char *key, int64_t wait_ms, const 
         pieces[n++] = (pg_piece){.text = "COMMIT", .done = committed};
     }
     return run_pieces(c, pieces, n);
+}
+
+/* The rows of unlock_keys_stmt: each release confirmed, or NULL (no key). */
+static int on_unlocked(void *ctx, const lq__value *cols, int count) {
+    bool *confirmed = ctx;
+    *confirmed = count == 3;
+    for (int i = 0; i < count; i++)
+        if (cols[i].type != LQ__V_NULL && !cols[i].i) *confirmed = false;
+    return LQ_OK;
+}
+
+static int pg_exec_unlocking(int64_t *changes, bool *unlocked, lq__conn *c, const lq__stmt *st,
+                             const lq__value *args, const char *const keys[3]) {
+    bool settled = false, ran = false, confirmed = false;
+    pg_piece pieces[2] = {
+        {.stmt = st, .args = args, .changes = changes, .done = &settled, .sync = true},
+        {.stmt = &unlock_keys_stmt, .params = keys, .nparams = 3, .on_row = on_unlocked,
+         .ctx = &confirmed, .done = &ran},
+    };
+    int rc = run_pieces(c, pieces, 2);
+    *unlocked = ran && confirmed;
+    if (rc != LQ_OK && settled && !c->broken) { /* the release failed: *unlocked says so */
+        lq__error_clear();
+        rc = LQ_OK;
+    }
+    return rc;
 }
 
 static int pg_exec_commit(bool *committed, lq__conn *c, const lq__step *steps, int count) {
@@ -1234,6 +1279,7 @@ const lq__dialect lq__postgres_dialect = {
 #ifdef LIBPQ_HAS_PIPELINING
     .begin_locked = pg_begin_locked,
     .exec_commit = pg_exec_commit,
+    .exec_unlocking = pg_exec_unlocking,
 #endif
     .take_slots = pg_take_slots,
     .row_lock_key_slots = true,
