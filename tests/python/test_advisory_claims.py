@@ -75,3 +75,41 @@ def test_a_row_the_take_passes_over_lets_its_key_go(db, form) -> None:
                 d.ack()
                 d.release()
     assert db.count("jobs") == 0
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("advisory")
+def test_a_settlement_that_fails_leaves_no_transaction_open_and_its_row_comes_back(db, form):
+    """A settlement's statement, its commit and its key's release go in one
+    round trip; where the statement fails (a trigger refuses the delete), the
+    release is skipped with it, the transaction is rolled back on the spot,
+    and the key goes after, on the same session: the row comes back, and no
+    session of the broker is left idle in a transaction or closed."""
+    table = make_table(form)
+    db.create_table(table)
+    db.execute("CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS "
+               "$$BEGIN RAISE EXCEPTION 'refused'; END$$")
+    db.execute("CREATE TRIGGER refuse BEFORE DELETE ON jobs FOR EACH ROW "
+               "EXECUTE FUNCTION refuse_delete()")
+    with libqueue.Broker(db.url) as broker:
+        row = broker.publish(table, b"kept")
+        with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+            d = sub.next(5)
+            assert d is not None and d.id == row
+            sessions = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()")
+            before = {r[0] for r in db.query(sessions)}
+            with pytest.raises(libqueue.Error, match="refused"):
+                d.ack()
+            d.release()
+            open_tx = db.query(sessions + " AND state LIKE 'idle in transaction%'")
+            assert not open_tx, "a session was left in its failed transaction"
+            closed = before - {r[0] for r in db.query(sessions)}
+            assert not closed, "the delivery's session was closed rather than rolled back"
+            db.execute("DROP TRIGGER refuse ON jobs")
+            again = sub.next(5)
+            assert again is not None and again.id == row, "the row did not come back"
+            again.ack()
+            assert sub.stat("settle_errors") == 1
+    assert db.count("jobs") == 0
+    db.execute("DROP FUNCTION refuse_delete()")

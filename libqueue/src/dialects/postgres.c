@@ -941,8 +941,6 @@ typedef struct pg_piece {
     void *ctx;
     bool *done; /* set when the server ran it (may be NULL) */
     int64_t *changes; /* the rows it changed (may be NULL) */
-    bool sync;  /* a sync follows it: the implicit transaction it ran in ends,
-                 * and the pieces after it run whatever it did */
 } pg_piece;
 
 /* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
@@ -990,9 +988,8 @@ static int await_ready(lq__conn *c, int64_t *deadline) {
 }
 
 /* Reads one statement's answer: its result, then the NULL that ends it.
- * `*first` keeps the first failure of the pipeline's segment (up to a
- * sync); after it the server skips the statements (PGRES_PIPELINE_ABORTED),
- * which are only read. */
+ * `*first` keeps the first failure of the pipeline; after it the server
+ * skips the statements (PGRES_PIPELINE_ABORTED), which are only read. */
 static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadline) {
     int rc = await_ready(c, deadline);
     PGresult *res = rc == LQ_OK ? PQgetResult(c->pg) : NULL;
@@ -1022,34 +1019,17 @@ static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadl
     return rc;
 }
 
-/* Reads the answer to a sync: the end of a segment of the pipeline. */
-static int read_sync(lq__conn *c, bool last) {
-    int64_t deadline = 0;
-    int rc = await_ready(c, &deadline);
-    PGresult *sync = rc == LQ_OK ? PQgetResult(c->pg) : NULL;
-    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC ||
-                        (last && !PQexitPipelineMode(c->pg)))) {
-        c->broken = true;
-        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
-    }
-    if (sync) PQclear(sync);
-    return rc;
-}
-
 /* Sends every piece, then a sync, at once, and reads the answers in order:
  * one round trip. The first failure is the result; the server skips what
- * follows it up to the next sync, and a transaction it was in stays open,
- * failed, for the caller's rollback. */
+ * follows it up to the sync, and a transaction it was in stays open, failed,
+ * for the caller's rollback. */
 static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     const char *names[PG_PIPE_STEPS + 3];
     int rc = not_broken(c);
     for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
     if (rc != LQ_OK) return rc;
     if (!PQenterPipelineMode(c->pg)) return pg_error(c, NULL, LQ_BACKEND, "cannot start a pipeline");
-    for (int i = 0; rc == LQ_OK && i < count; i++) {
-        rc = send_piece(c, &pieces[i], names[i]);
-        if (rc == LQ_OK && pieces[i].sync && i + 1 < count && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
-    }
+    for (int i = 0; rc == LQ_OK && i < count; i++) rc = send_piece(c, &pieces[i], names[i]);
     if (rc == LQ_OK && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
     if (rc != LQ_OK) {
         c->broken = true; /* what was sent of it is unknown: the pool closes it */
@@ -1067,18 +1047,19 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     }
     /* Each statement has the connection's deadline of its own, as when sent
      * alone: the server's statement_timeout is per statement too. */
-    int first = LQ_OK, segment = LQ_OK;
+    int first = LQ_OK;
     for (int i = 0; rc == LQ_OK && i < count; i++) {
         deadline = 0;
-        rc = read_piece(&segment, c, &pieces[i], &deadline);
-        if (rc == LQ_OK && pieces[i].sync && i + 1 < count) {
-            rc = read_sync(c, false);
-            if (first == LQ_OK) first = segment;
-            segment = LQ_OK;
-        }
+        rc = read_piece(&first, c, &pieces[i], &deadline);
     }
-    if (rc == LQ_OK) rc = read_sync(c, true);
-    if (first == LQ_OK) first = segment;
+    PGresult *sync = NULL;
+    deadline = 0;
+    if (rc == LQ_OK && (rc = await_ready(c, &deadline)) == LQ_OK) sync = PQgetResult(c->pg);
+    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || !PQexitPipelineMode(c->pg))) {
+        c->broken = true;
+        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
+    }
+    if (sync) PQclear(sync);
     return rc != LQ_OK ? rc : first;
 }
 
@@ -1119,19 +1100,32 @@ static int on_unlocked(void *ctx, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-static int pg_exec_unlocking(int64_t *changes, bool *unlocked, lq__conn *c, const lq__stmt *st,
+/* BEGIN, the statement, COMMIT, then the release, in one round trip: the
+ * keys go after the commit, so no other session takes a key while its row
+ * is still being changed; a statement (or commit) that fails skips the
+ * release, and its keys stay held, for a retry of it. The statement's
+ * outcome is the result: once committed, a failed release only shows in
+ * *released. */
+static int pg_exec_unlocking(int64_t *changes, int *released, lq__conn *c, const lq__stmt *st,
                              const lq__value *args, const char *const keys[3]) {
-    bool settled = false, ran = false, confirmed = false;
-    pg_piece pieces[2] = {
-        {.stmt = st, .args = args, .changes = changes, .done = &settled, .sync = true},
+    bool committed = false, unlocked = false, confirmed = false;
+    pg_piece pieces[4] = {
+        {.text = "BEGIN"},
+        {.stmt = st, .args = args, .changes = changes},
+        {.text = "COMMIT", .done = &committed},
         {.stmt = &unlock_keys_stmt, .params = keys, .nparams = 3, .on_row = on_unlocked,
-         .ctx = &confirmed, .done = &ran},
+         .ctx = &confirmed, .done = &unlocked},
     };
-    int rc = run_pieces(c, pieces, 2);
-    *unlocked = ran && confirmed;
-    if (rc != LQ_OK && settled && !c->broken) { /* the release failed: *unlocked says so */
+    int rc = run_pieces(c, pieces, 4);
+    *released = !committed ? 0 : unlocked && confirmed ? 1 : -1;
+    if (committed && rc != LQ_OK) { /* the release's failure: *released says it */
         lq__error_clear();
         rc = LQ_OK;
+    } else if (rc != LQ_OK) { /* a failed statement left its transaction open */
+        lq__error_copy failure; /* the statement's, not the rollback's */
+        lq__error_save(&failure);
+        pg_rollback(c);
+        lq__error_restore(&failure);
     }
     return rc;
 }

@@ -409,9 +409,9 @@ int lq__advisory_settle(int64_t *changes, lq_delivery *dv, const lq__stmt *stmt,
     if (!d->exec_unlocking || dv->keys_gone || !(dv->key || dv->slot || dv->key_slot))
         return d->exec(changes, dv->conn, stmt, args, NULL, NULL);
     const char *const keys[3] = {dv->key, dv->slot, dv->key_slot};
-    bool unlocked = false;
-    int rc = d->exec_unlocking(changes, &unlocked, dv->conn, stmt, args, keys);
-    dv->keys_gone = unlocked ? 1 : -1;
+    int released = 0;
+    int rc = d->exec_unlocking(changes, &released, dv->conn, stmt, args, keys);
+    dv->keys_gone = (signed char)released;
     return rc;
 }
 
