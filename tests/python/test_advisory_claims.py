@@ -80,10 +80,8 @@ def test_a_row_the_take_passes_over_lets_its_key_go(db, form) -> None:
 @pytest.mark.dialect("postgresql")
 @pytest.mark.forms("advisory")
 def test_a_settlement_that_fails_leaves_no_transaction_open_and_its_row_comes_back(db, form):
-    """A settlement's statement, its commit and its key's release go in one
-    round trip; where the statement fails (a trigger refuses the delete), the
-    release is skipped with it, the transaction is rolled back on the spot,
-    and the key goes after, on the same session: the row comes back, and no
+    """A settlement whose statement fails (a trigger refuses the delete)
+    still lets its key go, on the same session: the row comes back, and no
     session of the broker is left idle in a transaction or closed."""
     table = make_table(form)
     db.create_table(table)

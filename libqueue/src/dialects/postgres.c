@@ -960,8 +960,8 @@ static int send_piece(lq__conn *c, const pg_piece *p, const char *name) {
     const lq__stmt *st = p->stmt;
     int sent;
     if (p->params) {
-        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 1)
-                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 1);
+        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 0)
+                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 0);
         return sent ? LQ_OK : LQ_BACKEND;
     }
     int count = lq__stmt_values(st);
@@ -1089,45 +1089,6 @@ static int pg_begin_locked(lq__conn *c, const char *key, int64_t wait_ms, const 
         pieces[n++] = (pg_piece){.text = "COMMIT", .done = committed};
     }
     return run_pieces(c, pieces, n);
-}
-
-/* The rows of unlock_keys_stmt: each release confirmed, or NULL (no key). */
-static int on_unlocked(void *ctx, const lq__value *cols, int count) {
-    bool *confirmed = ctx;
-    *confirmed = count == 3;
-    for (int i = 0; i < count; i++)
-        if (cols[i].type != LQ__V_NULL && !cols[i].i) *confirmed = false;
-    return LQ_OK;
-}
-
-/* BEGIN, the statement, COMMIT, then the release, in one round trip: the
- * keys go after the commit, so no other session takes a key while its row
- * is still being changed; a statement (or commit) that fails skips the
- * release, and its keys stay held, for a retry of it. The statement's
- * outcome is the result: once committed, a failed release only shows in
- * *released. */
-static int pg_exec_unlocking(int64_t *changes, int *released, lq__conn *c, const lq__stmt *st,
-                             const lq__value *args, const char *const keys[3]) {
-    bool committed = false, unlocked = false, confirmed = false;
-    pg_piece pieces[4] = {
-        {.text = "BEGIN"},
-        {.stmt = st, .args = args, .changes = changes},
-        {.text = "COMMIT", .done = &committed},
-        {.stmt = &unlock_keys_stmt, .params = keys, .nparams = 3, .on_row = on_unlocked,
-         .ctx = &confirmed, .done = &unlocked},
-    };
-    int rc = run_pieces(c, pieces, 4);
-    *released = !committed ? 0 : unlocked && confirmed ? 1 : -1;
-    if (committed && rc != LQ_OK) { /* the release's failure: *released says it */
-        lq__error_clear();
-        rc = LQ_OK;
-    } else if (rc != LQ_OK) { /* a failed statement left its transaction open */
-        lq__error_copy failure; /* the statement's, not the rollback's */
-        lq__error_save(&failure);
-        pg_rollback(c);
-        lq__error_restore(&failure);
-    }
-    return rc;
 }
 
 static int pg_exec_commit(bool *committed, lq__conn *c, const lq__step *steps, int count) {
@@ -1273,7 +1234,6 @@ const lq__dialect lq__postgres_dialect = {
 #ifdef LIBPQ_HAS_PIPELINING
     .begin_locked = pg_begin_locked,
     .exec_commit = pg_exec_commit,
-    .exec_unlocking = pg_exec_unlocking,
 #endif
     .take_slots = pg_take_slots,
     .row_lock_key_slots = true,

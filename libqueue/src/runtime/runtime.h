@@ -64,8 +64,6 @@ struct lq_delivery {
     char *key;     /* the advisory key held (advisory form) */
     char *slot;    /* and the key of its concurrency slot, with concurrency set */
     char *key_slot; /* and of its partition key's slot, with partition_concurrency set */
-    signed char keys_gone; /* advisory: let go with its settlement's statement, confirmed (1)
-                            * or not (-1); 0: still held */
     bool passed_over; /* claimed past its key's rate window: released unrun */
     /* Counted in its subscription's holds: given back once, when its run
      * ends (its handler returned, its settlement was asked for), or at the
@@ -425,11 +423,6 @@ LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
 /* Lets go of the key an advisory delivery holds; its connection goes into
  * `freed`. */
 LQ__HIDDEN void lq__advisory_release(lq_delivery *d, lq__freed *freed);
-/* Runs a settlement's statement on the advisory delivery's own connection
- * (no transaction open), its keys let go in the same round trip where the
- * dialect can (d->keys_gone), else after, at lq__advisory_release. */
-LQ__HIDDEN int lq__advisory_settle(int64_t *changes, lq_delivery *d, const lq__stmt *stmt,
-                                   const lq__value *args);
 /* Lease form: whether the delivery's row left its queue (deleted, moved to
  * another group, marked processed) rather than to another claim, asked on
  * conn or a pool connection; false when that cannot be told. */

@@ -173,10 +173,7 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
     int tries = 0;
     do {
         rc = own_tx ? d->begin(conn, LQ_ISOLATION_DEFAULT) : LQ_OK;
-        /* An advisory key goes in the statement's round trip, after its commit. */
-        bool with_keys = s->form == LQ_FORM_ADVISORY && conn == dv->conn && !in_tx && !own_tx;
-        if (rc == LQ_OK && stmt && stmt->sql && with_keys) rc = lq__advisory_settle(counted, dv, stmt, args);
-        else if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
+        if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
         else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
         lost = rc == LQ_OK && changes == 0;
         if (in_tx || own_tx) {

@@ -299,14 +299,6 @@ typedef struct lq__dialect {
     int (*try_lock_any)(int *taken, bool *then_taken, lq__conn *conn, const char *prefix, int n, int first,
                         const char *then);
     bool (*unlock_keys)(lq__conn *conn, const char *const keys[3]);
-    /* A settlement's statement and its commit, then unlock_keys, in one
-     * round trip where the database pipelines them (NULL: one after the
-     * other). Returns the statement's outcome; *released: 1 when the keys
-     * went, each release confirmed; -1 when the statement committed but a
-     * release was not confirmed; 0 when it did not commit (the keys are
-     * still held, and no transaction is left open). */
-    int (*exec_unlocking)(int64_t *changes, int *released, lq__conn *conn, const lq__stmt *st,
-                          const lq__value *args, const char *const keys[3]);
     /* How many keys the process holds, where keys live in the process (NULL
      * where sessions hold them and the claim's query filters them out). */
     size_t (*keys_held)(const lq__broker_target *target);

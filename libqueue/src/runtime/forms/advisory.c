@@ -403,22 +403,9 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     return rc;
 }
 
-int lq__advisory_settle(int64_t *changes, lq_delivery *dv, const lq__stmt *stmt,
-                        const lq__value *args) {
-    const lq__dialect *d = dv->sub->broker->dialect;
-    if (!d->exec_unlocking || dv->keys_gone || !(dv->key || dv->slot || dv->key_slot))
-        return d->exec(changes, dv->conn, stmt, args, NULL, NULL);
-    const char *const keys[3] = {dv->key, dv->slot, dv->key_slot};
-    int released = 0;
-    int rc = d->exec_unlocking(changes, &released, dv->conn, stmt, args, keys);
-    dv->keys_gone = (signed char)released;
-    return rc;
-}
-
 void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
     lq_subscription *s = dv->sub;
-    bool confirmed = dv->keys_gone ? dv->keys_gone > 0
-                                   : unlock_all(s, dv->conn, dv->key, dv->slot, dv->key_slot);
+    bool confirmed = unlock_all(s, dv->conn, dv->key, dv->slot, dv->key_slot);
     free(dv->key);
     free(dv->slot);
     free(dv->key_slot);
