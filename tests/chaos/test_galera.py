@@ -55,14 +55,9 @@ def test_drain_on_every_node_runs_each_row_once(cluster: GaleraCluster) -> None:
     brokers = [libqueue.Broker(url) for url in cluster.urls]
     try:
         brokers[0].create_table(table)
-        # Published on every node: each node's inserts take ids of its own
-        # (auto_increment_offset), and all of them replicate.
-        published = set()
-        for i, broker in enumerate(brokers):
-            share = range(i * rows // 3, (i + 1) * rows // 3)
-            published.update(broker.publish_many(table, [b"job-%d" % n for n in share]))
-        assert len(published) == rows
-
+        # Every node works before the rows come, and each run takes a few
+        # ms, so the drain outlasts many polls of every node: no node finds
+        # the queue drained by the others before its first claim.
         subs = []
         for node, broker in enumerate(brokers):
             sub = broker.subscribe(table, workers=4, lease_ms=30000, poll_interval_ms=20)
@@ -71,9 +66,17 @@ def test_drain_on_every_node_runs_each_row_once(cluster: GaleraCluster) -> None:
                 with lock:
                     runs[delivery.id] += 1
                     by_node[node] += 1
+                time.sleep(0.005)
 
             sub.run(handle)
             subs.append(sub)
+        # Published on every node: each node's inserts take ids of its own
+        # (auto_increment_offset), and all of them replicate.
+        published = set()
+        for i, broker in enumerate(brokers):
+            share = range(i * rows // 3, (i + 1) * rows // 3)
+            published.update(broker.publish_many(table, [b"job-%d" % n for n in share]))
+        assert len(published) == rows
         end = time.monotonic() + 120
         while time.monotonic() < end:
             with lock:
