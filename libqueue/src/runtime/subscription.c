@@ -553,10 +553,10 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK) rc = prepare_all(s);
     /* Under a queue-wide limit counted at each claim, a run that ended here
      * hands its slot to the next row in one commit: the claim carries its
-     * ack (lq__acks_carry; forms/lease.c says when). Only where the claim's wait for the queue's
-     * lock can be kept within the carried rows' leases (begin_locked), or
-     * where that lock is the one writer's, which the ack would wait for
-     * alone too. */
+     * ack (lq__acks_carry; forms/lease.c says when). Only where the
+     * claim's wait for the queue's lock can be kept within the carried
+     * rows' leases (begin_locked), or where that lock is the one writer's,
+     * which the ack would wait for alone too. */
     const lq__dialect *dialect = b->dialect;
     s->carries_acks = rc == LQ_OK && s->form == LQ_FORM_LEASE && s->concurrency && !s->holds.on &&
                       s->sql.ack_set.sql && lq__acker_wanted(s) &&

@@ -318,9 +318,10 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
      * the room the last count found is scarce, so that their slots may be
      * the claim's: elsewhere the acker acks them on its own (it leaves them
      * to a claim only while at_limit). */
-    bool carry = acks && (!in_one_trip(s) || atomic_load(&s->at_limit) ||
+    bool one_trip = in_one_trip(s);
+    bool carry = acks && (!one_trip || atomic_load(&s->at_limit) ||
                           atomic_load(&s->room_seen) <= *limit + LQ__CARRY_MAX);
-    *claimed = counting && in_one_trip(s);
+    *claimed = counting && one_trip;
     if (carry) {
         if (lq__acks_carry(acks, s, &counts[n], *claimed) != LQ_OK) lq__error_clear(); /* acked after */
         if (counts[n].stmt) n++;
@@ -340,7 +341,7 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
     int64_t wait_ms = acks && acks->n ? lq__acks_lease_left(acks) / 2 + 1 : 0;
     int rc = lq__begin_locked(locked, s, conn, wait_ms, counts, n, *claimed ? committed : NULL);
     if (acks_in && *claimed) {
-        if (rc == LQ_OK || *committed) acks->changes = (int64_t)acks->n; /* whole, or it failed */
+        if (rc == LQ_OK || *committed) acks->changes = (int64_t)acks->n; /* whole: else it failed */
         if (rc != LQ_OK && !*committed && acks_not_whole()) {
             lq__error_clear();
             *claimed = false; /* undone: the claim rolls back, and the acks go on their own */
