@@ -111,3 +111,45 @@ def test_a_settlement_that_fails_leaves_no_transaction_open_and_its_row_comes_ba
             assert sub.stat("settle_errors") == 1
     assert db.count("jobs") == 0
     db.execute("DROP FUNCTION refuse_delete()")
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("advisory")
+@pytest.mark.parametrize("concurrency", [None, 2], ids=["no_limit", "concurrency"])
+def test_a_row_the_one_statement_claim_cannot_take_lets_its_key_and_slot_go(db, form, concurrency):
+    """Where one statement takes a slot, a key and the row: a row it cannot
+    take (here a trigger skips its update, as a row settled between the
+    statement's snapshot and its key would be) is not delivered, and its key
+    and slot go back at once; an idle queue's polls hold no lock after them;
+    once the trigger is gone, the row is delivered, its attempt counted once."""
+    table = make_table(form)
+    db.create_table(table)
+    locks = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+             "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+    options = dict(workers=3, poll_interval_ms=POLL_MS)
+    if concurrency:
+        options["concurrency"] = concurrency
+    per_row = 2 if concurrency else 1  # its key, and its slot
+    with libqueue.Broker(db.url) as broker:
+        ids = broker.publish_many(table, [b"a", b"b", b"c"])
+        skipped = ids[1]
+        db.execute("CREATE FUNCTION skip_one() RETURNS trigger LANGUAGE plpgsql AS "
+                   "$$BEGIN IF OLD.id = %d THEN RETURN NULL; END IF; RETURN NEW; END$$" % skipped)
+        db.execute("CREATE TRIGGER skip_one BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION skip_one()")
+        with broker.subscribe(table, **options) as sub:
+            first = [sub.next(5), sub.next(5)]
+            assert sorted(d.payload for d in first) == [b"a", b"c"]
+            assert sub.next(0.3) is None
+            assert db.scalar(locks) == 2 * per_row, "a lock of the row not taken was kept"
+            db.execute("DROP TRIGGER skip_one ON jobs")
+            for d in first:
+                d.ack()
+                d.release()
+            last = sub.next(5)
+            assert (last.id, last.payload, last.attempt) == (skipped, b"b", 1)
+            last.ack()
+            last.release()
+            assert sub.next(0.3) is None  # idle polls, each taking a slot and letting it go
+            assert db.scalar(locks) == 0, "an idle poll kept a lock"
+            assert db.count("jobs") == 0
+    db.execute("DROP FUNCTION skip_one()")

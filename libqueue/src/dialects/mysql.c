@@ -1089,7 +1089,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
 
     bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
     lq__sql_start(&b, &set->take, &lq__mysql_dialect, t);
-    lq__sql_take(&b, counts, false);
+    lq__sql_take(&b, counts, NULL);
     rc = lq__sql_finish(&b);
     if (rc != LQ_OK || !counts) return rc;
 

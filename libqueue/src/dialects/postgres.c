@@ -448,28 +448,99 @@ static void key_expression(lq__sql *b, const lq_table *t) {
     lq__sql_add(b, ")");
 }
 
+/* "(SELECT <id> AS lq_id, <key> AS lq_key[, <pkey>] FROM t WHERE
+ * <claimable> ORDER BY <claim order> OFFSET 0) AS lq_candidates": OFFSET 0
+ * keeps a filter on them above the sort, so it is tried on the rows in
+ * claim order and only as far as the claim reads. */
+static void advisory_candidates(lq__sql *b, const lq_table *t, bool passing) {
+    lq__sql_add(b, " FROM (SELECT ");
+    lq__sql_id(b);
+    lq__sql_add(b, "::bigint AS \"lq_id\", ");
+    key_expression(b, t);
+    lq__sql_add(b, " AS \"lq_key\"");
+    lq__sql_candidate_pkey(b, true);
+    lq__sql_from_claimable(b, false);
+    lq__sql_candidate_filter(b);
+    if (passing) { /* " AND NOT (id = ANY(<the rows passed over>))" */
+        lq__sql_add(b, " AND NOT (");
+        lq__sql_id(b);
+        lq__sql_add(b, " = ANY(");
+        lq__sql_param(b, LQ__P_PASSED);
+        lq__sql_add(b, "::bigint[]))");
+    }
+    lq__sql_add(b, " ORDER BY ");
+    lq__sql_claim_order(b);
+    lq__sql_add(b, " OFFSET 0) AS \"lq_candidates\"");
+}
+
+/* "((lq_i + <first>) % <n>)": the slot a try reaches, from the first. */
+static void slot_reached(lq__sql *b) {
+    lq__sql_add(b, "((\"lq_i\" + ");
+    lq__sql_param(b, LQ__P_FIRST_SLOT);
+    lq__sql_add(b, "::int) % ");
+    lq__sql_param(b, LQ__P_CONCURRENCY);
+    lq__sql_add(b, "::int)");
+}
+
+static void picked_id(lq__sql *b) { lq__sql_add(b, " = (SELECT \"lq_id\" FROM \"lq_key\")"); }
+
+/* Advisory, one row in one statement, as the claim would take it in three
+ * round trips (runtime/forms/advisory.c): lq_slot takes the first free of
+ * the LQ__P_CONCURRENCY slots (none asked where that is 0), lq_key then the
+ * key of the first candidate whose key no session holds (tried in claim
+ * order, and only once a slot is held or none is asked: CASE orders the
+ * two), lq_taken counts the attempt of that row if it is still claimable.
+ * A row settled since the statement's snapshot is not taken: the UPDATE
+ * reads its newest version (the caller tries again past it, LQ__P_PASSED).
+ * A slot taken with no key is let go before the statement ends; a key whose
+ * row was not taken is the caller's to let go.
+ * Returns lq_s, lq_id, lq_key, the release, then the row's columns (NULL
+ * where nothing was taken). Session locks: each stays with the connection. */
+static int build_advisory_claim_one(lq__stmt *out, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, out, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "WITH \"lq_slot\" AS (SELECT ");
+    slot_reached(&b);
+    lq__sql_add(&b, " AS \"lq_s\" FROM generate_series(0, ");
+    lq__sql_param(&b, LQ__P_CONCURRENCY);
+    lq__sql_add(&b, "::int - 1) AS \"lq_i\" WHERE pg_try_advisory_lock(hashtextextended(");
+    lq__sql_param(&b, LQ__P_SLOTS);
+    lq__sql_add(&b, "::text || ");
+    slot_reached(&b);
+    lq__sql_add(&b, "::text, 0)) LIMIT 1), \"lq_key\" AS (SELECT \"lq_id\", \"lq_key\"");
+    advisory_candidates(&b, t, true);
+    lq__sql_add(&b, " WHERE CASE WHEN ");
+    lq__sql_param(&b, LQ__P_CONCURRENCY);
+    lq__sql_add(&b, "::int = 0 OR EXISTS (SELECT 1 FROM \"lq_slot\") "
+                    "THEN pg_try_advisory_lock(hashtextextended(\"lq_key\", 0)) ELSE false END LIMIT 1), "
+                    "\"lq_taken\" AS (");
+    lq__sql_take_returning(&b, picked_id);
+    /* A read (no attempt to count) locks the row, so it too reads the newest
+     * version: one settled since the snapshot is not read. */
+    if (!lq__has(t, LQ_ROLE_ATTEMPT)) lq__sql_add(&b, " FOR UPDATE");
+    lq__sql_add(&b, ") SELECT \"lq_slot\".\"lq_s\", \"lq_key\".\"lq_id\", \"lq_key\".\"lq_key\", "
+                    "CASE WHEN \"lq_key\".\"lq_id\" IS NULL THEN pg_advisory_unlock(hashtextextended(");
+    lq__sql_param(&b, LQ__P_SLOTS);
+    lq__sql_add(&b, "::text || \"lq_slot\".\"lq_s\"::text, 0)) END, \"lq_taken\".* FROM (SELECT 1) AS \"lq_one\" "
+                    "LEFT JOIN \"lq_slot\" ON true LEFT JOIN \"lq_key\" ON true LEFT JOIN \"lq_taken\" ON true");
+    return lq__sql_finish(&b);
+}
+
 /* Advisory: candidates whose keys no other session holds (a shared
  * transaction-level try conflicts with another session's lock), then a take
- * per row on the connection that holds its key. */
+ * per row on the connection that holds its key; where no partition key
+ * counts, each row in one statement instead. */
 static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__postgres_dialect, t);
     lq__sql_add(&b, "SELECT \"lq_id\", \"lq_key\"");
     lq__sql_candidate_pkey(&b, false);
-    lq__sql_add(&b, " FROM (SELECT ");
-    lq__sql_id(&b);
-    lq__sql_add(&b, "::bigint AS \"lq_id\", ");
-    key_expression(&b, t);
-    lq__sql_add(&b, " AS \"lq_key\"");
-    lq__sql_candidate_pkey(&b, true);
-    lq__sql_from_claimable(&b, false);
-    lq__sql_candidate_filter(&b);
-    lq__sql_add(&b, " ORDER BY ");
-    lq__sql_claim_order(&b);
-    lq__sql_add(&b, " OFFSET 0) AS \"lq_candidates\" WHERE "
-                    "pg_try_advisory_xact_lock_shared(hashtextextended(\"lq_key\", 0)) LIMIT ");
+    advisory_candidates(&b, t, false);
+    lq__sql_add(&b, " WHERE pg_try_advisory_xact_lock_shared(hashtextextended(\"lq_key\", 0)) LIMIT ");
     lq__sql_param(&b, LQ__P_LIMIT);
     int rc = lq__sql_finish(&b);
+    if (rc == LQ_OK && !t->partition_limit && !t->key_rate_limit)
+        rc = build_advisory_claim_one(&set->claim_one, t);
     if (rc != LQ_OK) return rc;
 
     return lq__sql_build_take_returning(&set->take, &lq__postgres_dialect, t);

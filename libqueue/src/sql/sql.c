@@ -286,7 +286,14 @@ static void in_held_set(lq__sql *b, bool with_held) {
     lq__sql_add(b, ")");
 }
 
-void lq__sql_take(lq__sql *b, bool counts, bool set) {
+static void in_held_ids(lq__sql *b) { in_held_set(b, false); }
+
+static void is_the_id(lq__sql *b) {
+    lq__sql_add(b, " = ");
+    lq__sql_param(b, LQ__P_ID);
+}
+
+void lq__sql_take(lq__sql *b, bool counts, void (*ids)(lq__sql *b)) {
     if (counts) {
         count_attempt(b);
         lq__sql_add(b, " WHERE ");
@@ -298,12 +305,7 @@ void lq__sql_take(lq__sql *b, bool counts, bool set) {
         lq__sql_add(b, " WHERE ");
     }
     lq__sql_id(b);
-    if (set) {
-        in_held_set(b, false);
-    } else {
-        lq__sql_add(b, " = ");
-        lq__sql_param(b, LQ__P_ID);
-    }
+    (ids ? ids : is_the_id)(b);
     lq__sql_add(b, " AND ");
     lq__sql_claim_where(b, false);
 }
@@ -1023,24 +1025,29 @@ int lq__sql_build_insert_rows(lq__stmt *insert, const lq__dialect *d, const lq_t
     return rc;
 }
 
-static int build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t, bool set) {
+void lq__sql_take_returning(lq__sql *b, void (*ids)(lq__sql *b)) {
+    bool counts = lq__has(b->table, LQ_ROLE_ATTEMPT);
+    lq__sql_take(b, counts, ids);
+    if (counts) {
+        lq__sql_add(b, " RETURNING ");
+        lq__sql_row_columns(b, " - 1");
+    }
+}
+
+static int build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t,
+                                void (*ids)(lq__sql *b)) {
     lq__sql b;
     lq__sql_start(&b, take, d, t);
-    bool counts = lq__has(t, LQ_ROLE_ATTEMPT);
-    lq__sql_take(&b, counts, set);
-    if (counts) {
-        lq__sql_add(&b, " RETURNING ");
-        lq__sql_row_columns(&b, " - 1");
-    }
+    lq__sql_take_returning(&b, ids);
     return lq__sql_finish(&b);
 }
 
 int lq__sql_build_take_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t) {
-    return build_take_returning(take, d, t, false);
+    return build_take_returning(take, d, t, NULL);
 }
 
 int lq__sql_build_take_set_returning(lq__stmt *take, const lq__dialect *d, const lq_table *t) {
-    return build_take_returning(take, d, t, true);
+    return build_take_returning(take, d, t, in_held_ids);
 }
 
 int lq__sql_build_dedup_lookup(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
@@ -1237,7 +1244,7 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
 }
 
 size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
-    lq__stmt *each[] = {&set->claim,       &set->take,       &set->take_read,    &set->take_set,
+    lq__stmt *each[] = {&set->claim,       &set->claim_one,  &set->take,       &set->take_read,    &set->take_set,
                        &set->stamp,       &set->stamp_set,  &set->guard,        &set->ack,
                        &set->ack_set,     &set->ack_set_held, &set->retry,      &set->release,
                        &set->retry_after, &set->dead_group, &set->dead_copy,    &set->dead_clear,

@@ -44,6 +44,9 @@ typedef enum lq__param {
     LQ__P_STARTED_AT,  /* a reserved start's time, epoch ms on the database's clock */
     LQ__P_CONCURRENCY, /* the queue-wide concurrency, where a claim counts its room itself */
     LQ__P_ACKS,        /* how many rows a set of acks names */
+    LQ__P_SLOTS,       /* the advisory concurrency slots' key prefix, where a claim takes one */
+    LQ__P_FIRST_SLOT,  /* and the slot its tries start at */
+    LQ__P_PASSED,      /* the rows such a claim passes over: "{id,..}" */
     LQ__P_COUNT
 } lq__param;
 
@@ -81,6 +84,8 @@ enum { LQ__COL_ID, LQ__COL_PAYLOAD, LQ__COL_ATTEMPT, LQ__COL_GROUP, LQ__COL_PKEY
 typedef struct lq__sqlset {
     lq__stmt claim;       /* lease: claims and stamps rows; advisory: candidates (id, key) */
     lq__stmt take;        /* advisory: counts the attempt of one candidate and reads it */
+    lq__stmt claim_one;   /* advisory, where the database can: one row claimed by one
+                          * statement (a slot, the key, the take), or NULL sql */
     lq__stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
     lq__stmt take_set;    /* advisory, where keys live in the process: takes a set of
                           * candidates (LQ__P_HELD_SET) in one statement, or NULL sql */
@@ -186,8 +191,11 @@ LQ__HIDDEN void lq__sql_room_left(lq__sql *b);
 /* The advisory take up to its end: counts the attempt of a candidate still
  * claimable (UPDATE .. SET attempt = attempt + 1 WHERE ..), or, without an
  * attempt column, reads it (SELECT <row columns> FROM t WHERE ..); of the
- * candidate LQ__P_ID, or with `set` of those in LQ__P_HELD_SET. */
-LQ__HIDDEN void lq__sql_take(lq__sql *b, bool counts, bool set);
+ * candidate LQ__P_ID, or of the rows whose condition on the id `ids`
+ * renders (" IN (..)"). */
+LQ__HIDDEN void lq__sql_take(lq__sql *b, bool counts, void (*ids)(lq__sql *b));
+/* The take, returning its row as the claims do where the database can. */
+LQ__HIDDEN void lq__sql_take_returning(lq__sql *b, void (*ids)(lq__sql *b));
 /* The LQ_COL_* columns the table has, in LQ_COL_* order, each named
  * "lq_c<its LQ_COL_*>"; `attempt_expr` follows the attempt column when set
  * (e.g. " - 1" after a count). */
@@ -342,7 +350,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 33
+#define LQ__SQLSET_STATEMENTS 34
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

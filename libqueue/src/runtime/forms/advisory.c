@@ -112,18 +112,31 @@ static int try_lock_any(int *taken, bool *then_locked, lq_subscription *s, lq__c
  * every slot is held, the queue (or the key) is at its limit. Once a slot
  * is held, `then` (NULL: none) is tried too, in the same round trip where
  * the database can: *then_locked. */
+typedef char slot_prefix[64];
+
+/* The prefix of a queue's slots' keys (pkey NULL), or of a partition key's. */
+static void slots_of(slot_prefix prefix, const lq_subscription *s, const char *pkey) {
+    unsigned long long queue = lq__fnv1a_str(s->limit_key);
+    if (pkey) snprintf(prefix, sizeof(slot_prefix), "lq-kslot-%016llx-%016llx-", queue,
+                       (unsigned long long)lq__fnv1a_str(pkey));
+    else snprintf(prefix, sizeof(slot_prefix), "lq-slot-%016llx-", queue);
+}
+
+/* The slot of n a claim's tries start at. */
+static int first_slot(const lq__conn *conn, int n) {
+    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
+    return rand_r(&seed) % n;
+}
+
 static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq__conn *conn,
                      const char *pkey, const char *then) {
     *slot_out = NULL;
     int n = pkey ? s->partition_concurrency : s->concurrency;
-    unsigned long long queue = lq__fnv1a_str(s->limit_key);
-    unsigned long long key = pkey ? lq__fnv1a_str(pkey) : 0;
-    char prefix[64], name[80];
-    if (pkey) snprintf(prefix, sizeof prefix, "lq-kslot-%016llx-%016llx-", queue, key);
-    else snprintf(prefix, sizeof prefix, "lq-slot-%016llx-", queue);
-    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
+    slot_prefix prefix;
+    char name[80];
+    slots_of(prefix, s, pkey);
     int taken;
-    int rc = try_lock_any(&taken, then_locked, s, conn, prefix, n, rand_r(&seed) % n, then);
+    int rc = try_lock_any(&taken, then_locked, s, conn, prefix, n, first_slot(conn, n), then);
     if (taken < 0) return rc;
     snprintf(name, sizeof name, "%s%d", prefix, taken);
     if (rc != LQ_OK || !(*slot_out = lq__strdup(name))) {
@@ -210,6 +223,87 @@ static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq_
     }
     if (take.taken) lq_delivery_free(take.taken);
     return let_go(s, conn, c, &held, rc);
+}
+
+/* What sqlset.claim_one answered: the slot it took (-1: none), the key
+ * (NULL: none, and the slot was let go) and the row taken under it (NULL:
+ * none). */
+typedef struct one_ctx {
+    lq_subscription *s;
+    int64_t slot;
+    int64_t id; /* the row of the key */
+    char *key;
+    lq_delivery *taken;
+    bool answered;
+} one_ctx;
+
+enum { ONE_SLOT, ONE_ID, ONE_KEY, ONE_SLOT_FREED, ONE_ROW }; /* its columns, then the row's */
+
+static int on_one(void *arg, const lq__value *cols, int count) {
+    one_ctx *ctx = arg;
+    if (ctx->answered || count <= ONE_ROW)
+        return lq__error(LQ_BACKEND, "the claim of one row answered %s", ctx->answered ? "twice" : "too few columns");
+    ctx->answered = true;
+    ctx->slot = cols[ONE_SLOT].type == LQ__V_NULL ? -1 : cols[ONE_SLOT].i;
+    if (cols[ONE_ID].type == LQ__V_NULL) { /* no key: the statement let its slot go */
+        if (ctx->slot < 0 || cols[ONE_SLOT_FREED].i) return LQ_OK;
+        return lq__error(LQ_BACKEND, "the release of a concurrency slot was not confirmed");
+    }
+    ctx->id = cols[ONE_ID].i;
+    if (!(ctx->key = lq__value_text(&cols[ONE_KEY]))) return lq__error(LQ_NOMEM, "out of memory");
+    if (cols[ONE_ROW].type == LQ__V_NULL) return LQ_OK; /* settled since it was read */
+    return lq__delivery_from_row(&ctx->taken, ctx->s, cols + ONE_ROW, count - ONE_ROW);
+}
+
+/* Adds a row to the array text "{id,..}" of the rows a claim passes over. */
+static void passed_add(lq__strbuf *passed, int64_t id) {
+    if (passed->len && !passed->failed) passed->len--; /* its closing brace */
+    lq__sb_addf(passed, passed->len ? ",%lld}" : "{%lld}", (long long)id);
+}
+
+/* One row in one statement where the dialect can (sqlset.claim_one): a
+ * slot, a key and the take in one round trip, passing over the rows of
+ * `passed` ("{id,..}"). NULL in *out when no row was taken: *full when no
+ * slot was free, or a key was taken but not its row (settled since it was
+ * read): its key and slot are let go, and its id added to `passed`. A
+ * failure may leave locks held: the caller ends the session. */
+static int claim_one(lq_delivery **out, bool *full, lq__strbuf *passed, lq_subscription *s, lq__conn *conn,
+                     lq__value *args) {
+    *out = NULL;
+    *full = false;
+    slot_prefix prefix = "";
+    int n = s->concurrency; /* 0: no slot is asked for */
+    if (n) slots_of(prefix, s, NULL);
+    args[LQ__P_CONCURRENCY] = (lq__value){.type = LQ__V_INT, .i = n};
+    args[LQ__P_FIRST_SLOT] = (lq__value){.type = LQ__V_INT, .i = n ? first_slot(conn, n) : 0};
+    args[LQ__P_SLOTS] = (lq__value){.type = LQ__V_TEXT, .p = prefix, .n = strlen(prefix)};
+    const char *past = passed->len ? passed->data : "{}";
+    args[LQ__P_PASSED] = (lq__value){.type = LQ__V_TEXT, .p = past, .n = strlen(past)};
+    one_ctx one = {.s = s, .slot = -1};
+    int rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim_one, args, on_one, &one);
+    if (rc == LQ_OK && !one.answered) rc = lq__error(LQ_BACKEND, "the claim of one row answered nothing");
+    slots held = {0};
+    if (one.key && one.slot >= 0) {
+        char name[80];
+        snprintf(name, sizeof name, "%s%lld", prefix, (long long)one.slot);
+        if (!(held.queue = lq__strdup(name)) && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
+    }
+    if (rc == LQ_OK && one.taken) {
+        one.taken->key = one.key;
+        give_slots(one.taken, &held);
+        *out = one.taken;
+        return LQ_OK;
+    }
+    if (one.taken) lq_delivery_free(one.taken);
+    *full = rc == LQ_OK && n && one.slot < 0;
+    if (rc == LQ_OK && one.key) {
+        rc = release_slots(s, conn, one.key, &held, rc);
+        passed_add(passed, one.id);
+        if (rc == LQ_OK && passed->failed) rc = lq__error(LQ_NOMEM, "out of memory");
+    }
+    free(one.key);
+    free(held.queue);
+    return rc;
 }
 
 /* The rows a set take returned, each matched to its candidate (taken[j]
@@ -357,19 +451,28 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     int64_t beside = !s->flow.one_claim && s->workers > 1 ? s->workers - 1 : 0;
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit + held + beside};
     candidates c = {0};
-    rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
+    /* Where each row is claimed in one statement, no candidates are read;
+     * a take that found its row settled is tried again past it, a few times. */
+    bool one = s->sql.claim_one.sql != NULL;
+    int tries = one ? limit + 3 : 0;
+    lq__strbuf passed = {0};
+    if (!one) rc = d->exec(NULL, shared, &s->sql.claim, args, on_candidate, &c);
     bool holds = d->advisory_holds_connection, shared_free = true, shared_broken = false;
     bool together = s->sql.take_set.sql && !holds && c.count > 1;
     bool full = false; /* every concurrency slot held */
     if (rc == LQ_OK && together) rc = take_together(out, &full, s, shared, &c, limit, args);
-    for (int i = 0; rc == LQ_OK && !together && !full && i < c.count && out->count < limit; i++) {
+    for (int i = 0; rc == LQ_OK && !together && !full && i < (one ? tries : c.count) && out->count < limit; i++) {
         lq__conn *conn;
         if (key_connection(&conn, s, shared, shared_free) != LQ_OK) break; /* the pool is short */
         lq_delivery *taken;
-        rc = take_candidate(&taken, &full, s, conn, &c.items[i], args);
+        size_t passed_before = passed.len;
+        if (one) rc = claim_one(&taken, &full, &passed, s, conn, args);
+        else rc = take_candidate(&taken, &full, s, conn, &c.items[i], args);
         if (taken) {
-            taken->key = c.items[i].key;
-            c.items[i].key = NULL;
+            if (!one) {
+                taken->key = c.items[i].key;
+                c.items[i].key = NULL;
+            }
             if (holds) taken->conn = conn;
             if (conn == shared) shared_free = false;
             lq__claimed_add(out, taken);
@@ -378,6 +481,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
         } else if (holds && rc != LQ_OK) {
             shared_broken = true; /* its session may still hold the key */
         }
+        if (one && !taken && passed.len == passed_before) break; /* no row whose key is free */
     }
     out->cut = full; /* each settlement here wakes a claim anyway: it lets a key go */
     /* Every row taken, even by a claim that failed after, is counted
@@ -395,6 +499,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
             if (dv->conn == shared) dv->conn_broken = true;
     }
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
+    lq__sb_free(&passed);
     for (int i = 0; i < c.count; i++) {
         free(c.items[i].key);
         free(c.items[i].pkey);
