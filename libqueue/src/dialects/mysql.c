@@ -33,7 +33,8 @@
 
 /* Statements of the dialect's own, cached beside the core's (whose ids are
  * positive). */
-enum { STMT_LOCK_KEY = -1, STMT_UNLOCK_KEY = -2, STMT_LOCK_QUEUE = -3, STMT_UNLOCK_QUEUE = -4 };
+enum { STMT_LOCK_KEY = -1, STMT_UNLOCK_KEY = -2, STMT_LOCK_QUEUE = -3, STMT_UNLOCK_QUEUE = -4,
+       STMT_UNLOCK_KEYS = -5 };
 
 /* ------------------------------------------------------------------------ */
 /* The connector's per-process and per-thread initialisation. */
@@ -1617,6 +1618,84 @@ static bool my_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     return rc == LQ_OK && answer == 1;
 }
 
+/* "(IS_USED_LOCK('<name>') IS NULL AND COALESCE(GET_LOCK('<name>', 0), 0) = 1)":
+ * my_try_lock_key's try, with the name escaped for the session's charset. */
+static void add_try(lq__strbuf *sb, lq__conn *c, const char *name) {
+    size_t n = strlen(name);
+    char *escaped = malloc(2 * n + 1);
+    if (!escaped) {
+        sb->failed = true;
+        return;
+    }
+    mysql_real_escape_string(c->my, escaped, name, (unsigned long)n);
+    lq__sb_addf(sb, "(IS_USED_LOCK('%s') IS NULL AND COALESCE(GET_LOCK('%s', 0), 0) = 1)", escaped, escaped);
+    free(escaped);
+}
+
+/* The slots "<prefix><i>" tried in turn from `first` in one statement: CASE
+ * stops at its first true branch and AND at its first false, so no name past
+ * the first free one is tried, and `then` is tried once, in that branch. The
+ * answer is 2 * the slot, plus 1 where `then` was taken; NULL when every slot
+ * is held. */
+static int my_try_lock_any(int *taken, bool *then_taken, lq__conn *c, const char *prefix, int n, int first,
+                           const char *then) {
+    *taken = -1;
+    *then_taken = false;
+    int rc = ensure_thread();
+    if (rc != LQ_OK) return rc;
+    lq__strbuf sql = {0};
+    lq__sb_add(&sql, "SELECT CASE");
+    for (int i = 0; i < n; i++) {
+        int slot = (first + i) % n;
+        char name[NAME_LIMIT + 16];
+        snprintf(name, sizeof name, "%s%d", prefix, slot);
+        lq__sb_add(&sql, " WHEN ");
+        add_try(&sql, c, name);
+        lq__sb_addf(&sql, " THEN %d", 2 * slot);
+        if (then) {
+            lq__sb_add(&sql, " + IF(");
+            add_try(&sql, c, then);
+            lq__sb_add(&sql, ", 1, 0)");
+        }
+    }
+    lq__sb_add(&sql, " END");
+    char *text = lq__sb_take(&sql);
+    if (!text) return lq__error(LQ_NOMEM, "out of memory");
+    char *answer = NULL;
+    rc = noted(c, query_row(c, text, &answer, 1));
+    free(text);
+    if (rc == LQ_OK && answer) {
+        int got = atoi(answer);
+        *taken = got / 2;
+        *then_taken = got % 2 == 1;
+    }
+    free(answer);
+    return rc;
+}
+
+/* One release as my_unlock_key confirms it, 1 when confirmed; a NULL name
+ * is skipped (1). */
+#define RELEASED "IF(? IS NULL, 1, IF(COALESCE(RELEASE_LOCK(?), 0) = 1, " \
+                 "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, 1), 0))"
+
+/* Up to three releases in one statement; every one is asked for (a sum,
+ * where an AND would stop at the first false). */
+static bool my_unlock_keys(lq__conn *c, const char *const keys[3]) {
+    MYSQL_STMT *st;
+    if (!c || ensure_thread() != LQ_OK ||
+        noted(c, cached(&st, c, STMT_UNLOCK_KEYS,
+                        "SELECT CAST(" RELEASED " + 2 * " RELEASED " + 4 * " RELEASED " AS SIGNED)")) != LQ_OK)
+        return false;
+    lq__value v[9];
+    for (int i = 0; i < 9; i++) {
+        const char *key = keys[i / 3];
+        v[i] = key ? (lq__value){.type = LQ__V_TEXT, .p = key, .n = strlen(key)} : (lq__value){.type = LQ__V_NULL};
+    }
+    int_answer a = {0, false};
+    int rc = noted(c, run_stmt(NULL, st, v, 9, on_int_answer, &a, NULL));
+    return rc == LQ_OK && a.seen && a.value == 7;
+}
+
 /* The row lock form's slots. MySQL has no lock that ends with the
  * transaction, so a slot is a GET_LOCK name which the session notes and
  * gives back once the transaction has ended. Between the two it is held a
@@ -1884,4 +1963,6 @@ const lq__dialect lq__mysql_dialect = {
     .advisory_key = my_advisory_key,
     .try_lock_key = my_try_lock_key,
     .unlock_key = my_unlock_key,
+    .try_lock_any = my_try_lock_any,
+    .unlock_keys = my_unlock_keys,
 };

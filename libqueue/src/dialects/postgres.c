@@ -482,6 +482,12 @@ static void slot_reached(lq__sql *b) {
     lq__sql_add(b, "::int)");
 }
 
+/* "<no slot asked for> OR <one taken>". */
+static void slot_held(lq__sql *b) {
+    lq__sql_param(b, LQ__P_CONCURRENCY);
+    lq__sql_add(b, "::int = 0 OR EXISTS (SELECT 1 FROM \"lq_slot\")");
+}
+
 static void picked_id(lq__sql *b) { lq__sql_add(b, " = (SELECT \"lq_id\" FROM \"lq_key\")"); }
 
 /* Advisory, one row in one statement, as the claim would take it in three
@@ -509,15 +515,19 @@ static int build_advisory_claim_one(lq__stmt *out, const lq_table *t) {
     slot_reached(&b);
     lq__sql_add(&b, "::text, 0)) LIMIT 1), \"lq_key\" AS (SELECT \"lq_id\", \"lq_key\"");
     advisory_candidates(&b, t, true);
-    lq__sql_add(&b, " WHERE CASE WHEN ");
-    lq__sql_param(&b, LQ__P_CONCURRENCY);
-    lq__sql_add(&b, "::int = 0 OR EXISTS (SELECT 1 FROM \"lq_slot\") "
-                    "THEN pg_try_advisory_lock(hashtextextended(\"lq_key\", 0)) ELSE false END LIMIT 1), "
+    /* The first condition, on no column, is one test before the scan, so a
+     * claim that got no slot reads no candidate; CASE keeps the key's try
+     * behind it whatever order the planner gives the two. */
+    lq__sql_add(&b, " WHERE (");
+    slot_held(&b);
+    lq__sql_add(&b, ") AND CASE WHEN ");
+    slot_held(&b);
+    lq__sql_add(&b, " THEN pg_try_advisory_lock(hashtextextended(\"lq_key\", 0)) ELSE false END LIMIT 1), "
                     "\"lq_taken\" AS (");
     lq__sql_take_returning(&b, picked_id);
     /* A read (no attempt to count) locks the row, so it too reads the newest
      * version: one settled since the snapshot is not read. */
-    if (!lq__has(t, LQ_ROLE_ATTEMPT)) lq__sql_add(&b, " FOR UPDATE");
+    if (!lq__has(t, LQ_ROLE_ATTEMPT)) lq__sql_add(&b, " FOR NO KEY UPDATE");
     lq__sql_add(&b, ") SELECT \"lq_slot\".\"lq_s\", \"lq_key\".\"lq_id\", \"lq_key\".\"lq_key\", "
                     "CASE WHEN \"lq_key\".\"lq_id\" IS NULL THEN pg_advisory_unlock(hashtextextended(");
     lq__sql_param(&b, LQ__P_SLOTS);
@@ -734,8 +744,8 @@ static PGresult *run_stmt(lq__conn *c, const lq__stmt *st, int count, const char
 /* Gives each row of a result to on_row (which may be NULL). */
 static int read_rows(const PGresult *res, lq__row_fn on_row, void *ctx) {
     int rows = PQntuples(res), cols = PQnfields(res), rc = LQ_OK;
-    lq__value row[LQ__COL_COUNT + 4];
-    char times[LQ__COL_COUNT + 4][LQ__TIME_TEXT_SIZE];
+    lq__value row[LQ__COL_COUNT + 8]; /* a row, and the columns a claim adds (sqlset.claim_one: 4) */
+    char times[LQ__COL_COUNT + 8][LQ__TIME_TEXT_SIZE];
     if (cols > (int)(sizeof row / sizeof row[0])) cols = (int)(sizeof row / sizeof row[0]);
     for (int r = 0; r < rows && rc == LQ_OK && on_row; r++) {
         for (int i = 0; i < cols; i++) read_column(&row[i], res, r, i, times[i]);

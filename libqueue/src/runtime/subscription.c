@@ -430,6 +430,7 @@ static int prepare_all(lq_subscription *s) {
         const lq__stmt *stmt;
     } all[] = {
         {"claim", &s->sql.claim},          {"claim", &s->sql.claim_in_room},
+        {"claim", &s->sql.claim_one},
         {"take", &s->sql.take},
         {"take", &s->sql.take_read},       {"lease stamp", &s->sql.stamp},
         {"FIFO group guard", &s->sql.guard},

@@ -281,6 +281,7 @@ static int claim_one(lq_delivery **out, bool *full, lq__strbuf *passed, lq_subsc
     args[LQ__P_PASSED] = (lq__value){.type = LQ__V_TEXT, .p = past, .n = strlen(past)};
     one_ctx one = {.s = s, .slot = -1};
     int rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim_one, args, on_one, &one);
+    args[LQ__P_SLOTS] = args[LQ__P_PASSED] = (lq__value){.type = LQ__V_NULL}; /* theirs are ours */
     if (rc == LQ_OK && !one.answered) rc = lq__error(LQ_BACKEND, "the claim of one row answered nothing");
     slots held = {0};
     if (one.key && one.slot >= 0) {
