@@ -144,9 +144,12 @@ def test_stats_shows_a_table_and_its_cap(folder: Path, db: Any) -> None:
 
 def test_stats_watch_redraws_until_interrupted(folder: Path, db: Any) -> None:
     cli(folder, db, "--table", "jobs", "init")
+    # SIGINT as a terminal gives it, even where the suite runs with SIGINT
+    # ignored (started in the background), which the child would inherit.
     proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "stats",
                              "--watch"], cwd=folder, env=dict(os.environ, LIBQUEUE_URL=db.url),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(2.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=TIMEOUT_S)
