@@ -7,8 +7,8 @@
  *       row lock  BEGIN; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT, which
  *                 at b = 1 is COMMIT AND CHAIN, opening the next claim's transaction
  *       lease     claim (WITH .. UPDATE, autocommit); DELETE .. AND locked_until (autocommit)
- *       advisory  candidates; pg_try_advisory_lock; take (UPDATE .. RETURNING);
- *                 DELETE; pg_advisory_unlock
+ *       advisory  one statement: the first free key in claim order, and its take
+ *                 (UPDATE .. RETURNING); DELETE; pg_advisory_unlock
  *       With --batch b > 1 the rows of a claim settle in one DELETE .. = ANY($1).
  *   raw_pg --url U --workload W2-single|W2-bulk [--n N]
  *       N prepared INSERTs, each its own transaction, or multi-row INSERTs of 1000
@@ -51,10 +51,8 @@ static bool pg_open(raw_worker *w) {
         return prepare(w, c->pg, "claim", PG_LEASE_CLAIM) &&
                prepare(w, c->pg, "ack", batch ? PG_LEASE_BATCH_ACK : PG_LEASE_ACK);
     case BENCH_ADVISORY:
-        return prepare(w, c->pg, "claim", PG_ADVISORY_CLAIM) &&
-               prepare(w, c->pg, "take", PG_ADVISORY_TAKE) &&
-               prepare(w, c->pg, "ack", PG_ADVISORY_ACK) && prepare(w, c->pg, "lock", PG_LOCK_KEY) &&
-               prepare(w, c->pg, "unlock", PG_UNLOCK_KEY);
+        return prepare(w, c->pg, "claim_one", PG_ADVISORY_CLAIM_ONE) &&
+               prepare(w, c->pg, "ack", PG_ADVISORY_ACK) && prepare(w, c->pg, "unlock", PG_UNLOCK_KEY);
     default: return false;
     }
 }
@@ -174,46 +172,45 @@ static bool drain_lease(raw_worker *w) {
     }
 }
 
-/* Advisory: read candidates whose key no other session holds, lock the
- * first one free on this connection, take the row, delete it, unlock. */
+/* Advisory: one statement takes the first row in claim order whose key no
+ * session holds and counts its attempt (no concurrency: no slot asked for),
+ * as the library claims each row; then the row is deleted and its key let
+ * go. A key taken whose row was not (settled meanwhile) is let go, and the
+ * next statement passes over that row. */
 static bool drain_advisory(raw_worker *w) {
-    char limit[24], id[24];
+    char id[24], passed[24 * 64] = "{}";
+    int64_t skipped[64];
+    int nskipped = 0;
     unsigned touch = 0;
-    raw_itoa(limit, w->cfg->threads);
     for (;;) {
-        const char *claim_args[1] = {limit};
-        PGresult *cands = run(w, "claim", 1, claim_args, 0);
-        if (!cands) return false;
-        int n = PQntuples(cands);
-        if (n == 0) {
-            PQclear(cands);
+        const char *args[10] = {"0", "0", "0", "", "0", "0", passed, "0", "0", ""};
+        PGresult *r = run(w, "claim_one", 10, args, 1);
+        if (!r) return false;
+        if (PQntuples(r) != 1 || PQgetisnull(r, 0, 1)) { /* no row whose key is free */
+            PQclear(r);
             return true;
         }
-        for (int i = 0; i < n; i++) {
-            const char *key_args[1] = {PQgetvalue(cands, i, 1)};
-            PGresult *r = run(w, "lock", 1, key_args, 0);
-            if (!r) return false;
-            bool locked = PQgetvalue(r, 0, 0)[0] == 't';
-            PQclear(r);
-            if (!locked) {
-                w->retries++;
-                continue;
-            }
-            const char *id_args[1] = {raw_itoa(id, strtoll(PQgetvalue(cands, i, 0), NULL, 10))};
-            if (!(r = run(w, "take", 1, id_args, 1))) return false;
-            int64_t ids[1];
-            int taken = read_ids(r, ids, 1, &touch);
-            PQclear(r);
-            if (taken) {
-                if (!(r = run(w, "ack", 1, id_args, 0))) return false;
+        bool taken = !PQgetisnull(r, 0, 4);
+        const char *key_args[1] = {PQgetvalue(r, 0, 2)};
+        PGresult *done = NULL;
+        if (taken) {
+            const char *id_args[1] = {raw_itoa(id, be64(PQgetvalue(r, 0, 4)))};
+            if (PQgetlength(r, 0, 5) > 0) touch += (unsigned char)PQgetvalue(r, 0, 5)[0];
+            if (!(done = run(w, "ack", 1, id_args, 0))) {
                 PQclear(r);
-                w->jobs++;
+                return false;
             }
-            if (!(r = run(w, "unlock", 1, key_args, 0))) return false;
-            PQclear(r);
-            if (taken) break;
+            PQclear(done);
+            w->jobs++;
+        } else {
+            w->retries++;
+            if (nskipped < 64) skipped[nskipped++] = be64(PQgetvalue(r, 0, 1));
+            id_array(passed, sizeof passed, skipped, nskipped);
         }
-        PQclear(cands);
+        done = run(w, "unlock", 1, key_args, 0);
+        PQclear(r);
+        if (!done) return false;
+        PQclear(done);
     }
 }
 

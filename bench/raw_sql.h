@@ -42,6 +42,25 @@
     "UPDATE \"lq_bench_jobs\" SET \"attempt\" = \"attempt\" + 1 WHERE \"id\" = $1 AND 1 = 1 "        \
     "RETURNING (\"id\")::bigint AS \"lq_c0\", \"payload\" AS \"lq_c1\", (\"attempt\" - 1)::bigint "  \
     "AS \"lq_c2\""
+/* The claim of one row in one statement, as the library runs it (with no
+ * concurrency: $1-$6 and $8-$10 are the slots', $7 the rows passed over). */
+#define PG_ADVISORY_CLAIM_ONE \
+    "WITH \"lq_slot\" AS (SELECT ((\"lq_i\" + $1::int) % $2::int) AS \"lq_s\" FROM " \
+    "generate_series(0, $3::int - 1) AS \"lq_i\" WHERE " \
+    "pg_try_advisory_lock(hashtextextended($4::text || ((\"lq_i\" + $5::int) % " \
+    "$6::int)::text, 0)) LIMIT 1), \"lq_key\" AS (SELECT \"lq_id\", \"lq_key\" FROM (SELECT " \
+    "\"id\"::bigint AS \"lq_id\", concat('', 'job-', \"id\") AS \"lq_key\" FROM " \
+    "\"lq_bench_jobs\" WHERE 1 = 1 AND NOT (\"id\" = ANY($7::bigint[])) ORDER BY \"id\" " \
+    "OFFSET 0) AS \"lq_candidates\" WHERE ($8::int = 0 OR EXISTS (SELECT 1 FROM \"lq_slot\")) " \
+    "AND CASE WHEN $9::int = 0 OR EXISTS (SELECT 1 FROM \"lq_slot\") THEN " \
+    "pg_try_advisory_lock(hashtextextended(\"lq_key\", 0)) ELSE false END LIMIT 1), " \
+    "\"lq_taken\" AS (UPDATE \"lq_bench_jobs\" SET \"attempt\" = \"attempt\" + 1 WHERE \"id\" " \
+    "= (SELECT \"lq_id\" FROM \"lq_key\") AND 1 = 1 RETURNING (\"id\")::bigint AS \"lq_c0\", " \
+    "\"payload\" AS \"lq_c1\", (\"attempt\" - 1)::bigint AS \"lq_c2\") SELECT " \
+    "\"lq_slot\".\"lq_s\", \"lq_key\".\"lq_id\", \"lq_key\".\"lq_key\", CASE WHEN " \
+    "\"lq_key\".\"lq_id\" IS NULL THEN pg_advisory_unlock(hashtextextended($10::text || " \
+    "\"lq_slot\".\"lq_s\"::text, 0)) END, \"lq_taken\".* FROM (SELECT 1) AS \"lq_one\" LEFT " \
+    "JOIN \"lq_slot\" ON true LEFT JOIN \"lq_key\" ON true LEFT JOIN \"lq_taken\" ON true"
 #define PG_ADVISORY_ACK "DELETE FROM \"lq_bench_jobs\" WHERE \"id\" = $1"
 /* Sent as text by the dialect (postgres.c, lock_call), not from the sqlset. */
 #define PG_LOCK_KEY "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"

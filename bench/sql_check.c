@@ -29,7 +29,7 @@ static void print_set(const char *where, const lq__sqlset *set, const lq__stmt *
     const struct {
         const char *name;
         const lq__stmt *stmt;
-    } all[] = {{"claim", &set->claim}, {"take", &set->take}, {"take_read", &set->take_read}, {"take_set", &set->take_set},
+    } all[] = {{"claim", &set->claim}, {"claim_one", &set->claim_one}, {"take", &set->take}, {"take_read", &set->take_read}, {"take_set", &set->take_set},
                {"stamp", &set->stamp}, {"ack", &set->ack},   {"ack_set", &set->ack_set},
                {"ack_set_held", &set->ack_set_held}, {"release", &set->release},
                {"extend", &set->extend}, {"insert", insert}};
@@ -42,22 +42,22 @@ int main(int argc, char **argv) {
     const struct {
         const lq__dialect *dialect;
         bench_form form;
-        const char *claim, *take, *take_read, *stamp, *ack, *insert, *ack_set;
+        const char *claim, *take, *take_read, *stamp, *ack, *insert, *ack_set, *claim_one;
     } cases[] = {
         {&lq__postgres_dialect, BENCH_ROW_LOCK, PG_ROW_LOCK_CLAIM, NULL, NULL, NULL, PG_ROW_LOCK_ACK, PG_INSERT,
-         PG_ROW_LOCK_BATCH_ACK},
+         PG_ROW_LOCK_BATCH_ACK, NULL},
         {&lq__postgres_dialect, BENCH_LEASE, PG_LEASE_CLAIM, NULL, NULL, NULL, PG_LEASE_ACK, PG_INSERT,
-         PG_LEASE_BATCH_ACK},
+         PG_LEASE_BATCH_ACK, NULL},
         {&lq__postgres_dialect, BENCH_ADVISORY, PG_ADVISORY_CLAIM, PG_ADVISORY_TAKE, NULL, NULL,
-         PG_ADVISORY_ACK, PG_INSERT, NULL},
+         PG_ADVISORY_ACK, PG_INSERT, NULL, PG_ADVISORY_CLAIM_ONE},
         {&lq__sqlite_dialect, BENCH_LEASE, SQ_LEASE_CLAIM, NULL, NULL, NULL, SQ_LEASE_ACK, SQ_INSERT,
-         SQ_LEASE_BATCH_ACK},
+         SQ_LEASE_BATCH_ACK, NULL},
         {&lq__sqlite_dialect, BENCH_ADVISORY, SQ_ADVISORY_CLAIM, SQ_ADVISORY_TAKE, NULL, NULL,
-         SQ_ADVISORY_ACK, SQ_INSERT, NULL},
-        {&lq__mysql_dialect, BENCH_ROW_LOCK, MY_ROW_LOCK_CLAIM, NULL, NULL, NULL, MY_ROW_LOCK_ACK, MY_INSERT, NULL},
-        {&lq__mysql_dialect, BENCH_LEASE, MY_LEASE_CLAIM, NULL, NULL, MY_LEASE_STAMP, MY_LEASE_ACK, MY_INSERT, NULL},
+         SQ_ADVISORY_ACK, SQ_INSERT, NULL, NULL},
+        {&lq__mysql_dialect, BENCH_ROW_LOCK, MY_ROW_LOCK_CLAIM, NULL, NULL, NULL, MY_ROW_LOCK_ACK, MY_INSERT, NULL, NULL},
+        {&lq__mysql_dialect, BENCH_LEASE, MY_LEASE_CLAIM, NULL, NULL, MY_LEASE_STAMP, MY_LEASE_ACK, MY_INSERT, NULL, NULL},
         {&lq__mysql_dialect, BENCH_ADVISORY, MY_ADVISORY_CLAIM, MY_ADVISORY_TAKE, MY_ADVISORY_TAKE_READ,
-         NULL, MY_ADVISORY_ACK, MY_INSERT, NULL},
+         NULL, MY_ADVISORY_ACK, MY_INSERT, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char where[64];
@@ -74,6 +74,7 @@ int main(int argc, char **argv) {
         }
         if (print) print_set(where, &set, &insert);
         expect(where, "claim", &set.claim, cases[i].claim);
+        if (cases[i].claim_one) expect(where, "claim_one", &set.claim_one, cases[i].claim_one);
         if (cases[i].take) expect(where, "take", &set.take, cases[i].take);
         if (cases[i].take_read) expect(where, "take_read", &set.take_read, cases[i].take_read);
         if (cases[i].stamp) expect(where, "stamp", &set.stamp, cases[i].stamp);

@@ -68,12 +68,13 @@ static int key_connection(lq__conn **out, lq_subscription *s, lq__conn *shared, 
 }
 
 /* Lets a key and a candidate's slots go (NULL: none), in one round trip
- * where the database can; false when a release was not confirmed. */
+ * where the database can (one key alone by the simpler call); false when a
+ * release was not confirmed. */
 static bool unlock_all(lq_subscription *s, lq__conn *conn, const char *key, const char *slot,
                        const char *key_slot) {
     const lq__dialect *d = s->broker->dialect;
     const char *const keys[3] = {key, slot, key_slot};
-    if (d->unlock_keys && (key || slot || key_slot)) return d->unlock_keys(conn, keys);
+    if (d->unlock_keys && (!!key + !!slot + !!key_slot) > 1) return d->unlock_keys(conn, keys);
     bool confirmed = true;
     for (int i = 0; i < 3; i++)
         if (keys[i] && !d->unlock_key(conn, &s->broker->target, keys[i])) confirmed = false;
