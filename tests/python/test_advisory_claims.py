@@ -191,3 +191,32 @@ def test_a_key_with_quotes_and_backslashes_is_taken_and_let_go_under_a_limit(db,
             assert sub.stat("settle_errors") == 0
     assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
     assert most[0] <= 2
+
+
+@pytest.mark.forms("advisory")
+def test_a_limit_above_one_statements_tries_fills_every_slot(db, form) -> None:
+    """concurrency=20, more slots than one statement tries on MySQL (16 a
+    statement, the rest in the next): handlers that wait for one another
+    reach 20 at once, never more."""
+    table = make_table(form)
+    db.create_table(table)
+    limit, rows = 20, 60
+    lock = threading.Condition()
+    running, most, seen = [0], [0], Recorder()
+
+    def handle(d: libqueue.Delivery) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            lock.notify_all()
+            lock.wait_for(lambda: running[0] >= limit or most[0] >= limit, timeout=2)
+            running[0] -= 1
+        seen.add(d.payload)
+
+    with libqueue.Broker(db.url, pool_size=limit + 6) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=limit + 4, concurrency=limit, poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
+    assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
+    assert most[0] == limit, "%d ran at once under concurrency=%d" % (most[0], limit)

@@ -251,17 +251,18 @@ static int run_plain(lq__conn *c, const char *sql) {
 }
 
 /* One row of text from SQL of our own: copies of up to `n` columns (NULL
- * where SQL NULL or absent), which the caller frees. */
-static int query_row(lq__conn *c, const char *sql, char **out, unsigned n) {
+ * where SQL NULL or absent), which the caller frees; a failure says `what`
+ * was being done. */
+static int query_row_as(lq__conn *c, const char *sql, const char *what, char **out, unsigned n) {
     for (unsigned i = 0; i < n; i++) out[i] = NULL;
     if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) != 0)
-        return conn_error(c, LQ_BACKEND, sql);
+        return conn_error(c, LQ_BACKEND, what);
     MYSQL_RES *res = mysql_store_result(c->my);
-    if (!res) return conn_error(c, LQ_BACKEND, sql);
+    if (!res) return conn_error(c, LQ_BACKEND, what);
     MYSQL_ROW row = mysql_fetch_row(res);
     unsigned fields = mysql_num_fields(res);
     int rc = LQ_OK;
-    if (!row) rc = lq__error(LQ_BACKEND, "mysql: %s returned no row", sql);
+    if (!row) rc = lq__error(LQ_BACKEND, "mysql: %s returned no row", what);
     for (unsigned i = 0; rc == LQ_OK && i < n && i < fields; i++) {
         if (row[i] && !(out[i] = lq__strdup(row[i]))) rc = lq__error(LQ_NOMEM, "out of memory");
     }
@@ -276,6 +277,11 @@ static int query_row(lq__conn *c, const char *sql, char **out, unsigned n) {
             out[i] = NULL;
         }
     return rc;
+}
+
+/* The same, saying the SQL it ran (short statements). */
+static int query_row(lq__conn *c, const char *sql, char **out, unsigned n) {
+    return query_row_as(c, sql, sql, out, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1618,43 +1624,46 @@ static bool my_unlock_key(lq__conn *c, const lq__broker_target *target, const ch
     return rc == LQ_OK && answer == 1;
 }
 
-/* "(IS_USED_LOCK('<name>') IS NULL AND COALESCE(GET_LOCK('<name>', 0), 0) = 1)":
- * my_try_lock_key's try, with the name escaped for the session's charset. */
-static void add_try(lq__strbuf *sb, lq__conn *c, const char *name) {
-    size_t n = strlen(name);
-    char *escaped = malloc(2 * n + 1);
-    if (!escaped) {
-        sb->failed = true;
-        return;
-    }
-    mysql_real_escape_string(c->my, escaped, name, (unsigned long)n);
-    lq__sb_addf(sb, "(IS_USED_LOCK('%s') IS NULL AND COALESCE(GET_LOCK('%s', 0), 0) = 1)", escaped, escaped);
-    free(escaped);
+/* A lock name as SQL text: CONVERT(X'<its bytes in hex>' USING utf8mb4),
+ * the very string a bound parameter gives (the session is utf8mb4), with no
+ * escaping for sql_mode or charset to get wrong. */
+static void add_name(lq__strbuf *sb, const char *name) {
+    lq__sb_add(sb, "CONVERT(X'");
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) lq__sb_addf(sb, "%02x", *p);
+    lq__sb_add(sb, "' USING utf8mb4)");
 }
 
-/* The slots "<prefix><i>" tried in turn from `first` in one statement: CASE
- * stops at its first true branch and AND at its first false, so no name past
- * the first free one is tried, and `then` is tried once, in that branch. The
- * answer is 2 * the slot, plus 1 where `then` was taken; NULL when every slot
- * is held. */
-static int my_try_lock_any(int *taken, bool *then_taken, lq__conn *c, const char *prefix, int n, int first,
-                           const char *then) {
-    *taken = -1;
-    *then_taken = false;
-    int rc = ensure_thread();
-    if (rc != LQ_OK) return rc;
+/* "(IS_USED_LOCK(<name>) IS NULL AND COALESCE(GET_LOCK(<name>, 0), 0) = 1)":
+ * my_try_lock_key's try. */
+static void add_try(lq__strbuf *sb, const char *name) {
+    lq__sb_add(sb, "(IS_USED_LOCK(");
+    add_name(sb, name);
+    lq__sb_add(sb, ") IS NULL AND COALESCE(GET_LOCK(");
+    add_name(sb, name);
+    lq__sb_add(sb, ", 0), 0) = 1)");
+}
+
+enum { TRIES_A_STATEMENT = 16 }; /* slots one statement tries: its size stays bounded */
+
+/* Slots "<prefix><i>" for `count` i from `from` (round the n), tried in turn
+ * in one statement: CASE stops at its first true branch and AND at its first
+ * false, so no name past the first free one is tried, and `then` is tried
+ * once, in that branch. The answer is 2 * the slot, plus 1 where `then` was
+ * taken; NULL when every slot tried is held. */
+static int try_slots(int *taken, bool *then_taken, lq__conn *c, const char *prefix, int n, int from,
+                     int count, const char *then) {
     lq__strbuf sql = {0};
     lq__sb_add(&sql, "SELECT CASE");
-    for (int i = 0; i < n; i++) {
-        int slot = (first + i) % n;
+    for (int i = 0; i < count; i++) {
+        int slot = (from + i) % n;
         char name[NAME_LIMIT + 16];
         snprintf(name, sizeof name, "%s%d", prefix, slot);
         lq__sb_add(&sql, " WHEN ");
-        add_try(&sql, c, name);
+        add_try(&sql, name);
         lq__sb_addf(&sql, " THEN %d", 2 * slot);
         if (then) {
             lq__sb_add(&sql, " + IF(");
-            add_try(&sql, c, then);
+            add_try(&sql, then);
             lq__sb_add(&sql, ", 1, 0)");
         }
     }
@@ -1662,7 +1671,7 @@ static int my_try_lock_any(int *taken, bool *then_taken, lq__conn *c, const char
     char *text = lq__sb_take(&sql);
     if (!text) return lq__error(LQ_NOMEM, "out of memory");
     char *answer = NULL;
-    rc = noted(c, query_row(c, text, &answer, 1));
+    int rc = noted(c, query_row_as(c, text, "trying the concurrency slots", &answer, 1));
     free(text);
     if (rc == LQ_OK && answer) {
         int got = atoi(answer);
@@ -1670,6 +1679,20 @@ static int my_try_lock_any(int *taken, bool *then_taken, lq__conn *c, const char
         *then_taken = got % 2 == 1;
     }
     free(answer);
+    return rc;
+}
+
+/* The n slots from `first`, a statement for each TRIES_A_STATEMENT of them,
+ * until one is taken. */
+static int my_try_lock_any(int *taken, bool *then_taken, lq__conn *c, const char *prefix, int n, int first,
+                           const char *then) {
+    *taken = -1;
+    *then_taken = false;
+    int rc = ensure_thread();
+    for (int from = 0; rc == LQ_OK && *taken < 0 && from < n; from += TRIES_A_STATEMENT) {
+        int count = n - from < TRIES_A_STATEMENT ? n - from : TRIES_A_STATEMENT;
+        rc = try_slots(taken, then_taken, c, prefix, n, first + from, count, then);
+    }
     return rc;
 }
 
