@@ -102,6 +102,27 @@ static int try_lock_any(int *taken, bool *then_locked, lq_subscription *s, lq__c
     return LQ_OK;
 }
 
+typedef char slot_prefix[64];
+
+/* The prefix of a queue's slots' keys (pkey NULL), or of a partition key's. */
+static void slots_of(slot_prefix prefix, const lq_subscription *s, const char *pkey) {
+    unsigned long long queue = lq__fnv1a_str(s->limit_key);
+    if (pkey) snprintf(prefix, sizeof(slot_prefix), "lq-kslot-%016llx-%016llx-", queue,
+                       (unsigned long long)lq__fnv1a_str(pkey));
+    else snprintf(prefix, sizeof(slot_prefix), "lq-slot-%016llx-", queue);
+}
+
+/* Slot i's key name. */
+static void slot_name(char out[80], const slot_prefix prefix, long long i) {
+    snprintf(out, 80, "%s%lld", prefix, i);
+}
+
+/* The slot of n a claim's tries start at. */
+static int first_slot(const lq__conn *conn, int n) {
+    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
+    return rand_r(&seed) % n;
+}
+
 /* concurrency in the advisory form: a slot is one more advisory key,
  * "lq-slot-<hash of the queue>-<i>" for i below the limit, taken on the
  * session (or in the process) that takes the row's key and held as long:
@@ -113,22 +134,6 @@ static int try_lock_any(int *taken, bool *then_locked, lq_subscription *s, lq__c
  * every slot is held, the queue (or the key) is at its limit. Once a slot
  * is held, `then` (NULL: none) is tried too, in the same round trip where
  * the database can: *then_locked. */
-typedef char slot_prefix[64];
-
-/* The prefix of a queue's slots' keys (pkey NULL), or of a partition key's. */
-static void slots_of(slot_prefix prefix, const lq_subscription *s, const char *pkey) {
-    unsigned long long queue = lq__fnv1a_str(s->limit_key);
-    if (pkey) snprintf(prefix, sizeof(slot_prefix), "lq-kslot-%016llx-%016llx-", queue,
-                       (unsigned long long)lq__fnv1a_str(pkey));
-    else snprintf(prefix, sizeof(slot_prefix), "lq-slot-%016llx-", queue);
-}
-
-/* The slot of n a claim's tries start at. */
-static int first_slot(const lq__conn *conn, int n) {
-    unsigned seed = (unsigned)lq__mono_us() ^ (unsigned)(uintptr_t)conn; /* no lock held */
-    return rand_r(&seed) % n;
-}
-
 static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq__conn *conn,
                      const char *pkey, const char *then) {
     *slot_out = NULL;
@@ -139,7 +144,7 @@ static int take_slot(char **slot_out, bool *then_locked, lq_subscription *s, lq_
     int taken;
     int rc = try_lock_any(&taken, then_locked, s, conn, prefix, n, first_slot(conn, n), then);
     if (taken < 0) return rc;
-    snprintf(name, sizeof name, "%s%d", prefix, taken);
+    slot_name(name, prefix, taken);
     if (rc != LQ_OK || !(*slot_out = lq__strdup(name))) {
         /* Not confirmed, a lock ends with its session: the caller ends it
          * on any failure (lq__advisory_claim). */
@@ -287,7 +292,7 @@ static int claim_one(lq_delivery **out, bool *full, lq__strbuf *passed, lq_subsc
     slots held = {0};
     if (one.key && one.slot >= 0) {
         char name[80];
-        snprintf(name, sizeof name, "%s%lld", prefix, (long long)one.slot);
+        slot_name(name, prefix, one.slot);
         if (!(held.queue = lq__strdup(name)) && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
     }
     if (rc == LQ_OK && one.taken) {
