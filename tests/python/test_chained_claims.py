@@ -13,7 +13,7 @@ import pytest
 
 import libqueue
 
-from helpers import POLL_MS, make_table, wait_until
+from helpers import POLL_MS, Recorder, make_table, wait_until
 
 
 def _named_broker(db) -> tuple:
@@ -97,3 +97,137 @@ def test_a_worker_claiming_after_its_settlement_starts_no_transaction(db) -> Non
     # own; each of the others runs in the transaction its row's commit
     # chained (one START TRANSACTION a row without it).
     assert begun < rows // 3, begun
+
+
+# The advisory form: a push worker's settlement claims its next row in the
+# same transaction, on the session that holds the settled row's key and
+# slot, and lets that key go once it committed.
+
+
+def _commits(db) -> int:
+    return int(db.scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
+
+
+def _advisory_locks(db) -> int:
+    return int(db.scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+
+
+@pytest.mark.dialect("postgresql")
+def test_an_advisory_worker_claims_its_next_row_in_its_settlements_transaction(db) -> None:
+    """One commit for a row's ack and the next row's claim, and one
+    statement after it for the key: two transactions a row, where a
+    settlement and a claim of their own take three."""
+    table = make_table("advisory")
+    db.create_table(table)
+    rows = 200
+    broker, name = _named_broker(db)
+    seen = Recorder()
+    try:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        time.sleep(1.2)  # sessions report their counts within a second of going idle
+        before = _commits(db)
+        # The first poll reads whether the queue is paused; the next is after the drain.
+        with broker.subscribe(table, workers=1, concurrency=2, poll_interval_ms=3000) as sub:
+            sub.run(lambda d: seen.add((d.payload, d.attempt)))
+            wait_until(lambda: len(seen) == rows, what="every row")
+            wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
+    finally:
+        broker.close()
+    # A session reports its counts as it ends.
+    wait_until(lambda: db.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+                                 (name,)) == 0, what="the broker's sessions gone")
+    time.sleep(1.2)
+    commits = _commits(db) - before
+    assert sorted(seen.snapshot()) == sorted((b"%d" % i, 1) for i in range(rows))
+    assert db.count("jobs") == 0
+    assert commits < rows * 5 // 2, "%d transactions for %d rows" % (commits, rows)
+
+
+@pytest.mark.dialect("postgresql")
+def test_rows_settlements_claimed_run_once_within_the_limit_while_pauses_come_and_go(db) -> None:
+    table = make_table("advisory")
+    db.create_table(table)
+    rows, limit = 150, 2
+    runs, open_now, most = Recorder(), [0], [0]
+    lock = threading.Lock()
+
+    def handler(d: libqueue.Delivery) -> None:
+        with lock:
+            open_now[0] += 1
+            most[0] = max(most[0], open_now[0])
+        runs.add((d.payload, d.attempt))
+        time.sleep(0.005)
+        with lock:
+            open_now[0] -= 1
+
+    stop = threading.Event()
+    with libqueue.Broker(db.url) as broker, libqueue.Broker(db.url) as pauser:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+
+        def toggle() -> None:
+            while not stop.wait(0.07):
+                pauser.pause(table)
+                time.sleep(0.03)
+                pauser.resume(table)
+
+        toggler = threading.Thread(target=toggle)
+        with broker.subscribe(table, workers=4, concurrency=limit, poll_interval_ms=POLL_MS) as sub:
+            sub.run(handler)
+            toggler.start()
+            try:
+                wait_until(lambda: len(runs) == rows, timeout=30, what="every row")
+            finally:
+                stop.set()
+                toggler.join()
+            pauser.resume(table)
+            wait_until(lambda: sub.stat("in_work") == 0, what="the last settlements")
+            wait_until(lambda: _advisory_locks(db) == 0, what="every key and slot let go")
+    assert sorted(runs.snapshot()) == sorted((b"%d" % i, 1) for i in range(rows))
+    assert most[0] <= limit
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_stop_gives_back_the_rows_settlements_claimed_unrun(db) -> None:
+    """Workers stopped between a settlement that claimed their next row and
+    its run give that row back: its attempt unspent, its key and slot free."""
+    table = make_table("advisory")
+    db.create_table(table)
+    rows = 400
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        sub = broker.subscribe(table, workers=4, concurrency=3, poll_interval_ms=POLL_MS)
+        sub.run(lambda d: time.sleep(0.002))
+        wait_until(lambda: sub.stat("delivered") >= rows // 4, what="a quarter of the rows delivered")
+        sub.stop()
+        delivered = sub.stat("delivered")
+        assert sub.stat("settled") == delivered
+        sub.close()
+        assert db.count("jobs") == rows - delivered
+        assert db.count("jobs", "attempt != 1") == 0  # as published: none spent
+        assert _advisory_locks(db) == 0
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_retry_and_the_claim_it_carries_count_each_attempt_once(db) -> None:
+    """A settlement that sends its row back may claim that very row again in
+    the same transaction (its key is the session's already): each run still
+    counts one attempt."""
+    table = make_table("advisory")
+    db.create_table(table)
+    rows = 40
+    runs = Recorder()
+
+    def handler(d: libqueue.Delivery) -> None:
+        runs.add((d.payload, d.attempt))
+        if d.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=2, concurrency=2, poll_interval_ms=POLL_MS) as sub:
+            sub.run(handler)
+            wait_until(lambda: db.count("jobs") == 0, timeout=30, what="every row acked")
+            wait_until(lambda: sub.stat("in_work") == 0, what="the last settlements")
+    assert sorted(runs.snapshot()) == sorted((b"%d" % i, a) for i in range(rows) for a in (1, 2))
+    assert _advisory_locks(db) == 0

@@ -1011,7 +1011,7 @@ static int pg_lock_queue(lq__conn *c, const char *key) {
 
 /* One statement of a pipeline: text without parameters (BEGIN, COMMIT), a
  * statement of the dialect's own with text values, or the core's with its
- * arguments; its rows go to on_row. */
+ * arguments; its rows, in binary as read_rows reads them, go to on_row. */
 typedef struct pg_piece {
     const char *text;
     const lq__stmt *stmt;
@@ -1022,6 +1022,7 @@ typedef struct pg_piece {
     void *ctx;
     bool *done; /* set when the server ran it (may be NULL) */
     int64_t *changes; /* the rows it changed (may be NULL) */
+    bool own_tx; /* a sync ends its implicit transaction: the pieces after it run whatever it did */
 } pg_piece;
 
 /* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
@@ -1041,8 +1042,8 @@ static int send_piece(lq__conn *c, const pg_piece *p, const char *name) {
     const lq__stmt *st = p->stmt;
     int sent;
     if (p->params) {
-        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 0)
-                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 0);
+        sent = name ? PQsendQueryPrepared(c->pg, name, p->nparams, p->params, NULL, NULL, 1)
+                    : PQsendQueryParams(c->pg, st->sql, p->nparams, NULL, p->params, NULL, NULL, 1);
         return sent ? LQ_OK : LQ_BACKEND;
     }
     int count = lq__stmt_values(st);
@@ -1100,6 +1101,20 @@ static int read_piece(int *first, lq__conn *c, const pg_piece *p, int64_t *deadl
     return rc;
 }
 
+/* Reads a sync's answer, and leaves pipeline mode after the last one. */
+static int read_sync(lq__conn *c, bool last) {
+    int64_t deadline = 0;
+    PGresult *sync = NULL;
+    int rc = await_ready(c, &deadline);
+    if (rc == LQ_OK) sync = PQgetResult(c->pg);
+    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || (last && !PQexitPipelineMode(c->pg)))) {
+        c->broken = true;
+        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
+    }
+    if (sync) PQclear(sync);
+    return rc;
+}
+
 /* Sends every piece, then a sync, at once, and reads the answers in order:
  * one round trip. The first failure is the result; the server skips what
  * follows it up to the sync, and a transaction it was in stays open, failed,
@@ -1110,7 +1125,10 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
     if (rc != LQ_OK) return rc;
     if (!PQenterPipelineMode(c->pg)) return pg_error(c, NULL, LQ_BACKEND, "cannot start a pipeline");
-    for (int i = 0; rc == LQ_OK && i < count; i++) rc = send_piece(c, &pieces[i], names[i]);
+    for (int i = 0; rc == LQ_OK && i < count; i++) {
+        rc = send_piece(c, &pieces[i], names[i]);
+        if (rc == LQ_OK && pieces[i].own_tx && i < count - 1 && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
+    }
     if (rc == LQ_OK && !PQpipelineSync(c->pg)) rc = LQ_BACKEND;
     if (rc != LQ_OK) {
         c->broken = true; /* what was sent of it is unknown: the pool closes it */
@@ -1127,20 +1145,19 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
         return pg_error(c, NULL, LQ_CONNECT, "the connection failed");
     }
     /* Each statement has the connection's deadline of its own, as when sent
-     * alone: the server's statement_timeout is per statement too. */
-    int first = LQ_OK;
+     * alone: the server's statement_timeout is per statement too. A failure
+     * skips the statements up to the next sync (`failed`, within it). */
+    int first = LQ_OK, failed = LQ_OK;
     for (int i = 0; rc == LQ_OK && i < count; i++) {
         deadline = 0;
-        rc = read_piece(&first, c, &pieces[i], &deadline);
+        rc = read_piece(&failed, c, &pieces[i], &deadline);
+        if (first == LQ_OK) first = failed;
+        if (rc == LQ_OK && pieces[i].own_tx && i < count - 1) {
+            rc = read_sync(c, false);
+            failed = LQ_OK;
+        }
     }
-    PGresult *sync = NULL;
-    deadline = 0;
-    if (rc == LQ_OK && (rc = await_ready(c, &deadline)) == LQ_OK) sync = PQgetResult(c->pg);
-    if (rc == LQ_OK && (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC || !PQexitPipelineMode(c->pg))) {
-        c->broken = true;
-        rc = pg_error(c, NULL, LQ_CONNECT, "a pipeline did not end as sent");
-    }
-    if (sync) PQclear(sync);
+    if (rc == LQ_OK) rc = read_sync(c, true);
     return rc != LQ_OK ? rc : first;
 }
 
@@ -1179,6 +1196,34 @@ static int pg_exec_commit(bool *committed, lq__conn *c, const lq__step *steps, i
     if (rc != LQ_OK) return rc;
     pieces[count] = (pg_piece){.text = "COMMIT", .done = committed};
     return run_pieces(c, pieces, count + 1);
+}
+
+static int on_unlocked(void *arg, const lq__value *cols, int count) {
+    bool *confirmed = arg;
+    *confirmed = count == 3;
+    for (int i = 0; i < count; i++)
+        if (cols[i].type != LQ__V_NULL && !lq__value_int(&cols[i])) *confirmed = false;
+    return LQ_OK;
+}
+
+/* The steps commit (at their sync, or by a COMMIT of their own) before the
+ * keys go: no claim can take a key while its row is as it was before. */
+static int pg_exec_unlock(bool *committed, bool *confirmed, lq__conn *c, const lq__step *steps,
+                          int count, const char *const keys[3]) {
+    pg_piece pieces[PG_PIPE_STEPS + 3];
+    bool tx = count > 1;
+    int n = tx;
+    *committed = *confirmed = false;
+    if (tx) pieces[0] = (pg_piece){.text = "BEGIN ISOLATION LEVEL READ COMMITTED"};
+    int rc = add_steps(pieces, n, steps, count);
+    if (rc != LQ_OK) return rc;
+    n += count;
+    if (tx) pieces[n++] = (pg_piece){.text = "COMMIT"};
+    pieces[n - 1].done = committed;
+    pieces[n - 1].own_tx = true;
+    pieces[n++] = (pg_piece){.stmt = &unlock_keys_stmt, .params = keys, .nparams = 3,
+                             .on_row = on_unlocked, .ctx = confirmed};
+    return run_pieces(c, pieces, n);
 }
 #endif
 
@@ -1315,6 +1360,7 @@ const lq__dialect lq__postgres_dialect = {
 #ifdef LIBPQ_HAS_PIPELINING
     .begin_locked = pg_begin_locked,
     .exec_commit = pg_exec_commit,
+    .exec_unlock = pg_exec_unlock,
 #endif
     .take_slots = pg_take_slots,
     .row_lock_key_slots = true,

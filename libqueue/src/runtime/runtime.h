@@ -43,6 +43,8 @@ typedef struct lq__freed {
                      * for this worker's next claim instead of going back */
     bool room_taken; /* the queue-wide room the rows freed went to the claim
                       * that settled them (lq__acks_carried): no claim is woken for it */
+    lq_delivery *claimed; /* chained: the row the settlement claimed on conn
+                           * (the advisory form), which the worker's claim takes */
 } lq__freed;
 
 struct lq_delivery {
@@ -197,6 +199,7 @@ struct lq_subscription {
     lq__ready_fd ready;
     int waiting; /* claimed, not yet handed out */
     int in_work; /* handed out, not yet settled */
+    int carried; /* claimed by workers' settlements, not yet taken by their claims */
     /* Of in_work, the rows whose expiry or cancel let their row (and its
      * concurrency slot) go while their handlers still run. */
     int let_go_early;
@@ -322,12 +325,16 @@ LQ__HIDDEN bool lq__acks_whole(const lq__carried *c);
  * acked on their own, as the acker would; the rest too. Lets go of them. */
 LQ__HIDDEN void lq__acks_carried(lq__carried *c, bool committed);
 LQ__HIDDEN void lq__subscription_unref(lq_subscription *s);
-/* Whether a row lock settlement on this thread may commit AND CHAIN: it is
+/* Whether a settlement on this thread may chain the worker's next claim
+ * (a row lock's COMMIT AND CHAIN, an advisory settlement's claim): it is
  * s's push worker's, after the handler, and the worker claims next. */
-LQ__HIDDEN bool lq__subscription_chains(const lq_subscription *s);
+LQ__HIDDEN bool lq__subscription_chains(lq_subscription *s);
 /* The connection this thread chained for s's claim, in its transaction
  * (NULL: none); the claim owns it now. */
 LQ__HIDDEN lq__conn *lq__subscription_take_chained(lq_subscription *s);
+/* The row this thread's settlement claimed for s's claim (NULL: none),
+ * holding the chained connection; the claim owns it now. */
+LQ__HIDDEN lq_delivery *lq__subscription_take_claimed(lq_subscription *s);
 /* A delivery took a connection to hold (a transactional delivery's, unless
  * it was reserved at its claim). */
 LQ__HIDDEN void lq__subscription_hold(lq_subscription *s);
@@ -423,6 +430,18 @@ LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
 /* Lets go of the key an advisory delivery holds; its connection goes into
  * `freed`. */
 LQ__HIDDEN void lq__advisory_release(lq_delivery *d, lq__freed *freed);
+/* A row a worker's settlement claimed (the advisory form) that the worker
+ * will not run: back unrun, its attempt unspent, its keys let go, and its
+ * connection in `freed`. Counted nowhere: it was never handed out. */
+LQ__HIDDEN void lq__settle_give_back(lq_delivery *d, lq__freed *freed);
+/* A settlement's statement on the session that holds an advisory
+ * delivery's keys, and their release once it committed, in one round trip
+ * where the dialect pipelines them (exec_unlock); lq__advisory_release then
+ * has no key left to give back. With claim_next (its worker claims next),
+ * the same transaction claims a row too, which `freed` hands to that claim
+ * on the same session (freed->claimed): one commit for the two. */
+LQ__HIDDEN int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *d,
+                                        const lq__stmt *stmt, const lq__value *args, bool claim_next);
 /* Lease form: whether the delivery's row left its queue (deleted, moved to
  * another group, marked processed) rather than to another claim, asked on
  * conn or a pool connection; false when that cannot be told. */

@@ -173,7 +173,11 @@ static int run_outcome(lq__freed *freed, lq_delivery *dv, lq__outcome outcome, i
     int tries = 0;
     do {
         rc = own_tx ? d->begin(conn, LQ_ISOLATION_DEFAULT) : LQ_OK;
-        if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
+        bool own_keys = s->form == LQ_FORM_ADVISORY && conn == dv->conn && !in_tx && !own_tx;
+        bool claim_next = own_keys && outcome != LQ__RELEASE && lq__subscription_chains(s);
+        if (rc == LQ_OK && stmt && stmt->sql && own_keys)
+            rc = lq__advisory_settle_exec(counted, freed, dv, stmt, args, claim_next);
+        else if (rc == LQ_OK && stmt && stmt->sql) rc = d->exec(counted, conn, stmt, args, NULL, NULL);
         else if (rc == LQ_OK && !stmt) rc = dead_letter_to_table(counted, s, conn, args);
         lost = rc == LQ_OK && changes == 0;
         if (in_tx || own_tx) {
@@ -270,6 +274,20 @@ int lq__settle(lq_delivery *dv, lq__outcome outcome, int64_t delay_ms) {
     if (s->form == LQ_FORM_ADVISORY) lq__advisory_release(dv, &freed);
     lq__subscription_settled(s, &dv, 1, &freed);
     return rc;
+}
+
+void lq__settle_give_back(lq_delivery *dv, lq__freed *freed) {
+    lq_subscription *s = dv->sub;
+    pthread_mutex_lock(&dv->mu);
+    if (s->sql.release.sql) {
+        lq__value args[LQ__P_COUNT];
+        settle_args(args, dv, 0);
+        if (lq__advisory_settle_exec(NULL, freed, dv, &s->sql.release, args, false) != LQ_OK)
+            lq__log_error(LQ_LOG_WARNING, "giving back a row claimed ahead of its run");
+    }
+    dv->settled = true;
+    pthread_mutex_unlock(&dv->mu);
+    lq__advisory_release(dv, freed);
 }
 
 int lq__settle_expired(lq_delivery *dv) {

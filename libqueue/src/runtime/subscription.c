@@ -52,10 +52,21 @@ static _Thread_local struct {
     lq_subscription *settling_for; /* the worker's settlement after its handler */
     lq_subscription *of;           /* whose claim `conn` is for */
     lq__conn *conn;
+    lq_delivery *claimed; /* the advisory form: the row the settlement claimed, holding conn */
 } chained;
 
-bool lq__subscription_chains(const lq_subscription *s) {
-    return chained.settling_for == s && !chained.conn;
+static bool pause_read_due(const lq_subscription *s, int64_t now);
+
+bool lq__subscription_chains(lq_subscription *s) {
+    if (chained.settling_for != s || chained.conn) return false;
+    if (s->form != LQ_FORM_ADVISORY) return true;
+    /* A row claimed now would go back if the worker's claim must first read
+     * whether the queue is paused (claim_turn), or rests: none is. */
+    pthread_mutex_lock(&s->mu);
+    int64_t now = lq__mono_ms();
+    bool claims = !pause_read_due(s, now) && !s->paused && !s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    return claims;
 }
 
 lq__conn *lq__subscription_take_chained(lq_subscription *s) {
@@ -63,7 +74,18 @@ lq__conn *lq__subscription_take_chained(lq_subscription *s) {
     lq__conn *conn = chained.conn;
     chained.conn = NULL;
     chained.of = NULL;
+    chained.claimed = NULL;
     return conn;
+}
+
+lq_delivery *lq__subscription_take_claimed(lq_subscription *s) {
+    lq_delivery *claimed = chained.of == s ? chained.claimed : NULL;
+    if (!claimed) return NULL;
+    lq__subscription_take_chained(s);
+    pthread_mutex_lock(&s->mu);
+    s->carried--;
+    pthread_mutex_unlock(&s->mu);
+    return claimed;
 }
 
 static void subscription_free(lq_subscription *s) {
@@ -676,7 +698,10 @@ static int may_claim(lq_subscription *s) {
     int kept = chained.of == s;
     bool wants = flow_may_start(s, kept);
     int limit = lq__flow_claim_size(&s->flow, s->in_work - s->settling, s->waiting);
-    int here = s->waiting + s->flow.asked; /* rows held here beside those in work */
+    /* Rows held here beside those in work: the rows claimed and waiting,
+     * those asked for, and those other workers' settlements claimed (this
+     * worker's own is what its claim takes). */
+    int here = s->waiting + s->flow.asked + s->carried - (kept && chained.claimed);
     if (s->worker_concurrency) cap_claim(&wants, &limit, s->worker_concurrency - s->in_work - here);
     /* While this process's rows hold every slot, a claim could only find
      * them all held: none is made until one is free. */
@@ -726,8 +751,18 @@ static void forget_held(lq_subscription *s) {
 }
 
 
-/* Ends a chained transaction the worker will not claim in; s->mu not held. */
+/* Ends a chained transaction the worker will not claim in, or gives back
+ * the row its settlement claimed; s->mu not held. */
 static void drop_chained(lq_subscription *s) {
+    lq_delivery *claimed = lq__subscription_take_claimed(s);
+    if (claimed) {
+        lq__freed freed = {0};
+        lq__settle_give_back(claimed, &freed);
+        lq__delivery_unref(claimed);
+        if (freed.conn) lq__pool_release(&s->broker->pool, freed.conn, freed.broken);
+        forget_held(s);
+        return;
+    }
     lq__conn *conn = lq__subscription_take_chained(s);
     if (!conn) return;
     int rc = s->broker->dialect->rollback(conn);
@@ -922,7 +957,10 @@ static void rest_at_limit(lq_subscription *s, unsigned long long events) {
  * waits while a row waits. */
 static void claim_turn(lq_subscription *s, bool own) {
     if (s->woken) s->rest_until = 0;
-    bool rests = s->rest_until > lq__mono_ms();
+    /* A row this worker's settlement claimed already (the advisory form)
+     * is taken now, whatever rest another claim set. */
+    bool carried = chained.of == s && chained.claimed;
+    bool rests = !carried && s->rest_until > lq__mono_ms();
     /* A pause or resume heard of is read at once, so that the rows waiting
      * go back now; the reads of every poll come with a claim, below. */
     if (s->pause_due && !rests && paused_now(s)) {
@@ -933,7 +971,7 @@ static void claim_turn(lq_subscription *s, bool own) {
     if (s->stopping) return; /* paused_now let go of s->mu: a stop's wake-up may have passed */
     /* The read takes a connection of the claim's room: a worker's chained
      * transaction, which would be that room, ends first. */
-    if (!rests && chained.of == s && pause_read_due(s, lq__mono_ms())) {
+    if (!rests && !carried && chained.of == s && pause_read_due(s, lq__mono_ms())) {
         pthread_mutex_unlock(&s->mu);
         drop_chained(s);
         pthread_mutex_lock(&s->mu);
@@ -970,8 +1008,10 @@ static void claim_turn(lq_subscription *s, bool own) {
     s->flow.running++;
     s->flow.asked += limit;
     /* The pause is read within the room the claim took, so the read never
-     * takes the connection the pool keeps for the handlers. */
-    if (paused_now(s) || s->stopping) {
+     * takes the connection the pool keeps for the handlers. A row claimed
+     * already took that room: the read waits for the next claim, which the
+     * settlement of this row makes without carrying one (lq__subscription_chains). */
+    if ((carried ? s->paused : paused_now(s)) || s->stopping) {
         forgo_claim(s, limit, extra);
         return;
     }
@@ -1329,10 +1369,12 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     if (freed->chained) { /* still counted in s->held */
         chained.conn = freed->conn;
         chained.of = s;
+        chained.claimed = freed->claimed;
     } else if (gave_back) {
         lq__pool_release(&s->broker->pool, freed->conn, freed->broken);
     }
     pthread_mutex_lock(&s->mu);
+    s->carried += freed->claimed != NULL;
     bool room_freed = false;
     if (gave_back) {
         s->held--;
@@ -1342,8 +1384,10 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     /* A key came free (an advisory key, or a row lock's key slot: its
      * transaction held it), which a claim of any size may have passed
      * over; or room under the queue-wide limit, which a claim it cut waits
-     * for (rest_at_limit), unless a claim carrying the ack took it. */
-    bool key_freed = s->form == LQ_FORM_ADVISORY ||
+     * for (rest_at_limit), unless a claim carrying the ack took it (an
+     * advisory settlement's claim takes its slot, and the first row of its
+     * key or of a key free). */
+    bool key_freed = (s->form == LQ_FORM_ADVISORY && !freed->room_taken) ||
                      (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
     bool room_back = false;
     if (!freed->room_taken) { /* else the claim carrying its ack took the room */
@@ -1453,11 +1497,15 @@ static void *handler_thread_main(void *arg) {
     if (s->batch_handler) return batch_worker_main(arg);
     int lane = s->lanes ? ((worker_arg *)arg)->lane : -1;
     free(arg);
-    /* A row lock worker claims next after its settlement: it chains (not
-     * under a rate limit, whose starts are reserved before the claim's
-     * transaction begins). */
-    bool chains = s->workers_claim && s->form == LQ_FORM_ROW_LOCK && !s->transactional &&
-                  !s->rate_limit && s->broker->dialect->commit_chain;
+    /* A worker claims next after its settlement: it chains (not under a
+     * rate limit, whose starts are reserved before the claim's transaction
+     * begins). In the row lock form its settlement commits AND CHAINs; in
+     * the advisory form it claims the next row in its own transaction
+     * (lq__advisory_settle_exec). */
+    const lq__dialect *dialect = s->broker->dialect;
+    bool chains = s->workers_claim && !s->transactional && !s->rate_limit &&
+                  (s->form == LQ_FORM_ROW_LOCK ? dialect->commit_chain != NULL
+                   : s->form == LQ_FORM_ADVISORY && dialect->exec_unlock && s->sql.claim_one.sql);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         lq_delivery **slot;

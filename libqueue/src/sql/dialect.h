@@ -299,6 +299,15 @@ typedef struct lq__dialect {
     int (*try_lock_any)(int *taken, bool *then_taken, lq__conn *conn, const char *prefix, int n, int first,
                         const char *then);
     bool (*unlock_keys)(lq__conn *conn, const char *const keys[3]);
+    /* An advisory settlement on the session that holds its keys: the steps
+     * (at most 4; several in one READ COMMITTED transaction), then, once
+     * they committed, unlock_keys' release, in one round trip (NULL where
+     * the database cannot pipeline them: the caller sends each). The result
+     * is the first failure; *committed whether the steps' writes hold (a
+     * step's row reader that failed does not stop them), *confirmed as
+     * unlock_keys answers (false: the connection must not be reused). */
+    int (*exec_unlock)(bool *committed, bool *confirmed, lq__conn *conn, const lq__step *steps,
+                       int count, const char *const keys[3]);
     /* How many keys the process holds, where keys live in the process (NULL
      * where sessions hold them and the claim's query filters them out). */
     size_t (*keys_held)(const lq__broker_target *target);

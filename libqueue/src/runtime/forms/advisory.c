@@ -267,50 +267,66 @@ static void passed_add(lq__strbuf *passed, int64_t id) {
     lq__sb_addf(passed, passed->len ? ",%lld}" : "{%lld}", (long long)id);
 }
 
-/* One row in one statement where the dialect can (sqlset.claim_one): a
- * slot, a key and the take in one round trip, passing over the rows of
- * `passed` ("{id,..}"). NULL in *out when no row was taken: *full when no
- * slot was free, or a key was taken but not its row (settled since it was
- * read): its key and slot are let go, and its id added to `passed`. A
- * failure may leave locks held: the caller ends the session. */
-static int claim_one(lq_delivery **out, bool *full, lq__strbuf *passed, lq_subscription *s, lq__conn *conn,
-                     lq__value *args) {
-    *out = NULL;
-    *full = false;
-    slot_prefix prefix = "";
+/* sqlset.claim_one's values of its own: the slots' prefix (args point into
+ * `prefix`), the slot its tries start at, and the rows it passes over
+ * ("{id,..}"). */
+static void one_args(lq__value *args, slot_prefix prefix, const lq_subscription *s, int first,
+                     const char *passed) {
     int n = s->concurrency; /* 0: no slot is asked for */
+    prefix[0] = '\0';
     if (n) slots_of(prefix, s, NULL);
     args[LQ__P_CONCURRENCY] = (lq__value){.type = LQ__V_INT, .i = n};
-    args[LQ__P_FIRST_SLOT] = (lq__value){.type = LQ__V_INT, .i = n ? first_slot(conn, n) : 0};
+    args[LQ__P_FIRST_SLOT] = (lq__value){.type = LQ__V_INT, .i = first};
     args[LQ__P_SLOTS] = (lq__value){.type = LQ__V_TEXT, .p = prefix, .n = strlen(prefix)};
-    const char *past = passed->len ? passed->data : "{}";
-    args[LQ__P_PASSED] = (lq__value){.type = LQ__V_TEXT, .p = past, .n = strlen(past)};
+    args[LQ__P_PASSED] = (lq__value){.type = LQ__V_TEXT, .p = passed, .n = strlen(passed)};
+}
+
+/* What sqlset.claim_one answered (rc: how its run ended), as a delivery in
+ * *out, holding its key and slot; or NULL: *full when no slot was free, or
+ * a key was taken but not its row (settled since it was read), which is
+ * let go, and its id added to `passed` (NULL: not kept). */
+static int one_taken(lq_delivery **out, bool *full, lq__strbuf *passed, lq_subscription *s,
+                     lq__conn *conn, one_ctx *one, const slot_prefix prefix, int rc) {
+    *out = NULL;
+    *full = false;
+    if (rc == LQ_OK && !one->answered) rc = lq__error(LQ_BACKEND, "the claim of one row answered nothing");
+    slots held = {0};
+    if (one->key && one->slot >= 0) {
+        char name[80];
+        slot_name(name, prefix, one->slot);
+        if (!(held.queue = lq__strdup(name)) && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
+    }
+    if (rc == LQ_OK && one->taken) {
+        one->taken->key = one->key;
+        give_slots(one->taken, &held);
+        *out = one->taken;
+        return LQ_OK;
+    }
+    if (one->taken) lq_delivery_free(one->taken);
+    *full = rc == LQ_OK && s->concurrency && one->slot < 0;
+    if (rc == LQ_OK && one->key) {
+        rc = release_slots(s, conn, one->key, &held, rc);
+        if (passed) passed_add(passed, one->id);
+        if (rc == LQ_OK && passed && passed->failed) rc = lq__error(LQ_NOMEM, "out of memory");
+    }
+    free(one->key);
+    free(held.queue);
+    return rc;
+}
+
+/* One row in one statement where the dialect can (sqlset.claim_one): a
+ * slot, a key and the take in one round trip, passing over the rows of
+ * `passed`. NULL in *out when no row was taken (one_taken). A failure may
+ * leave locks held: the caller ends the session. */
+static int claim_one(lq_delivery **out, bool *full, lq__strbuf *passed, lq_subscription *s, lq__conn *conn,
+                     lq__value *args) {
+    slot_prefix prefix;
+    int n = s->concurrency;
+    one_args(args, prefix, s, n ? first_slot(conn, n) : 0, passed->len ? passed->data : "{}");
     one_ctx one = {.s = s, .slot = -1};
     int rc = s->broker->dialect->exec(NULL, conn, &s->sql.claim_one, args, on_one, &one);
     args[LQ__P_SLOTS] = args[LQ__P_PASSED] = (lq__value){.type = LQ__V_NULL}; /* theirs are ours */
-    if (rc == LQ_OK && !one.answered) rc = lq__error(LQ_BACKEND, "the claim of one row answered nothing");
-    slots held = {0};
-    if (one.key && one.slot >= 0) {
-        char name[80];
-        slot_name(name, prefix, one.slot);
-        if (!(held.queue = lq__strdup(name)) && rc == LQ_OK) rc = lq__error(LQ_NOMEM, "out of memory");
-    }
-    if (rc == LQ_OK && one.taken) {
-        one.taken->key = one.key;
-        give_slots(one.taken, &held);
-        *out = one.taken;
-        return LQ_OK;
-    }
-    if (one.taken) lq_delivery_free(one.taken);
-    *full = rc == LQ_OK && n && one.slot < 0;
-    if (rc == LQ_OK && one.key) {
-        rc = release_slots(s, conn, one.key, &held, rc);
-        passed_add(passed, one.id);
-        if (rc == LQ_OK && passed->failed) rc = lq__error(LQ_NOMEM, "out of memory");
-    }
-    free(one.key);
-    free(held.queue);
-    return rc;
+    return one_taken(out, full, passed, s, conn, &one, prefix, rc);
 }
 
 /* The rows a set take returned, each matched to its candidate (taken[j]
@@ -425,24 +441,10 @@ static int runs_of(const lq__claimed *out) {
     return n;
 }
 
-int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
+/* The values a claim of up to `limit` rows binds. */
+static void claim_values(lq__value *args, const lq_subscription *s, int limit) {
     const lq__dialect *d = s->broker->dialect;
-    lq__pool *pool = &s->broker->pool;
-    lq__conn *shared;
-    int rc = lq__pool_acquire(&shared, pool);
-    if (rc != LQ_OK) return rc;
-    /* A rate limit's starts are reserved first (forms/starts.c). */
-    lq__reserved reserved = {0};
-    bool reserve_broken = false; /* the queue's lock was not given back */
-    if (s->rate_limit) {
-        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit);
-        if (rc != LQ_OK || reserved.count == 0 || reserve_broken) { /* broken: its starts err low */
-            lq__pool_release(pool, shared, reserve_broken || rc == LQ_CONNECT);
-            return rc;
-        }
-        limit = reserved.count;
-    }
-    lq__value args[LQ__P_COUNT] = {0};
+    memset(args, 0, LQ__P_COUNT * sizeof *args);
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
     args[LQ__P_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     if (s->starts_key) /* the candidates pass over keys at partition_rate_limit */
@@ -457,6 +459,32 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
      * goes on to the next row rather than coming back empty. */
     int64_t beside = !s->flow.one_claim && s->workers > 1 ? s->workers - 1 : 0;
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit + held + beside};
+}
+
+int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__pool *pool = &s->broker->pool;
+    lq_delivery *carried = lq__subscription_take_claimed(s); /* this worker's settlement claimed it */
+    if (carried) {
+        lq__claimed_add(out, carried);
+        return LQ_OK;
+    }
+    lq__conn *shared;
+    int rc = lq__pool_acquire(&shared, pool);
+    if (rc != LQ_OK) return rc;
+    /* A rate limit's starts are reserved first (forms/starts.c). */
+    lq__reserved reserved = {0};
+    bool reserve_broken = false; /* the queue's lock was not given back */
+    if (s->rate_limit) {
+        rc = lq__starts_reserve(&reserved, &reserve_broken, s, shared, limit);
+        if (rc != LQ_OK || reserved.count == 0 || reserve_broken) { /* broken: its starts err low */
+            lq__pool_release(pool, shared, reserve_broken || rc == LQ_CONNECT);
+            return rc;
+        }
+        limit = reserved.count;
+    }
+    lq__value args[LQ__P_COUNT];
+    claim_values(args, s, limit);
     candidates c = {0};
     /* Where each row is claimed in one statement, no candidates are read;
      * a take that found its row settled is tried again past it, a few times. */
@@ -515,16 +543,77 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     return rc;
 }
 
-void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
-    lq_subscription *s = dv->sub;
-    bool confirmed = unlock_all(s, dv->conn, dv->key, dv->slot, dv->key_slot);
+static void forget_keys(lq_delivery *dv) {
     free(dv->key);
     free(dv->slot);
     free(dv->key_slot);
     dv->key = dv->slot = dv->key_slot = NULL;
-    if (dv->conn) {
+}
+
+/* The index of the queue slot a delivery holds (-1: none). */
+static int slot_index(const lq_delivery *dv) {
+    const char *dash = dv->slot ? strrchr(dv->slot, '-') : NULL;
+    return dash ? atoi(dash + 1) : -1;
+}
+
+/* The claim a worker's settlement carries: its slot's try comes first, and
+ * the session holds that slot already (advisory locks stack), so the row
+ * claimed takes it over; so does a row of the same key. The settled row
+ * is gone or changed in the claim's snapshot, in the same transaction. */
+static void carried_claim(lq__step *step, lq__value *args, slot_prefix prefix, one_ctx *one,
+                          const lq_delivery *dv) {
+    lq_subscription *s = dv->sub;
+    claim_values(args, s, 1);
+    int kept = slot_index(dv);
+    one_args(args, prefix, s, kept > 0 ? kept : 0, "{}");
+    *one = (one_ctx){.s = s, .slot = -1};
+    *step = (lq__step){.stmt = &s->sql.claim_one, .args = args, .on_row = on_one, .ctx = one};
+}
+
+int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv, const lq__stmt *stmt,
+                             const lq__value *args, bool claim_next) {
+    lq_subscription *s = dv->sub;
+    const lq__dialect *d = s->broker->dialect;
+    if (!d->exec_unlock || !dv->conn || !(dv->key || dv->slot || dv->key_slot))
+        return d->exec(changes, dv->conn, stmt, args, NULL, NULL);
+    lq__step steps[2] = {{.stmt = stmt, .args = args, .changes = changes}};
+    lq__value claim_args[LQ__P_COUNT];
+    slot_prefix prefix;
+    one_ctx one = {0};
+    bool carries = claim_next && s->sql.claim_one.sql && !s->rate_limit;
+    if (carries) carried_claim(&steps[1], claim_args, prefix, &one, dv);
+    const char *const keys[3] = {dv->key, dv->slot, dv->key_slot};
+    bool committed, confirmed;
+    int rc = d->exec_unlock(&committed, &confirmed, dv->conn, steps, carries ? 2 : 1, keys);
+    forget_keys(dv);
+    if (!confirmed) dv->conn_broken = true; /* the session ends, and its locks with it */
+    if (carries) {
+        lq_delivery *next;
+        bool full;
+        int claimed = one_taken(&next, &full, NULL, s, dv->conn, &one, prefix,
+                                committed && confirmed ? rc : LQ_BACKEND);
+        if (claimed != LQ_OK) {
+            if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "the claim a settlement carried");
+            dv->conn_broken = true; /* it may hold the claim's locks */
+        }
+        if (next) { /* its worker runs it next, on this session (lq__advisory_release) */
+            next->conn = dv->conn;
+            *freed = (lq__freed){.conn = dv->conn, .chained = true, .claimed = next,
+                                 .room_taken = s->concurrency > 0};
+        }
+    }
+    if (!committed) return rc;
+    lq__error_clear(); /* the settlement holds: what failed after it cost only the session */
+    return LQ_OK;
+}
+
+void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
+    lq_subscription *s = dv->sub;
+    bool confirmed = unlock_all(s, dv->conn, dv->key, dv->slot, dv->key_slot);
+    forget_keys(dv);
+    if (dv->conn && !freed->claimed) {
         /* A lock whose release is not confirmed ends with its session. */
         *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed || dv->conn_broken};
-        dv->conn = NULL;
     }
+    dv->conn = NULL;
 }
