@@ -231,3 +231,33 @@ def test_a_retry_and_the_claim_it_carries_count_each_attempt_once(db) -> None:
             wait_until(lambda: sub.stat("in_work") == 0, what="the last settlements")
     assert sorted(runs.snapshot()) == sorted((b"%d" % i, a) for i in range(rows) for a in (1, 2))
     assert _advisory_locks(db) == 0
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.parametrize("heard", [True, False], ids=["notified", "polled"])
+def test_a_pause_stops_workers_whose_settlements_claim_their_next_rows(db, heard) -> None:
+    """The read of the pause a claim makes once a poll comes with the
+    settlement that claims the next row: a pause stops a busy queue within a
+    poll or two, told by a notification or not, and a resume starts it again."""
+    table = make_table("advisory")
+    db.create_table(table)
+    rows = 3000
+    starts = Recorder()
+    options = {} if heard else {"listen_notify": False}
+    with libqueue.Broker(db.url, **options) as broker, libqueue.Broker(db.url) as pauser:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=2, concurrency=2, poll_interval_ms=POLL_MS) as sub:
+            sub.run(lambda d: (starts.add(time.monotonic()), time.sleep(0.002)))
+            wait_until(lambda: len(starts) >= 50, what="a busy queue")
+            pauser.pause(table)
+            paused_at = time.monotonic()
+            wait_until(lambda: sub.stat("in_work") == 0, what="the runs in work ended")
+            time.sleep(4 * POLL_MS / 1000.0)
+            held = len(starts)
+            time.sleep(4 * POLL_MS / 1000.0)
+            assert len(starts) == held, "rows started while the queue was paused"
+            late = [t for t in starts.snapshot() if t > paused_at + 3 * POLL_MS / 1000.0]
+            assert not late, "%d rows started more than 3 polls after the pause" % len(late)
+            assert db.count("jobs", "attempt != 1") == 0  # the rows given back spent nothing
+            pauser.resume(table)
+            wait_until(lambda: len(starts) > held, what="the queue going on after the resume")

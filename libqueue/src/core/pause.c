@@ -137,6 +137,14 @@ int lq__pause_read(bool *paused, lq_broker *b, const lq__stmt *check, const lq_t
     return rc;
 }
 
+void lq__pause_step(lq__step *step, lq__value *args, int64_t *rows, const lq__stmt *check,
+                    const lq_table *t, const char *group) {
+    memset(args, 0, LQ__P_COUNT * sizeof *args);
+    bind_queue(args, t, group);
+    *rows = 0;
+    *step = (lq__step){.stmt = check, .args = args, .on_row = lq__on_count, .ctx = rows};
+}
+
 void lq__pause_heard(lq_broker *b, const char *note) {
     const char *newline = strchr(note, '\n');
     if (!newline || (size_t)(newline - note) >= 256) return;

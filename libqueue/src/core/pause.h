@@ -14,6 +14,11 @@
  * control table reads as not paused. */
 LQ__HIDDEN int lq__pause_read(bool *paused, lq_broker *b, const lq__stmt *check, const lq_table *t,
                               const char *group);
+/* lq__pause_read's statement as a step of the caller's (a pipeline's): a
+ * count of the pauses in *rows; a missing control table (LQ_SCHEMA) means
+ * none. */
+LQ__HIDDEN void lq__pause_step(lq__step *step, lq__value *args, int64_t *rows, const lq__stmt *check,
+                               const lq_table *t, const char *group);
 /* A control notification's payload heard: the broker's subscriptions of
  * that queue look at the control table before their next claim. */
 LQ__HIDDEN void lq__pause_heard(lq_broker *b, const char *note);

@@ -1023,6 +1023,8 @@ typedef struct pg_piece {
     bool *done; /* set when the server ran it (may be NULL) */
     int64_t *changes; /* the rows it changed (may be NULL) */
     bool own_tx; /* a sync ends its implicit transaction: the pieces after it run whatever it did */
+    int *own_rc; /* where not NULL, its result (the last piece's, after a sync): not the pipeline's;
+                  * sent with its text, as a statement it cannot prepare must fail alone */
 } pg_piece;
 
 /* The most steps a pipeline of the core's takes, past its BEGIN, lock or COMMIT. */
@@ -1122,7 +1124,8 @@ static int read_sync(lq__conn *c, bool last) {
 static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     const char *names[PG_PIPE_STEPS + 3];
     int rc = not_broken(c);
-    for (int i = 0; rc == LQ_OK && i < count; i++) rc = piece_name(&names[i], c, pieces[i].stmt);
+    for (int i = 0; rc == LQ_OK && i < count; i++)
+        rc = piece_name(&names[i], c, pieces[i].own_rc ? NULL : pieces[i].stmt);
     if (rc != LQ_OK) return rc;
     if (!PQenterPipelineMode(c->pg)) return pg_error(c, NULL, LQ_BACKEND, "cannot start a pipeline");
     for (int i = 0; rc == LQ_OK && i < count; i++) {
@@ -1150,7 +1153,8 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
     int first = LQ_OK, failed = LQ_OK;
     for (int i = 0; rc == LQ_OK && i < count; i++) {
         deadline = 0;
-        rc = read_piece(&failed, c, &pieces[i], &deadline);
+        int *into = pieces[i].own_rc ? pieces[i].own_rc : &failed;
+        rc = read_piece(into, c, &pieces[i], &deadline);
         if (first == LQ_OK) first = failed;
         if (rc == LQ_OK && pieces[i].own_tx && i < count - 1) {
             rc = read_sync(c, false);
@@ -1209,8 +1213,10 @@ static int on_unlocked(void *arg, const lq__value *cols, int count) {
 /* The steps commit (at their sync, or by a COMMIT of their own) before the
  * keys go: no claim can take a key while its row is as it was before. */
 static int pg_exec_unlock(bool *committed, bool *confirmed, lq__conn *c, const lq__step *steps,
-                          int count, const char *const keys[3]) {
+                          int count, const char *const keys[3], const lq__step *after, int *after_rc) {
     pg_piece pieces[PG_PIPE_STEPS + 3];
+    if (after) *after_rc = LQ_BACKEND; /* until it has run */
+    if (after && count > PG_PIPE_STEPS - 1) return lq__error(LQ_ERROR, "postgresql: a pipeline of %d steps", count + 1);
     bool tx = count > 1;
     int n = tx;
     *committed = *confirmed = false;
@@ -1222,8 +1228,17 @@ static int pg_exec_unlock(bool *committed, bool *confirmed, lq__conn *c, const l
     pieces[n - 1].done = committed;
     pieces[n - 1].own_tx = true;
     pieces[n++] = (pg_piece){.stmt = &unlock_keys_stmt, .params = keys, .nparams = 3,
-                             .on_row = on_unlocked, .ctx = confirmed};
-    return run_pieces(c, pieces, n);
+                             .on_row = on_unlocked, .ctx = confirmed, .own_tx = after != NULL};
+    bool after_ran = false;
+    if (after) {
+        *after_rc = LQ_OK;
+        pieces[n++] = (pg_piece){.stmt = after->stmt, .args = after->args, .on_row = after->on_row,
+                                 .ctx = after->ctx, .changes = after->changes, .done = &after_ran,
+                                 .own_rc = after_rc};
+    }
+    rc = run_pieces(c, pieces, n);
+    if (after && !after_ran && *after_rc == LQ_OK) *after_rc = rc != LQ_OK ? rc : LQ_BACKEND; /* never read */
+    return rc;
 }
 #endif
 

@@ -45,6 +45,9 @@ typedef struct lq__freed {
                       * that settled them (lq__acks_carried): no claim is woken for it */
     lq_delivery *claimed; /* chained: the row the settlement claimed on conn
                            * (the advisory form), which the worker's claim takes */
+    int pause_read; /* the read of the pause that settlement carried: 0 none,
+                     * 1 read (`paused` its answer), -1 failed */
+    bool paused;
 } lq__freed;
 
 struct lq_delivery {
@@ -329,6 +332,11 @@ LQ__HIDDEN void lq__subscription_unref(lq_subscription *s);
  * (a row lock's COMMIT AND CHAIN, an advisory settlement's claim): it is
  * s's push worker's, after the handler, and the worker claims next. */
 LQ__HIDDEN bool lq__subscription_chains(lq_subscription *s);
+/* Whether the read of the pause that s's claims make once a poll interval
+ * (or at once after a pause was heard of) is due; if so, the caller's
+ * settlement makes it, and lq__subscription_settled takes its answer
+ * (lq__freed.pause_read). */
+LQ__HIDDEN bool lq__subscription_pause_read_carried(lq_subscription *s);
 /* The connection this thread chained for s's claim, in its transaction
  * (NULL: none); the claim owns it now. */
 LQ__HIDDEN lq__conn *lq__subscription_take_chained(lq_subscription *s);

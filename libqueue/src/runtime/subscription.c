@@ -60,13 +60,22 @@ static bool pause_read_due(const lq_subscription *s, int64_t now);
 bool lq__subscription_chains(lq_subscription *s) {
     if (chained.settling_for != s || chained.conn) return false;
     if (s->form != LQ_FORM_ADVISORY) return true;
-    /* A row claimed now would go back if the worker's claim must first read
-     * whether the queue is paused (claim_turn), or rests: none is. */
-    pthread_mutex_lock(&s->mu);
-    int64_t now = lq__mono_ms();
-    bool claims = !pause_read_due(s, now) && !s->paused && !s->stopping;
+    pthread_mutex_lock(&s->mu); /* a row claimed now would only go back */
+    bool claims = !s->paused && !s->stopping;
     pthread_mutex_unlock(&s->mu);
     return claims;
+}
+
+bool lq__subscription_pause_read_carried(lq_subscription *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t now = lq__mono_ms();
+    bool due = s->pause_known && pause_read_due(s, now);
+    if (due) { /* as paused_now takes a read on; its answer comes with the settlement */
+        s->pause_due = false;
+        s->pause_looked_at = now;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return due;
 }
 
 lq__conn *lq__subscription_take_chained(lq_subscription *s) {
@@ -888,6 +897,8 @@ static bool pause_read_due(const lq_subscription *s, int64_t now) {
            (s->pause_due || !s->pause_known || now - s->pause_looked_at >= s->poll_ms);
 }
 
+static bool pause_answer(lq_subscription *s, bool read, bool paused);
+
 static bool paused_now(lq_subscription *s) {
     int64_t now = lq__mono_ms();
     while (s->pause_reading && !s->pause_known && !s->stopping) {
@@ -905,9 +916,15 @@ static bool paused_now(lq_subscription *s) {
     if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
     pthread_mutex_lock(&s->mu);
     s->pause_reading = false;
+    return pause_answer(s, rc == LQ_OK, paused);
+}
+
+/* A read of the pause answered (`read`: it did not fail). s->mu held, let
+ * go while a pause gives back the rows waiting. */
+static bool pause_answer(lq_subscription *s, bool read, bool paused) {
     s->pause_known = true;
     pthread_cond_broadcast(&s->claim_cv); /* the claimers that waited for the answer */
-    if (rc != LQ_OK || paused == s->paused) return s->paused;
+    if (!read || paused == s->paused) return s->paused;
     s->paused = paused;
     char label[256];
     lq__log(LQ_LOG_INFO, "queue %s%s%s %s", lq__table_label(s->table, label, sizeof label),
@@ -1400,6 +1417,7 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
         pthread_cond_broadcast(&s->ready_cv);
         show_ready(s);
     }
+    if (freed->pause_read) pause_answer(s, freed->pause_read > 0, freed->paused); /* last: it may let go of s->mu */
     pthread_mutex_unlock(&s->mu);
     if (room_freed) lq__broker_wake_room(s->broker, &s->member);
     atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], (int64_t)n);

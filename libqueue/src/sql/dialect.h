@@ -305,9 +305,11 @@ typedef struct lq__dialect {
      * the database cannot pipeline them: the caller sends each). The result
      * is the first failure; *committed whether the steps' writes hold (a
      * step's row reader that failed does not stop them), *confirmed as
-     * unlock_keys answers (false: the connection must not be reused). */
+     * unlock_keys answers (false: the connection must not be reused).
+     * `after` (NULL: none) runs last, in a transaction of its own, whatever
+     * came before: its result is *after_rc, not the call's. */
     int (*exec_unlock)(bool *committed, bool *confirmed, lq__conn *conn, const lq__step *steps,
-                       int count, const char *const keys[3]);
+                       int count, const char *const keys[3], const lq__step *after, int *after_rc);
     /* How many keys the process holds, where keys live in the process (NULL
      * where sessions hold them and the claim's query filters them out). */
     size_t (*keys_held)(const lq__broker_target *target);

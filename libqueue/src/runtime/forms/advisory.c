@@ -4,6 +4,7 @@
  * delivery settles. */
 #include "base/clock.h"
 #include "base/hash.h"
+#include "core/pause.h"
 #include "runtime/runtime.h"
 
 #include <stdio.h>
@@ -582,10 +583,24 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     one_ctx one = {0};
     bool carries = claim_next && s->sql.claim_one.sql && !s->rate_limit;
     if (carries) carried_claim(&steps[1], claim_args, prefix, &one, dv);
+    /* And the read of the pause the worker's claim would make first. */
+    lq__step pause_step;
+    lq__value pause_args[LQ__P_COUNT];
+    int64_t pauses;
+    int pause_rc = LQ_OK;
+    bool reads_pause = carries && lq__subscription_pause_read_carried(s);
+    if (reads_pause) lq__pause_step(&pause_step, pause_args, &pauses, &s->pause_check, s->table, s->group);
     const char *const keys[3] = {dv->key, dv->slot, dv->key_slot};
     bool committed, confirmed;
-    int rc = d->exec_unlock(&committed, &confirmed, dv->conn, steps, carries ? 2 : 1, keys);
+    int rc = d->exec_unlock(&committed, &confirmed, dv->conn, steps, carries ? 2 : 1, keys,
+                            reads_pause ? &pause_step : NULL, &pause_rc);
     forget_keys(dv);
+    if (reads_pause) {
+        pause_rc = lq__error_ok_if(pause_rc, LQ_SCHEMA); /* no control table: nothing paused */
+        if (pause_rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
+        freed->pause_read = pause_rc == LQ_OK ? 1 : -1;
+        freed->paused = pause_rc == LQ_OK && pauses > 0;
+    }
     if (!confirmed) dv->conn_broken = true; /* the session ends, and its locks with it */
     if (carries) {
         lq_delivery *next;
@@ -598,8 +613,10 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
         }
         if (next) { /* its worker runs it next, on this session (lq__advisory_release) */
             next->conn = dv->conn;
-            *freed = (lq__freed){.conn = dv->conn, .chained = true, .claimed = next,
-                                 .room_taken = s->concurrency > 0};
+            freed->conn = dv->conn;
+            freed->chained = true;
+            freed->claimed = next;
+            freed->room_taken = s->concurrency > 0;
         }
     }
     if (!committed) return rc;
@@ -613,7 +630,8 @@ void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
     forget_keys(dv);
     if (dv->conn && !freed->claimed) {
         /* A lock whose release is not confirmed ends with its session. */
-        *freed = (lq__freed){.conn = dv->conn, .broken = !confirmed || dv->conn_broken};
+        freed->conn = dv->conn;
+        freed->broken = !confirmed || dv->conn_broken;
     }
     dv->conn = NULL;
 }
