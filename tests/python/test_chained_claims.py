@@ -261,3 +261,29 @@ def test_a_pause_stops_workers_whose_settlements_claim_their_next_rows(db, heard
             assert db.count("jobs", "attempt != 1") == 0  # the rows given back spent nothing
             pauser.resume(table)
             wait_until(lambda: len(starts) > held, what="the queue going on after the resume")
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_settlement_whose_carried_claim_fails_still_settles_its_row(db) -> None:
+    """The claim a settlement carries fails (here a trigger refuses the next
+    row's update) and takes the transaction with it: the settlement goes
+    alone, so its row is not run again; the next row runs once it can."""
+    table = make_table("advisory")
+    db.create_table(table)
+    runs = Recorder()
+    with libqueue.Broker(db.url) as broker:
+        first, refused = broker.publish_many(table, [b"a", b"b"])
+        db.execute("CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS "
+                   "$$BEGIN IF OLD.id = %d THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END$$"
+                   % refused)
+        db.execute("CREATE TRIGGER refuse_one BEFORE UPDATE ON jobs FOR EACH ROW "
+                   "EXECUTE FUNCTION refuse_one()")
+        with broker.subscribe(table, workers=1, poll_interval_ms=POLL_MS) as sub:
+            sub.run(lambda d: runs.add(d.payload))
+            wait_until(lambda: db.count("jobs", "id = %d" % first) == 0, what="the first row's ack")
+            time.sleep(5 * POLL_MS / 1000.0)  # claims of the refused row come and fail
+            assert runs.snapshot() == [b"a"]
+            db.execute("DROP TRIGGER refuse_one ON jobs")
+            wait_until(lambda: db.count("jobs") == 0, what="the refused row, once it is not")
+    assert runs.snapshot() == [b"a", b"b"]
+    db.execute("DROP FUNCTION refuse_one()")

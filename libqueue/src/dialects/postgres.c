@@ -1151,17 +1151,22 @@ static int run_pieces(lq__conn *c, const pg_piece *pieces, int count) {
      * alone: the server's statement_timeout is per statement too. A failure
      * skips the statements up to the next sync (`failed`, within it). */
     int first = LQ_OK, failed = LQ_OK;
+    lq__error_copy first_error = {0}; /* what later failures (after a sync) would say over */
     for (int i = 0; rc == LQ_OK && i < count; i++) {
         deadline = 0;
         int *into = pieces[i].own_rc ? pieces[i].own_rc : &failed;
         rc = read_piece(into, c, &pieces[i], &deadline);
-        if (first == LQ_OK) first = failed;
+        if (first == LQ_OK && failed != LQ_OK) {
+            first = failed;
+            lq__error_save(&first_error);
+        }
         if (rc == LQ_OK && pieces[i].own_tx && i < count - 1) {
             rc = read_sync(c, false);
             failed = LQ_OK;
         }
     }
     if (rc == LQ_OK) rc = read_sync(c, true);
+    if (rc == LQ_OK && first != LQ_OK) lq__error_restore(&first_error);
     return rc != LQ_OK ? rc : first;
 }
 
@@ -1210,23 +1215,22 @@ static int on_unlocked(void *arg, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-/* The steps commit (at their sync, or by a COMMIT of their own) before the
- * keys go: no claim can take a key while its row is as it was before. */
+/* The steps commit before the keys go: no claim can take a key while its
+ * row is as it was before. A failed step leaves the transaction aborted
+ * through the sync, so the release after it fails too and the keys stay
+ * held (the caller ends the session). */
 static int pg_exec_unlock(bool *committed, bool *confirmed, lq__conn *c, const lq__step *steps,
                           int count, const char *const keys[3], const lq__step *after, int *after_rc) {
     pg_piece pieces[PG_PIPE_STEPS + 3];
-    if (after) *after_rc = LQ_BACKEND; /* until it has run */
-    if (after && count > PG_PIPE_STEPS - 1) return lq__error(LQ_ERROR, "postgresql: a pipeline of %d steps", count + 1);
-    bool tx = count > 1;
-    int n = tx;
     *committed = *confirmed = false;
-    if (tx) pieces[0] = (pg_piece){.text = "BEGIN ISOLATION LEVEL READ COMMITTED"};
-    int rc = add_steps(pieces, n, steps, count);
+    if (after) *after_rc = LQ_BACKEND; /* until it has run */
+    if (count > PG_PIPE_STEPS - (after != NULL))
+        return lq__error(LQ_ERROR, "postgresql: a pipeline of %d steps", count + (after != NULL));
+    pieces[0] = (pg_piece){.text = "BEGIN ISOLATION LEVEL READ COMMITTED"};
+    int rc = add_steps(pieces, 1, steps, count);
     if (rc != LQ_OK) return rc;
-    n += count;
-    if (tx) pieces[n++] = (pg_piece){.text = "COMMIT"};
-    pieces[n - 1].done = committed;
-    pieces[n - 1].own_tx = true;
+    int n = count + 1;
+    pieces[n++] = (pg_piece){.text = "COMMIT", .done = committed, .own_tx = true};
     pieces[n++] = (pg_piece){.stmt = &unlock_keys_stmt, .params = keys, .nparams = 3,
                              .on_row = on_unlocked, .ctx = confirmed, .own_tx = after != NULL};
     bool after_ran = false;

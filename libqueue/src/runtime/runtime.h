@@ -334,8 +334,9 @@ LQ__HIDDEN void lq__subscription_unref(lq_subscription *s);
 LQ__HIDDEN bool lq__subscription_chains(lq_subscription *s);
 /* Whether the read of the pause that s's claims make once a poll interval
  * (or at once after a pause was heard of) is due; if so, the caller's
- * settlement makes it, and lq__subscription_settled takes its answer
- * (lq__freed.pause_read). */
+ * settlement makes it, no other read starts meanwhile, and
+ * lq__subscription_settled takes its answer (lq__freed.pause_read, which
+ * the caller must set, failed or not). */
 LQ__HIDDEN bool lq__subscription_pause_read_carried(lq_subscription *s);
 /* The connection this thread chained for s's claim, in its transaction
  * (NULL: none); the claim owns it now. */

@@ -73,6 +73,7 @@ bool lq__subscription_pause_read_carried(lq_subscription *s) {
     if (due) { /* as paused_now takes a read on; its answer comes with the settlement */
         s->pause_due = false;
         s->pause_looked_at = now;
+        s->pause_reading = true;
     }
     pthread_mutex_unlock(&s->mu);
     return due;
@@ -1401,10 +1402,9 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
     /* A key came free (an advisory key, or a row lock's key slot: its
      * transaction held it), which a claim of any size may have passed
      * over; or room under the queue-wide limit, which a claim it cut waits
-     * for (rest_at_limit), unless a claim carrying the ack took it (an
-     * advisory settlement's claim takes its slot, and the first row of its
-     * key or of a key free). */
-    bool key_freed = (s->form == LQ_FORM_ADVISORY && !freed->room_taken) ||
+     * for (rest_at_limit), unless a claim carrying the ack took it (as an
+     * advisory settlement's claim takes its slot). */
+    bool key_freed = s->form == LQ_FORM_ADVISORY ||
                      (s->form == LQ_FORM_ROW_LOCK && s->table->partition_limit);
     bool room_back = false;
     if (!freed->room_taken) { /* else the claim carrying its ack took the room */
@@ -1417,7 +1417,10 @@ void lq__subscription_settled(lq_subscription *s, lq_delivery *const *dvs, size_
         pthread_cond_broadcast(&s->ready_cv);
         show_ready(s);
     }
-    if (freed->pause_read) pause_answer(s, freed->pause_read > 0, freed->paused); /* last: it may let go of s->mu */
+    if (freed->pause_read) { /* last: a pause lets go of s->mu */
+        s->pause_reading = false;
+        pause_answer(s, freed->pause_read > 0, freed->paused);
+    }
     pthread_mutex_unlock(&s->mu);
     if (room_freed) lq__broker_wake_room(s->broker, &s->member);
     atomic_fetch_add(&s->stats[LQ_STAT_SETTLED], (int64_t)n);

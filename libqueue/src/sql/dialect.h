@@ -300,12 +300,12 @@ typedef struct lq__dialect {
                         const char *then);
     bool (*unlock_keys)(lq__conn *conn, const char *const keys[3]);
     /* An advisory settlement on the session that holds its keys: the steps
-     * (at most 4; several in one READ COMMITTED transaction), then, once
-     * they committed, unlock_keys' release, in one round trip (NULL where
-     * the database cannot pipeline them: the caller sends each). The result
-     * is the first failure; *committed whether the steps' writes hold (a
-     * step's row reader that failed does not stop them), *confirmed as
-     * unlock_keys answers (false: the connection must not be reused).
+     * (at most 3) in one READ COMMITTED transaction, then, once it
+     * committed, unlock_keys' release, in one round trip (NULL where the
+     * database cannot pipeline them). The result is the first failure;
+     * *committed whether the transaction committed (a step's row reader that
+     * failed does not stop it), *confirmed as unlock_keys answers (false:
+     * the keys may still be held, and the connection must not be reused).
      * `after` (NULL: none) runs last, in a transaction of its own, whatever
      * came before: its result is *after_rc, not the call's. */
     int (*exec_unlock)(bool *committed, bool *confirmed, lq__conn *conn, const lq__step *steps,

@@ -571,55 +571,71 @@ static void carried_claim(lq__step *step, lq__value *args, slot_prefix prefix, o
     *step = (lq__step){.stmt = &s->sql.claim_one, .args = args, .on_row = on_one, .ctx = one};
 }
 
+/* A claim the transaction did not commit: its row is dropped as it is, its
+ * attempt's count rolled back with it. */
+static void one_dropped(one_ctx *one) {
+    if (one->taken) lq__delivery_unref(one->taken);
+    free(one->key);
+}
+
 int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv, const lq__stmt *stmt,
                              const lq__value *args, bool claim_next) {
     lq_subscription *s = dv->sub;
     const lq__dialect *d = s->broker->dialect;
-    if (!d->exec_unlock || !dv->conn || !(dv->key || dv->slot || dv->key_slot))
-        return d->exec(changes, dv->conn, stmt, args, NULL, NULL);
+    bool carries = claim_next && d->exec_unlock && dv->conn && s->sql.claim_one.sql && !s->rate_limit &&
+                   (dv->key || dv->slot || dv->key_slot);
+    if (!carries) return d->exec(changes, dv->conn, stmt, args, NULL, NULL); /* the keys go after */
     lq__step steps[2] = {{.stmt = stmt, .args = args, .changes = changes}};
     lq__value claim_args[LQ__P_COUNT];
     slot_prefix prefix;
-    one_ctx one = {0};
-    bool carries = claim_next && s->sql.claim_one.sql && !s->rate_limit;
-    if (carries) carried_claim(&steps[1], claim_args, prefix, &one, dv);
+    one_ctx one;
+    carried_claim(&steps[1], claim_args, prefix, &one, dv);
     /* And the read of the pause the worker's claim would make first. */
     lq__step pause_step;
     lq__value pause_args[LQ__P_COUNT];
     int64_t pauses;
     int pause_rc = LQ_OK;
-    bool reads_pause = carries && lq__subscription_pause_read_carried(s);
+    bool reads_pause = lq__subscription_pause_read_carried(s);
     if (reads_pause) lq__pause_step(&pause_step, pause_args, &pauses, &s->pause_check, s->table, s->group);
     const char *const keys[3] = {dv->key, dv->slot, dv->key_slot};
     bool committed, confirmed;
-    int rc = d->exec_unlock(&committed, &confirmed, dv->conn, steps, carries ? 2 : 1, keys,
+    int rc = d->exec_unlock(&committed, &confirmed, dv->conn, steps, 2, keys,
                             reads_pause ? &pause_step : NULL, &pause_rc);
-    forget_keys(dv);
-    if (reads_pause) {
+    if (reads_pause) { /* answered always: lq__subscription_settled ends the read */
         pause_rc = lq__error_ok_if(pause_rc, LQ_SCHEMA); /* no control table: nothing paused */
-        if (pause_rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
+        if (pause_rc != LQ_OK && committed) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
         freed->pause_read = pause_rc == LQ_OK ? 1 : -1;
         freed->paused = pause_rc == LQ_OK && pauses > 0;
     }
-    if (!confirmed) dv->conn_broken = true; /* the session ends, and its locks with it */
-    if (carries) {
-        lq_delivery *next;
-        bool full;
-        int claimed = one_taken(&next, &full, NULL, s, dv->conn, &one, prefix,
-                                committed && confirmed ? rc : LQ_BACKEND);
-        if (claimed != LQ_OK) {
-            if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "the claim a settlement carried");
-            dv->conn_broken = true; /* it may hold the claim's locks */
-        }
-        if (next) { /* its worker runs it next, on this session (lq__advisory_release) */
-            next->conn = dv->conn;
-            freed->conn = dv->conn;
-            freed->chained = true;
-            freed->claimed = next;
-            freed->room_taken = s->concurrency > 0;
-        }
+    if (!committed) {
+        /* The claim or the commit failed and took the settlement with it.
+         * The claim's locks may outlive the rollback: the session ends after.
+         * Where the keys are still held (the release, after the failure,
+         * did not run), the settlement goes alone; else the row may be
+         * another's already, and it comes back as any unsettled row. */
+        one_dropped(&one);
+        dv->conn_broken = true;
+        if (confirmed) forget_keys(dv);
+        else if (rc != LQ_CONNECT && d->rollback(dv->conn) == LQ_OK)
+            rc = d->exec(changes, dv->conn, stmt, args, NULL, NULL);
+        return rc;
     }
-    if (!committed) return rc;
+    forget_keys(dv); /* let go after the commit */
+    if (!confirmed) dv->conn_broken = true; /* the session ends, and its locks with it */
+    lq_delivery *next;
+    bool full;
+    int claimed = one_taken(&next, &full, NULL, s, dv->conn, &one, prefix, confirmed ? rc : LQ_BACKEND);
+    if (claimed != LQ_OK) {
+        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "the claim a settlement carried");
+        dv->conn_broken = true; /* it may hold the claim's locks */
+    }
+    if (next) { /* its worker runs it next, on this session (lq__advisory_release) */
+        next->conn = dv->conn;
+        freed->conn = dv->conn;
+        freed->chained = true;
+        freed->claimed = next;
+        freed->room_taken = s->concurrency > 0;
+    }
     lq__error_clear(); /* the settlement holds: what failed after it cost only the session */
     return LQ_OK;
 }
