@@ -282,7 +282,7 @@ void lq__settle_give_back(lq_delivery *dv, lq__freed *freed) {
     if (s->sql.release.sql) {
         lq__value args[LQ__P_COUNT];
         settle_args(args, dv, 0);
-        if (lq__advisory_settle_exec(NULL, freed, dv, &s->sql.release, args, false) != LQ_OK)
+        if (s->broker->dialect->exec(NULL, dv->conn, &s->sql.release, args, NULL, NULL) != LQ_OK)
             lq__log_error(LQ_LOG_WARNING, "giving back a row claimed ahead of its run");
     }
     dv->settled = true;

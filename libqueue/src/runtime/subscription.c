@@ -1027,8 +1027,8 @@ static void claim_turn(lq_subscription *s, bool own) {
     s->flow.asked += limit;
     /* The pause is read within the room the claim took, so the read never
      * takes the connection the pool keeps for the handlers. A row claimed
-     * already took that room: the read waits for the next claim, which the
-     * settlement of this row makes without carrying one (lq__subscription_chains). */
+     * already took that room, and the settlement that claimed it made the
+     * read where one was due (lq__subscription_pause_read_carried). */
     if ((carried ? s->paused : paused_now(s)) || s->stopping) {
         forgo_claim(s, limit, extra);
         return;
