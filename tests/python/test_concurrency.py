@@ -222,6 +222,48 @@ def test_a_run_past_its_timeout_gives_its_slot_back_while_its_handler_runs(db, b
     assert seen == [1, 2]
 
 
+@pytest.mark.dialect("postgresql", "mysql")
+@pytest.mark.forms("advisory")
+def test_a_run_that_ended_lets_its_slot_go_while_its_settlement_waits(db, broker, form):
+    """concurrency=1, two workers: the first row's ack waits on a row lock
+    held here. Its run has ended, so its slot is let go before the ack and
+    the second row runs meanwhile; then the ack goes on, and each row ran
+    once. (On PostgreSQL a worker's settlement claims its next row in its
+    own transaction, taking the slot over: a rate limit turns that off.)"""
+    table = make_table(form)
+    db.create_table(table)
+    first_id, _ = broker.publish(table, b"first"), broker.publish(table, b"second")
+    seen: List[bytes] = []
+    first_running, first_may_end = threading.Event(), threading.Event()
+
+    def handle(d: libqueue.Delivery) -> None:
+        seen.append(d.payload)
+        if d.id == first_id:
+            first_running.set()
+            first_may_end.wait(10)
+
+    options = dict(rate_limit=1000) if db.dialect == "postgresql" else {}
+    with contextlib.closing(db.connect()) as lock_conn:
+        lock = lock_conn.cursor()
+        with broker.subscribe(table, workers=2, concurrency=1, poll_interval_ms=POLL_MS,
+                              **options) as sub:
+            sub.run(handle)
+            try:
+                assert first_running.wait(10)
+                lock.execute("BEGIN")
+                lock.execute("SELECT id FROM %s WHERE id = %d FOR UPDATE" % (table.name, first_id))
+                first_may_end.set()
+                wait_until(lambda: len(seen) == 2, timeout=10,
+                           what="the second row to run while the first one's ack waits")
+                assert db.scalar("SELECT count(*) FROM %s WHERE id = ?" % table.name,
+                                 (first_id,)) == 1, "the first row's ack did not wait"
+            finally:
+                first_may_end.set()
+                lock.execute("ROLLBACK")
+            wait_until(lambda: db.count(table.name) == 0, what="both rows acked")
+    assert sorted(seen) == [b"first", b"second"]
+
+
 @pytest.mark.forms("lease")
 def test_a_queue_at_its_limit_is_not_claimed_past_it(db, form) -> None:
     """A broker that holds the whole limit leaves nothing to another, whose

@@ -439,6 +439,11 @@ LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
 /* Lets go of the key an advisory delivery holds; its connection goes into
  * `freed`. */
 LQ__HIDDEN void lq__advisory_release(lq_delivery *d, lq__freed *freed);
+/* A run of the advisory form ended: its concurrency slots (the queue's,
+ * its partition key's) are let go on its session before its settlement,
+ * so a claim beside it may take them while the settlement commits; its
+ * key stays held until then. False when it held no slot. */
+LQ__HIDDEN bool lq__advisory_slots_first(lq_delivery *d);
 /* A row a worker's settlement claimed (the advisory form) that the worker
  * will not run: back unrun, its attempt unspent, its keys let go, and its
  * connection in `freed`. Counted nowhere: it was never handed out. */

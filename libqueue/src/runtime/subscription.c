@@ -1439,11 +1439,25 @@ static void settle_unsettled(lq_delivery *d, int status) {
     if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "settling after the handler");
 }
 
+/* An advisory run that ended lets its concurrency slots go before its
+ * settlement where a claimer here waits for room: that claim goes while the
+ * settlement commits (what the limit bounds is runs, as under holds). Not
+ * where the worker claims its next row in its settlement's transaction
+ * (`chains`): that claim takes the slot over. */
+static void slots_first(lq_subscription *s, lq_delivery *d, bool chains) {
+    if (chains || s->form != LQ_FORM_ADVISORY || (!s->concurrency && !s->partition_concurrency)) return;
+    pthread_mutex_lock(&s->mu);
+    bool wanted = s->claimers_idle > 0 && !s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (wanted && lq__advisory_slots_first(d)) lq__subscription_let_go_early(s, d);
+}
+
 /* Settles what a handler left unsettled by its return, and lets go. An ack
  * goes to the acker where it runs (the acker lets go). */
-static void finish_delivery(lq_delivery *d, int status) {
+static void finish_delivery(lq_delivery *d, int status, bool chains) {
     lq__delivery_end_run(d);
     if (status == LQ_OK && !d->settled && lq__acker_take(&d->sub->acker, &d, 1, false)) return;
+    if (!d->settled) slots_first(d->sub, d, chains);
     settle_unsettled(d, status);
     lq__delivery_unref(d);
 }
@@ -1550,7 +1564,7 @@ static void *handler_thread_main(void *arg) {
         int status = s->handler(lq__handle_of(d), s->userdata);
         running_handler_of = NULL;
         chained.settling_for = chains ? s : NULL;
-        finish_delivery(d, status);
+        finish_delivery(d, status, chains);
         chained.settling_for = NULL;
         pthread_mutex_lock(&s->mu);
     }

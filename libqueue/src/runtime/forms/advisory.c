@@ -640,6 +640,23 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     return LQ_OK;
 }
 
+bool lq__advisory_slots_first(lq_delivery *dv) {
+    pthread_mutex_lock(&dv->mu);
+    bool has = dv->conn && !dv->settled && (dv->slot || dv->key_slot);
+    if (has) {
+        slots held = {dv->slot, dv->key_slot};
+        dv->slot = dv->key_slot = NULL;
+        /* Not confirmed, the slot ends with the session: after the
+         * settlement, which still needs it for the key. */
+        if (release_slots(dv->sub, dv->conn, NULL, &held, LQ_OK) != LQ_OK) {
+            dv->conn_broken = true;
+            lq__error_clear();
+        }
+    }
+    pthread_mutex_unlock(&dv->mu);
+    return has;
+}
+
 void lq__advisory_release(lq_delivery *dv, lq__freed *freed) {
     lq_subscription *s = dv->sub;
     bool confirmed = unlock_all(s, dv->conn, dv->key, dv->slot, dv->key_slot);
