@@ -184,12 +184,19 @@ def test_a_process_holding_every_slot_makes_no_claim_until_one_is_free(db, broke
     rows = 100
     broker.publish_many(table, [b"%d" % i for i in range(rows)])
     peak = Peak()
+    # The claims made before each run starts: those after the last one are
+    # the drained queue's polls, as many as the wait here lasts.
+    seen: List[Tuple[int, int]] = []
     with broker.subscribe(table, workers=6, concurrency=4, poll_interval_ms=POLL_MS) as sub:
-        sub.run(peak.handle)
+        def handle(d: libqueue.Delivery) -> None:
+            seen.append((sub.stat("claims"), sub.stat("empty_claims")))
+            peak.handle(d)
+
+        sub.run(handle)
         wait_until(lambda: sub.stat("settled") == rows, what="every row to settle")
-        claims, empty = sub.stat("claims"), sub.stat("empty_claims")
+    claims, empty = max(seen)
     assert peak.most == 4
-    # Each row is one claim; the empty ones are those of the drained queue.
+    # Each row is one claim, a few more where the last rows' claims met none.
     assert empty <= rows // 10, "%d of %d claims found every slot held or no row" % (empty, claims)
 
 

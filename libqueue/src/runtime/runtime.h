@@ -439,6 +439,11 @@ LQ__HIDDEN int lq__delivery_begin(lq_delivery *d);
 /* Lets go of the key an advisory delivery holds; its connection goes into
  * `freed`. */
 LQ__HIDDEN void lq__advisory_release(lq_delivery *d, lq__freed *freed);
+/* Whether a worker's settlement claims its next row in its own transaction
+ * (lq__advisory_settle_exec): in one round trip where the dialect pipelines
+ * (exec_unlock, with sqlset.claim_one), statement by statement where it
+ * has no pipeline and keys live in sessions; not under partition limits. */
+LQ__HIDDEN bool lq__advisory_carries(const lq_subscription *s);
 /* A run of the advisory form ended: its concurrency slots (the queue's,
  * its partition key's) are let go on its session before its settlement,
  * so a claim beside it may take them while the settlement commits; its

@@ -1442,10 +1442,12 @@ static void settle_unsettled(lq_delivery *d, int status) {
 /* An advisory run that ended lets its concurrency slots go before its
  * settlement where a claimer here waits for room: that claim goes while the
  * settlement commits (what the limit bounds is runs, as under holds). Not
- * where the worker claims its next row in its settlement's transaction
- * (`chains`): that claim takes the slot over. */
+ * where the worker claims its next row in its settlement's transaction in
+ * the same round trip (`chains`, where the dialect pipelines): that claim
+ * takes the slot over, sooner. */
 static void slots_first(lq_subscription *s, lq_delivery *d, bool chains) {
-    if (chains || s->form != LQ_FORM_ADVISORY || (!s->concurrency && !s->partition_concurrency)) return;
+    if (chains && s->broker->dialect->exec_unlock) return;
+    if (s->form != LQ_FORM_ADVISORY || (!s->concurrency && !s->partition_concurrency)) return;
     pthread_mutex_lock(&s->mu);
     bool wanted = s->claimers_idle > 0 && !s->stopping;
     pthread_mutex_unlock(&s->mu);
@@ -1540,7 +1542,7 @@ static void *handler_thread_main(void *arg) {
     const lq__dialect *dialect = s->broker->dialect;
     bool chains = s->workers_claim && !s->transactional && !s->rate_limit &&
                   (s->form == LQ_FORM_ROW_LOCK ? dialect->commit_chain != NULL
-                   : s->form == LQ_FORM_ADVISORY && dialect->exec_unlock && s->sql.claim_one.sql);
+                   : s->form == LQ_FORM_ADVISORY && lq__advisory_carries(s));
     pthread_mutex_lock(&s->mu);
     for (;;) {
         lq_delivery **slot;

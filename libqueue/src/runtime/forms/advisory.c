@@ -42,6 +42,15 @@ static int on_candidate(void *arg, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
+static void candidates_free(candidates *c) {
+    for (int i = 0; i < c->count; i++) {
+        free(c->items[i].key);
+        free(c->items[i].pkey);
+    }
+    free(c->items);
+    *c = (candidates){0};
+}
+
 typedef struct take_ctx {
     lq_subscription *s;
     lq_delivery *taken;
@@ -174,16 +183,18 @@ static int release_slots(lq_subscription *s, lq__conn *conn, const char *key, sl
     return rc;
 }
 
-/* Takes the slots a candidate needs, then its key, the last two in one
- * round trip where the database can. *locked: all are held. Else none is:
+/* Takes the slots a candidate needs (none of the queue's where the session
+ * holds one for it: `slot_held`), then its key, the last two in one round
+ * trip where the database can. *locked: all are held. Else none is:
  * *full when the queue is at its limit, and the claim stops; a partition
  * key at its limit, or a key held elsewhere, passes over this candidate. */
 static int take_turn(slots *out, bool *locked, bool *full, lq_subscription *s, lq__conn *conn,
-                     const candidate *c) {
+                     const candidate *c, bool slot_held) {
     *out = (slots){0};
     *locked = *full = false;
     bool keyed = s->partition_concurrency && c->pkey;
-    if (!s->concurrency && !keyed) return s->broker->dialect->try_lock_key(locked, conn, &s->broker->target, c->key);
+    if ((!s->concurrency || slot_held) && !keyed)
+        return s->broker->dialect->try_lock_key(locked, conn, &s->broker->target, c->key);
     int rc = LQ_OK;
     if (s->concurrency) {
         rc = take_slot(&out->queue, locked, s, conn, NULL, keyed ? NULL : c->key);
@@ -210,12 +221,12 @@ static int let_go(lq_subscription *s, lq__conn *conn, const candidate *c, slots 
  * held elsewhere, its partition key has no slot free, or the row was settled
  * since it was read. */
 static int take_candidate(lq_delivery **out, bool *full, lq_subscription *s, lq__conn *conn,
-                          const candidate *c, lq__value *args) {
+                          const candidate *c, lq__value *args, bool slot_held) {
     const lq__dialect *d = s->broker->dialect;
     bool locked;
     *out = NULL;
     slots held;
-    int rc = take_turn(&held, &locked, full, s, conn, c);
+    int rc = take_turn(&held, &locked, full, s, conn, c, slot_held);
     if (rc != LQ_OK || !locked) return rc;
     take_ctx take = {s, NULL};
     args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = c->id};
@@ -371,7 +382,7 @@ static int take_together(lq__claimed *out, bool *full, lq_subscription *s, lq__c
     lq__strbuf set = {0};
     for (int i = 0; rc == LQ_OK && i < c->count && n < limit; i++) {
         bool locked;
-        if ((rc = take_turn(&held[n], &locked, full, s, conn, &c->items[i])) != LQ_OK || *full) break;
+        if ((rc = take_turn(&held[n], &locked, full, s, conn, &c->items[i], false)) != LQ_OK || *full) break;
         if (!locked) continue;
         at[n++] = i;
         lq__held_set_add(&set, d, false, c->items[i].id, 0);
@@ -503,7 +514,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
         lq_delivery *taken;
         size_t passed_before = passed.len;
         if (one) rc = claim_one(&taken, &full, &passed, s, conn, args);
-        else rc = take_candidate(&taken, &full, s, conn, &c.items[i], args);
+        else rc = take_candidate(&taken, &full, s, conn, &c.items[i], args, false);
         if (taken) {
             if (!one) {
                 taken->key = c.items[i].key;
@@ -536,11 +547,7 @@ int lq__advisory_claim(lq__claimed *out, lq_subscription *s, int limit) {
     }
     if (!holds || shared_free) lq__pool_release(pool, shared, rc == LQ_CONNECT || shared_broken);
     lq__sb_free(&passed);
-    for (int i = 0; i < c.count; i++) {
-        free(c.items[i].key);
-        free(c.items[i].pkey);
-    }
-    free(c.items);
+    candidates_free(&c);
     return rc;
 }
 
@@ -557,10 +564,17 @@ static int slot_index(const lq_delivery *dv) {
     return dash ? atoi(dash + 1) : -1;
 }
 
-/* The claim a worker's settlement carries: its slot's try comes first, and
- * the session holds that slot already (advisory locks stack), so the row
- * claimed takes it over; so does a row of the same key. The settled row
- * is gone or changed in the claim's snapshot, in the same transaction. */
+bool lq__advisory_carries(const lq_subscription *s) {
+    const lq__dialect *d = s->broker->dialect;
+    if (d->exec_unlock) return s->sql.claim_one.sql != NULL;
+    return d->advisory_holds_connection && !s->table->partition_limit && !s->table->key_rate_limit;
+}
+
+/* The claim a worker's settlement carries, in one statement: its slot's try
+ * comes first, and the session holds that slot already (advisory locks
+ * stack), so the row claimed takes it over; so does a row of the same key.
+ * The settled row is gone or changed in the claim's snapshot, in the same
+ * transaction. */
 static void carried_claim(lq__step *step, lq__value *args, slot_prefix prefix, one_ctx *one,
                           const lq_delivery *dv) {
     lq_subscription *s = dv->sub;
@@ -571,6 +585,32 @@ static void carried_claim(lq__step *step, lq__value *args, slot_prefix prefix, o
     *step = (lq__step){.stmt = &s->sql.claim_one, .args = args, .on_row = on_one, .ctx = one};
 }
 
+/* The carried claim statement by statement, in the settlement's open
+ * transaction, where the dialect has no pipeline: the candidates, then for
+ * each its key's try, its take and its read, until a row is taken. The
+ * session's slot passes to that row without a try (MySQL counts a name
+ * taken twice by one session twice, so it is not taken again); a row of
+ * the settled row's key waits, its key still held. The answer is as
+ * sqlset.claim_one's. */
+static int claim_in_turn(one_ctx *one, const lq_delivery *dv) {
+    lq_subscription *s = dv->sub;
+    *one = (one_ctx){.s = s, .slot = s->concurrency ? slot_index(dv) : -1, .answered = true};
+    lq__value args[LQ__P_COUNT];
+    claim_values(args, s, 1);
+    candidates c = {0};
+    int rc = s->broker->dialect->exec(NULL, dv->conn, &s->sql.claim, args, on_candidate, &c);
+    for (int i = 0; rc == LQ_OK && !one->taken && i < c.count; i++) {
+        bool full;
+        rc = take_candidate(&one->taken, &full, s, dv->conn, &c.items[i], args, true);
+        if (!one->taken) continue;
+        one->id = c.items[i].id;
+        one->key = c.items[i].key;
+        c.items[i].key = NULL;
+    }
+    candidates_free(&c);
+    return rc;
+}
+
 /* A claim the transaction did not commit: its row is dropped as it is, its
  * attempt's count rolled back with it. */
 static void one_dropped(one_ctx *one) {
@@ -578,12 +618,35 @@ static void one_dropped(one_ctx *one) {
     free(one->key);
 }
 
+/* The settlement and the claim it carries, one statement after another in
+ * one transaction, then the release of the settled row's key (and of its
+ * slot where no row took it over): *committed, *confirmed as exec_unlock's,
+ * and the pause read where one is due (after). */
+static int exec_in_turn(bool *committed, bool *confirmed, one_ctx *one, lq_delivery *dv,
+                        const lq__step *settlement, const lq__step *after, int *after_rc) {
+    lq_subscription *s = dv->sub;
+    const lq__dialect *d = s->broker->dialect;
+    *committed = *confirmed = false;
+    *one = (one_ctx){.s = s, .slot = -1};
+    if (after) *after_rc = LQ_BACKEND; /* until it has run */
+    int rc = d->begin(dv->conn, LQ_ISOLATION_DEFAULT);
+    if (rc == LQ_OK) rc = d->exec(settlement->changes, dv->conn, settlement->stmt, settlement->args, NULL, NULL);
+    if (rc == LQ_OK) rc = claim_in_turn(one, dv);
+    if (rc == LQ_OK) *committed = (rc = d->commit(dv->conn)) == LQ_OK;
+    if (!*committed) return rc; /* the caller rolls back */
+    *confirmed = unlock_all(s, dv->conn, dv->key, one->taken ? NULL : dv->slot, dv->key_slot);
+    if (after) *after_rc = d->exec(after->changes, dv->conn, after->stmt, after->args, after->on_row, after->ctx);
+    return LQ_OK;
+}
+
 int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv, const lq__stmt *stmt,
                              const lq__value *args, bool claim_next) {
     lq_subscription *s = dv->sub;
     const lq__dialect *d = s->broker->dialect;
-    bool carries = claim_next && d->exec_unlock && dv->conn && s->sql.claim_one.sql && !s->rate_limit &&
-                   (dv->key || dv->slot || dv->key_slot);
+    /* A slot let go before the settlement (lq__advisory_slots_first) is
+     * another claim's already. */
+    bool carries = claim_next && dv->conn && lq__advisory_carries(s) && !s->rate_limit &&
+                   (dv->key || dv->slot || dv->key_slot) && (!s->concurrency || dv->slot);
     if (!carries) return d->exec(changes, dv->conn, stmt, args, NULL, NULL); /* the keys go after */
     lq__step steps[2] = {{.stmt = stmt, .args = args, .changes = changes}};
     lq__value claim_args[LQ__P_COUNT];
@@ -599,8 +662,10 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     if (reads_pause) lq__pause_step(&pause_step, pause_args, &pauses, &s->pause_check, s->table, s->group);
     const char *const keys[3] = {dv->key, dv->slot, dv->key_slot};
     bool committed, confirmed;
-    int rc = d->exec_unlock(&committed, &confirmed, dv->conn, steps, 2, keys,
-                            reads_pause ? &pause_step : NULL, &pause_rc);
+    int rc = d->exec_unlock ? d->exec_unlock(&committed, &confirmed, dv->conn, steps, 2, keys,
+                                             reads_pause ? &pause_step : NULL, &pause_rc)
+                            : exec_in_turn(&committed, &confirmed, &one, dv, &steps[0],
+                                           reads_pause ? &pause_step : NULL, &pause_rc);
     if (reads_pause) { /* answered always: lq__subscription_settled ends the read */
         pause_rc = lq__error_ok_if(pause_rc, LQ_SCHEMA); /* no control table: nothing paused */
         if (pause_rc != LQ_OK && committed) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
