@@ -1447,9 +1447,14 @@ static void settle_unsettled(lq_delivery *d, int status) {
  * takes the slot over, sooner. */
 static void slots_first(lq_subscription *s, lq_delivery *d, bool chains) {
     if (chains && s->broker->dialect->exec_unlock) return;
-    if (s->form != LQ_FORM_ADVISORY || (!s->concurrency && !s->partition_concurrency)) return;
+    if (s->form != LQ_FORM_ADVISORY || !s->concurrency || s->transactional) return;
     pthread_mutex_lock(&s->mu);
-    bool wanted = s->claimers_idle > 0 && !s->stopping;
+    /* Claimers idle for room: the last claim found every slot held, or
+     * this process's rows hold them all (may_claim). Not those resting on
+     * an empty queue, which the slot would only wake to claim nothing. */
+    int here = s->in_work - s->let_go_early + s->waiting + s->flow.asked + s->carried;
+    bool at_limit = atomic_load(&s->limit_rests) || here >= s->concurrency;
+    bool wanted = s->claimers_idle > 0 && at_limit && !s->stopping;
     pthread_mutex_unlock(&s->mu);
     if (wanted && lq__advisory_slots_first(d)) lq__subscription_let_go_early(s, d);
 }

@@ -644,8 +644,9 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     lq_subscription *s = dv->sub;
     const lq__dialect *d = s->broker->dialect;
     /* A slot let go before the settlement (lq__advisory_slots_first) is
-     * another claim's already. */
-    bool carries = claim_next && dv->conn && lq__advisory_carries(s) && !s->rate_limit &&
+     * another claim's already; a session that may hold a lock it did not
+     * take is not lent to another row. */
+    bool carries = claim_next && dv->conn && !dv->conn_broken && lq__advisory_carries(s) && !s->rate_limit &&
                    (dv->key || dv->slot || dv->key_slot) && (!s->concurrency || dv->slot);
     if (!carries) return d->exec(changes, dv->conn, stmt, args, NULL, NULL); /* the keys go after */
     lq__step steps[2] = {{.stmt = stmt, .args = args, .changes = changes}};
