@@ -449,6 +449,11 @@ LQ__HIDDEN bool lq__advisory_carries(const lq_subscription *s);
  * so a claim beside it may take them while the settlement commits; its
  * key stays held until then. False when it held no slot. */
 LQ__HIDDEN bool lq__advisory_slots_first(lq_delivery *d);
+/* Whether a worker's settlement hands its slot to the row it claims in the
+ * same round trip (`chains`, where the dialect pipelines): then its slot
+ * never goes first, that claim takes it over sooner. Elsewhere a slot that
+ * went first is not carried (lq__advisory_settle_exec). */
+LQ__HIDDEN bool lq__advisory_hands_slot_over(const lq_subscription *s, bool chains);
 /* A row a worker's settlement claimed (the advisory form) that the worker
  * will not run: back unrun, its attempt unspent, its keys let go, and its
  * connection in `freed`. Counted nowhere: it was never handed out. */

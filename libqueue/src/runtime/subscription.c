@@ -691,6 +691,13 @@ static bool slots_held_here(const lq_subscription *s) {
     return s->concurrency && s->form != LQ_FORM_LEASE;
 }
 
+/* The rows of this subscription that hold a slot here: in work (less those
+ * whose slot went first), claimed and waiting, asked for, and claimed by
+ * workers' settlements. s->mu held. */
+static int slot_rows_here(const lq_subscription *s) {
+    return s->in_work - s->let_go_early + s->waiting + s->flow.asked + s->carried;
+}
+
 /* Cuts a claim's rows to the `left` a bound leaves, or forgoes it. */
 static void cap_claim(bool *wants, int *limit, int left) {
     if (left <= 0) *wants = false;
@@ -711,12 +718,12 @@ static int may_claim(lq_subscription *s) {
     /* Rows held here beside those in work: the rows claimed and waiting,
      * those asked for, and those other workers' settlements claimed (this
      * worker's own is what its claim takes). */
-    int here = s->waiting + s->flow.asked + s->carried - (kept && chained.claimed);
+    int own_claimed = kept && chained.claimed;
+    int here = s->waiting + s->flow.asked + s->carried - own_claimed;
     if (s->worker_concurrency) cap_claim(&wants, &limit, s->worker_concurrency - s->in_work - here);
     /* While this process's rows hold every slot, a claim could only find
      * them all held: none is made until one is free. */
-    if (slots_held_here(s))
-        cap_claim(&wants, &limit, s->concurrency - (s->in_work - s->let_go_early) - here);
+    if (slots_held_here(s)) cap_claim(&wants, &limit, s->concurrency - slot_rows_here(s) + own_claimed);
     lq_broker *b = s->broker;
     int mine = room_of(s) - kept;
     pthread_mutex_lock(&b->room_mu);
@@ -1446,14 +1453,13 @@ static void settle_unsettled(lq_delivery *d, int status) {
  * the same round trip (`chains`, where the dialect pipelines): that claim
  * takes the slot over, sooner. */
 static void slots_first(lq_subscription *s, lq_delivery *d, bool chains) {
-    if (chains && s->broker->dialect->exec_unlock) return;
     if (s->form != LQ_FORM_ADVISORY || !s->concurrency || s->transactional) return;
+    if (lq__advisory_hands_slot_over(s, chains)) return;
     pthread_mutex_lock(&s->mu);
     /* Claimers idle for room: the last claim found every slot held, or
      * this process's rows hold them all (may_claim). Not those resting on
      * an empty queue, which the slot would only wake to claim nothing. */
-    int here = s->in_work - s->let_go_early + s->waiting + s->flow.asked + s->carried;
-    bool at_limit = atomic_load(&s->limit_rests) || here >= s->concurrency;
+    bool at_limit = atomic_load(&s->limit_rests) || slot_rows_here(s) >= s->concurrency;
     bool wanted = s->claimers_idle > 0 && at_limit && !s->stopping;
     pthread_mutex_unlock(&s->mu);
     if (wanted && lq__advisory_slots_first(d)) lq__subscription_let_go_early(s, d);

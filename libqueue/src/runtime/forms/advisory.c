@@ -570,11 +570,11 @@ bool lq__advisory_carries(const lq_subscription *s) {
     return d->advisory_holds_connection && !s->table->partition_limit && !s->table->key_rate_limit;
 }
 
-/* The claim a worker's settlement carries, in one statement: its slot's try
- * comes first, and the session holds that slot already (advisory locks
- * stack), so the row claimed takes it over; so does a row of the same key.
- * The settled row is gone or changed in the claim's snapshot, in the same
- * transaction. */
+/* The claim a worker's settlement carries, in one statement, where the
+ * dialect pipelines: its slot's try comes first, and the session holds that
+ * slot already (advisory locks stack), so the row claimed takes it over; so
+ * does a row of the same key. The settled row is gone or changed in the
+ * claim's snapshot, in the same transaction. */
 static void carried_claim(lq__step *step, lq__value *args, slot_prefix prefix, one_ctx *one,
                           const lq_delivery *dv) {
     lq_subscription *s = dv->sub;
@@ -583,6 +583,10 @@ static void carried_claim(lq__step *step, lq__value *args, slot_prefix prefix, o
     one_args(args, prefix, s, kept > 0 ? kept : 0, "{}");
     *one = (one_ctx){.s = s, .slot = -1};
     *step = (lq__step){.stmt = &s->sql.claim_one, .args = args, .on_row = on_one, .ctx = one};
+}
+
+bool lq__advisory_hands_slot_over(const lq_subscription *s, bool chains) {
+    return chains && s->broker->dialect->exec_unlock;
 }
 
 /* The carried claim statement by statement, in the settlement's open
@@ -651,9 +655,10 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     if (!carries) return d->exec(changes, dv->conn, stmt, args, NULL, NULL); /* the keys go after */
     lq__step steps[2] = {{.stmt = stmt, .args = args, .changes = changes}};
     lq__value claim_args[LQ__P_COUNT];
-    slot_prefix prefix;
+    slot_prefix prefix = "";
     one_ctx one;
-    carried_claim(&steps[1], claim_args, prefix, &one, dv);
+    if (d->exec_unlock) carried_claim(&steps[1], claim_args, prefix, &one, dv);
+    else if (s->concurrency) slots_of(prefix, s, NULL); /* claim_in_turn fills `one` */
     /* And the read of the pause the worker's claim would make first. */
     lq__step pause_step;
     lq__value pause_args[LQ__P_COUNT];
