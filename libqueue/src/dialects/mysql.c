@@ -1070,6 +1070,66 @@ static int build_key_slot_claim(lq__sqlset *set, const lq_table *t) {
     return lq__sql_finish(&b);
 }
 
+/* Advisory candidates, after SELECT: "<id> AS lq_id, <key> AS lq_key[,
+ * <partition key>] FROM t WHERE <claimable> AND <no session holds the
+ * key>". */
+static void advisory_candidates(lq__sql *b, const lq_table *t, bool with_pkey) {
+    lq__sql_id(b);
+    lq__sql_add(b, " AS `lq_id`, ");
+    guarded_lock_name(b, t);
+    lq__sql_add(b, " AS `lq_key`");
+    if (with_pkey) lq__sql_candidate_pkey(b, true);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_claim_where(b, false);
+    lq__sql_candidate_filter(b);
+    lq__sql_add(b, " AND IS_USED_LOCK(");
+    guarded_lock_name(b, t);
+    lq__sql_add(b, ") IS NULL");
+}
+
+/* Advisory, the claim a settlement carries, whose session holds the slot
+ * already: the first candidate whose key no session holds, past the rows
+ * passed over (LQ__P_PASSED, "{id,..}"), the try of its key, and its row as
+ * it is before the take, in one round trip where there were three. LIMIT
+ * keeps the candidate a derived table of its own (not merged), so the try
+ * runs once, on its one row; the row is joined to it after (STRAIGHT_JOIN),
+ * by its id, so the derived table holds no payload (a column too large for
+ * a temporary table in memory). Returns 1 where the key was taken, the key,
+ * then the row's columns; no row where no candidate is left. take_picked
+ * then counts the attempt while it is as read: a row settled or taken again
+ * between the read and the try is not taken. */
+static int build_advisory_pick(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, &set->pick, &lq__mysql_dialect, t);
+    lq__sql_add(&b, "SELECT IF(IS_USED_LOCK(`lq_pick`.`lq_key`) IS NULL, "
+                    "CAST(COALESCE(GET_LOCK(`lq_pick`.`lq_key`, 0), 0) AS SIGNED), 0), `lq_pick`.`lq_key`, ");
+    lq__sql_row_columns(&b, NULL);
+    lq__sql_add(&b, " FROM (SELECT ");
+    advisory_candidates(&b, t, false);
+    lq__sql_add(&b, " AND NOT FIND_IN_SET(");
+    lq__sql_id(&b);
+    lq__sql_add(&b, ", TRIM(LEADING '{' FROM TRIM(TRAILING '}' FROM ");
+    lq__sql_param(&b, LQ__P_PASSED);
+    lq__sql_add(&b, "))) ORDER BY ");
+    lq__sql_claim_order(&b);
+    lq__sql_add(&b, " LIMIT 1) AS `lq_pick` STRAIGHT_JOIN ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " ON ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = `lq_pick`.`lq_id`");
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+    lq__sql_start(&b, &set->take_picked, &lq__mysql_dialect, t);
+    lq__sql_take(&b, true, NULL);
+    lq__sql_add(&b, " AND ");
+    lq__sql_col(&b, LQ_ROLE_ATTEMPT);
+    lq__sql_add(&b, " <=> ");
+    lq__sql_param(&b, LQ__P_ATTEMPT);
+    return lq__sql_finish(&b);
+}
+
 /* Advisory: candidates whose lock names no session holds; then, on the
  * connection that took the name, a take that counts the attempt and a read
  * of the row as it was (an UPDATE returns no rows here). */
@@ -1077,19 +1137,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->claim, &lq__mysql_dialect, t);
     lq__sql_add(&b, "SELECT ");
-    lq__sql_id(&b);
-    lq__sql_add(&b, " AS `lq_id`, ");
-    guarded_lock_name(&b, t);
-    lq__sql_add(&b, " AS `lq_key`");
-    lq__sql_candidate_pkey(&b, true);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_claim_where(&b, false);
-    lq__sql_candidate_filter(&b);
-    lq__sql_add(&b, " AND IS_USED_LOCK(");
-    guarded_lock_name(&b, t);
-    lq__sql_add(&b, ") IS NULL");
+    advisory_candidates(&b, t, true);
     lq__sql_claim_limit(&b);
     int rc = lq__sql_finish(&b);
     if (rc != LQ_OK) return rc;
@@ -1109,7 +1157,9 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_id(&b);
     lq__sql_add(&b, " = ");
     lq__sql_param(&b, LQ__P_ID);
-    return lq__sql_finish(&b);
+    rc = lq__sql_finish(&b);
+    if (rc != LQ_OK || t->partition_limit || t->key_rate_limit) return rc; /* no claim is carried */
+    return build_advisory_pick(set, t);
 }
 
 static size_t utf8_chars(const char *s) {

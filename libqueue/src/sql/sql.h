@@ -47,6 +47,7 @@ typedef enum lq__param {
     LQ__P_SLOTS,       /* the advisory concurrency slots' key prefix, where a claim takes one */
     LQ__P_FIRST_SLOT,  /* and the slot its tries start at */
     LQ__P_PASSED,      /* the rows such a claim passes over: "{id,..}" */
+    LQ__P_ATTEMPT,     /* the attempt count a take expects: the row as a claim read it */
     LQ__P_COUNT
 } lq__param;
 
@@ -87,6 +88,11 @@ typedef struct lq__sqlset {
     lq__stmt claim_one;   /* advisory, where the database can: one row claimed by one
                           * statement (a slot, the key, the take), or NULL sql */
     lq__stmt take_read;   /* advisory, where an update cannot return rows: reads it after */
+    lq__stmt pick;        /* advisory, where an update cannot return rows, for the claim a
+                          * settlement carries: the first candidate past LQ__P_PASSED, its
+                          * key's try and its row in one statement, or NULL sql */
+    lq__stmt take_picked; /* and the take of the row pick read, while its attempt count is
+                          * as read (LQ__P_ATTEMPT) */
     lq__stmt take_set;    /* advisory, where keys live in the process: takes a set of
                           * candidates (LQ__P_HELD_SET) in one statement, or NULL sql */
     lq__stmt stamp;       /* lease, where the claim is a locking read: leases one row */
@@ -350,7 +356,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 34
+#define LQ__SQLSET_STATEMENTS 36
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

@@ -589,9 +589,77 @@ bool lq__advisory_hands_slot_over(const lq_subscription *s, bool chains) {
     return chains && s->broker->dialect->exec_unlock;
 }
 
+/* What sqlset.pick answered: a candidate, whether its key was taken, and
+ * its row (NULL: no candidate was left). */
+typedef struct picked {
+    lq_subscription *s;
+    int64_t id;
+    char *key;
+    bool locked;
+    lq__value attempt; /* as read: the take counts it only while it is so */
+    lq_delivery *row;
+} picked;
+
+enum { PICK_LOCKED, PICK_KEY, PICK_ROW }; /* its columns, then the row's */
+
+static int on_picked(void *arg, const lq__value *cols, int count) {
+    picked *p = arg;
+    if (p->row || count <= PICK_ROW)
+        return lq__error(LQ_BACKEND, "the pick of a row answered %s", p->row ? "twice" : "too few columns");
+    const lq__value *row = cols + PICK_ROW;
+    int rc = lq__delivery_from_row(&p->row, p->s, row, count - PICK_ROW);
+    if (rc != LQ_OK) return rc;
+    p->id = p->row->id;
+    p->locked = cols[PICK_LOCKED].i == 1;
+    p->attempt = row[p->s->row_at[LQ__COL_ATTEMPT]]; /* an integer or NULL: no text kept */
+    return (p->key = lq__value_text(&cols[PICK_KEY])) ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+}
+
+enum { PICK_TRIES = 4 }; /* picks a carried claim makes past rows others took first */
+
+/* The carried claim where one statement picks a row (sqlset.pick): its key
+ * tried and its row read, then taken while its attempt count is as read. A
+ * row whose key another session took first, or which changed since the
+ * read, is passed over, a few times. */
+static int pick_in_turn(one_ctx *one, lq__conn *conn, lq_subscription *s, lq__value *args) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__strbuf passed = {0};
+    int rc = LQ_OK;
+    for (int i = 0; rc == LQ_OK && !one->taken && i < PICK_TRIES; i++) {
+        const char *past = passed.len ? passed.data : "{}";
+        if (passed.failed) rc = lq__error(LQ_NOMEM, "out of memory");
+        args[LQ__P_PASSED] = (lq__value){.type = LQ__V_TEXT, .p = past, .n = strlen(past)};
+        picked p = {.s = s};
+        if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.pick, args, on_picked, &p);
+        int64_t changes = 0;
+        if (rc == LQ_OK && p.locked) {
+            args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = p.id};
+            args[LQ__P_ATTEMPT] = p.attempt;
+            rc = d->exec(&changes, conn, &s->sql.take_picked, args, NULL, NULL);
+            if (rc == LQ_OK && changes != 1 && !d->unlock_key(conn, &s->broker->target, p.key))
+                rc = lq__error(LQ_BACKEND, "the release of advisory key \"%s\" was not confirmed", p.key);
+        }
+        if (rc == LQ_OK && changes == 1) {
+            one->taken = p.row;
+            one->id = p.id;
+            one->key = p.key;
+            break;
+        }
+        bool left = p.row != NULL;
+        lq__delivery_unref(p.row); /* not taken: nothing to give back */
+        if (left) passed_add(&passed, p.id);
+        free(p.key);
+        if (!left) break; /* no candidate: the queue has no row for this claim */
+    }
+    args[LQ__P_PASSED] = (lq__value){.type = LQ__V_NULL};
+    lq__sb_free(&passed);
+    return rc;
+}
+
 /* The carried claim statement by statement, in the settlement's open
- * transaction, where the dialect has no pipeline: the candidates, then for
- * each its key's try, its take and its read, until a row is taken. The
+ * transaction, where the dialect has no pipeline: a pick and a take (where
+ * the database has sqlset.pick), or the candidates, then for each its key's
+ * try, its take and its read, until a row is taken. The
  * session's slot passes to that row without a try (MySQL counts a name
  * taken twice by one session twice, so it is not taken again); a row of
  * the settled row's key waits, its key still held. The answer is as
@@ -601,6 +669,7 @@ static int claim_in_turn(one_ctx *one, const lq_delivery *dv) {
     *one = (one_ctx){.s = s, .slot = s->concurrency ? slot_index(dv) : -1, .answered = true};
     lq__value args[LQ__P_COUNT];
     claim_values(args, s, 1);
+    if (s->sql.pick.sql) return pick_in_turn(one, dv->conn, s, args);
     candidates c = {0};
     int rc = s->broker->dialect->exec(NULL, dv->conn, &s->sql.claim, args, on_candidate, &c);
     for (int i = 0; rc == LQ_OK && !one->taken && i < c.count; i++) {
