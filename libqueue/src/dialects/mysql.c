@@ -1090,16 +1090,20 @@ static void advisory_candidates(lq__sql *b, const lq_table *t, bool with_pkey) {
 }
 
 /* Advisory, the claim a settlement carries, whose session holds the slot
- * already: the first candidate whose key no session holds, past the rows
- * passed over (LQ__P_PASSED, "{id,..}"), the try of its key, and its row as
- * it is before the take, in one round trip where there were three. LIMIT
- * keeps the candidate a derived table of its own (not merged), so the try
- * runs once, on its one row; the row is joined to it after (STRAIGHT_JOIN),
- * by its id, so the derived table holds no payload (a column too large for
- * a temporary table in memory). Returns 1 where the key was taken, the key,
- * then the row's columns; no row where no candidate is left. take_picked
- * then counts the attempt while it is as read: a row settled or taken again
- * between the read and the try is not taken. */
+ * already (lq__advisory_carries: not under partition limits, so none is
+ * built there): the first candidate whose key no session holds, past the
+ * rows passed over (LQ__P_PASSED, "{id,..}"), the try of its key, and its
+ * row as it is before the take, in one round trip where there were three.
+ * The try is in the select list, so it runs once for the one row returned:
+ * LIMIT keeps the candidate a derived table of one row (not merged), and
+ * the row joins it by its id, after it (STRAIGHT_JOIN: the derived table
+ * holds no payload, a column too large for a temporary table in memory).
+ * IS_USED_LOCK first, as in my_try_lock_key: a name this session holds is
+ * not counted twice. Returns 1 where the key was taken, the key, then the
+ * row's columns; no row where no candidate is left. take_picked then
+ * counts the attempt while the count is as read: a row taken since the
+ * read is not taken on stale values (one settled fails the claimable
+ * condition). */
 static int build_advisory_pick(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->pick, &lq__mysql_dialect, t);

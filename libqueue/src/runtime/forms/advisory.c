@@ -610,27 +610,36 @@ static int on_picked(void *arg, const lq__value *cols, int count) {
     int rc = lq__delivery_from_row(&p->row, p->s, row, count - PICK_ROW);
     if (rc != LQ_OK) return rc;
     p->id = p->row->id;
+    /* Its key is the caller's to let go from here: set before any error. */
+    if (!(p->key = lq__value_text(&cols[PICK_KEY]))) return lq__error(LQ_NOMEM, "out of memory");
+    const lq__value *attempt = &row[p->s->row_at[LQ__COL_ATTEMPT]];
+    if (cols[PICK_LOCKED].type != LQ__V_INT || (attempt->type != LQ__V_INT && attempt->type != LQ__V_NULL))
+        return lq__error(LQ_BACKEND, "the pick of a row answered a key's try or an attempt count that is no integer");
     p->locked = cols[PICK_LOCKED].i == 1;
-    p->attempt = row[p->s->row_at[LQ__COL_ATTEMPT]]; /* an integer or NULL: no text kept */
-    return (p->key = lq__value_text(&cols[PICK_KEY])) ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
+    p->attempt = attempt->type == LQ__V_INT ? (lq__value){.type = LQ__V_INT, .i = attempt->i}
+                                            : (lq__value){.type = LQ__V_NULL};
+    return LQ_OK;
 }
 
-enum { PICK_TRIES = 4 }; /* picks a carried claim makes past rows others took first */
+/* Picks a carried claim makes past rows whose keys others took between the
+ * read and the try, as sqlset.claim_one's claim tries a few times past
+ * rows settled under it: a few collisions, then the next claim. */
+enum { PICK_TRIES = 4 };
 
 /* The carried claim where one statement picks a row (sqlset.pick): its key
  * tried and its row read, then taken while its attempt count is as read. A
- * row whose key another session took first, or which changed since the
- * read, is passed over, a few times. */
+ * row whose key another session took first, or which was settled or taken
+ * since the read, is passed over, a few times. A failure may leave the key
+ * held: the caller ends the session (lq__advisory_settle_exec). */
 static int pick_in_turn(one_ctx *one, lq__conn *conn, lq_subscription *s, lq__value *args) {
     const lq__dialect *d = s->broker->dialect;
     lq__strbuf passed = {0};
     int rc = LQ_OK;
-    for (int i = 0; rc == LQ_OK && !one->taken && i < PICK_TRIES; i++) {
-        const char *past = passed.len ? passed.data : "{}";
-        if (passed.failed) rc = lq__error(LQ_NOMEM, "out of memory");
+    for (int i = 0; rc == LQ_OK && !one->taken && i < PICK_TRIES && !passed.failed; i++) {
+        const char *past = passed.len ? passed.data : "{}"; /* no memory for it: the next claim goes on */
         args[LQ__P_PASSED] = (lq__value){.type = LQ__V_TEXT, .p = past, .n = strlen(past)};
         picked p = {.s = s};
-        if (rc == LQ_OK) rc = d->exec(NULL, conn, &s->sql.pick, args, on_picked, &p);
+        rc = d->exec(NULL, conn, &s->sql.pick, args, on_picked, &p);
         int64_t changes = 0;
         if (rc == LQ_OK && p.locked) {
             args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = p.id};
