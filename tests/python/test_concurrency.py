@@ -196,11 +196,12 @@ def test_a_process_holding_every_slot_makes_no_claim_until_one_is_free(db, broke
         wait_until(lambda: sub.stat("settled") == rows, what="every row to settle")
     claims, empty = max(seen)
     assert peak.most == 4
-    # Each row is one claim, a few more where the last rows' claims met none
-    # or a claim raced a settlement's slot (MySQL's row lock form gives its
-    # slot's name back after the commit: 11-18 of 100 on a loaded machine).
-    # Waking every idle worker at each hand-over would make 2 a row.
-    assert empty <= rows // 4, "%d of %d claims found every slot held or no row" % (empty, claims)
+    # Each row is one claim, a few more where the last rows' claims met none.
+    # MySQL's row lock form gives a slot's name back after the commit, so a
+    # claim woken beside it may find it held still: 11-18 of 100 on a loaded
+    # machine. Waking every idle worker at each hand-over would make 2 a row.
+    bound = rows // 4 if (db.dialect, form) == ("mysql", "row_lock") else rows // 10
+    assert empty <= bound, "%d of %d claims found every slot held or no row" % (empty, claims)
 
 
 @pytest.mark.dialect("postgresql", "mysql")
