@@ -58,16 +58,21 @@ def overhead(args: argparse.Namespace) -> Dict[str, Any]:
 
 def worker(url: str, form: str, options: Dict[str, int], sleep_s: float,
            stop_at: float, spans: Any) -> None:
-    """One process: a push subscription whose handler records its span."""
+    """One process: a push subscription whose handler records its span. The
+    spans go to the parent at the end: a put per span, between one handler
+    and the next, would count the queue's own work (a feeder thread taking
+    the interpreter's lock from the workers) as time the slot stood idle."""
     table = bench_table(form)
+    mine: List[Tuple[float, float]] = []
     with libqueue.Broker(url) as broker, broker.subscribe(table, **options) as sub:
         def handle(d: libqueue.Delivery) -> None:
             start = time.monotonic()
             time.sleep(sleep_s)
-            spans.put((start, time.monotonic()))
+            mine.append((start, time.monotonic()))
         sub.run(handle)
         while time.monotonic() < stop_at:
             time.sleep(0.05)
+    spans.put(mine)
 
 
 def drain(url: str, form: str, rows: int, processes: int, options: Dict[str, int],
@@ -89,7 +94,7 @@ def drain(url: str, form: str, rows: int, processes: int, options: Dict[str, int
     got = []
     while any(p.is_alive() for p in procs) or not spans.empty():
         try:
-            got.append(spans.get(timeout=0.2))
+            got.extend(spans.get(timeout=0.2))
         except Exception:  # queue.Empty
             pass
     for p in procs:

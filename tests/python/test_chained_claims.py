@@ -153,23 +153,27 @@ def _com_commit(db) -> int:
 def test_an_advisory_worker_on_mysql_claims_its_next_row_in_its_settlements_transaction(db) -> None:
     """Without a pipeline, statement by statement: the ack and the next
     row's claim commit together, one COMMIT a row, where each ran in a
-    commit of its own (autocommit) before."""
+    commit of its own (autocommit) before; that COMMIT also begins the
+    transaction the next row's settlement runs in (AND CHAIN)."""
     table = make_table("advisory")
     db.create_table(table)
     rows = 100
     seen = Recorder()
     with libqueue.Broker(db.url) as broker:
         ids = broker.publish_many(table, [b"%d" % i for i in range(rows)])
-        before = _com_commit(db)
+        before, begun_before = _com_commit(db), _com_begin(db)
         with broker.subscribe(table, workers=1, concurrency=2, poll_interval_ms=3000) as sub:
             sub.run(lambda d: seen.add((d.payload, d.attempt)))
             wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
-        commits = _com_commit(db) - before
+        commits, begun = _com_commit(db) - before, _com_begin(db) - begun_before
         assert _every_slot_free(db.url, table, 2)
     assert sorted(seen.snapshot()) == sorted((b"%d" % i, 1) for i in range(rows))
     assert db.count("jobs") == 0
     # One a row (autocommit statements count none), and not two.
     assert rows * 9 // 10 <= commits < rows * 3 // 2, "%d commits for %d rows" % (commits, rows)
+    # A START TRANSACTION a row without the chain; with it, the first
+    # settlement's and the slot check's.
+    assert begun < rows // 10, "%d transactions begun for %d rows" % (begun, rows)
     assert _advisory_locks(db, ids) == 0
 
 

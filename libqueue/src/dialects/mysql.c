@@ -98,6 +98,9 @@ struct lq__conn {
      * back when its transaction ends. */
     struct held_slot *slots;
     int slots_held, slots_cap;
+    /* A transaction COMMIT AND CHAIN opened for the next begin, empty yet
+     * (my_commit_then_begin). */
+    bool begun_ahead;
 };
 
 typedef struct held_slot {
@@ -802,7 +805,7 @@ static bool my_reusable(lq__conn *c) {
     unsigned int status = 0;
     if (c->lost || c->slots_held || ensure_thread() != LQ_OK) return false;
     if (mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
-    return !(status & SERVER_STATUS_IN_TRANS);
+    return c->begun_ahead || !(status & SERVER_STATUS_IN_TRANS); /* begun ahead: empty */
 }
 
 static int my_borrow(lq__conn **out, void *native) {
@@ -1480,9 +1483,18 @@ static int run_stmt(int64_t *changes, MYSQL_STMT *st, const lq__value *values, i
     return rc;
 }
 
+/* A transaction begun ahead that the caller did not begin in ends first:
+ * it is empty, and a statement out of any begin is to commit on its own. */
+static int end_begun_ahead(lq__conn *c) {
+    if (!c->begun_ahead) return LQ_OK;
+    c->begun_ahead = false;
+    return run_plain(c, "COMMIT");
+}
+
 static int my_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__value *args,
                    lq__row_fn on_row, void *ctx) {
     int rc = ensure_thread();
+    if (rc == LQ_OK) rc = end_begun_ahead(c);
     if (rc != LQ_OK) return rc;
     int count = lq__stmt_values(st);
     lq__value in_place[LQ__MAX_PARAMS];
@@ -1516,6 +1528,7 @@ static int my_exec(int64_t *changes, lq__conn *c, const lq__stmt *st, const lq__
 static int my_execute(int64_t *changes, lq__conn *c, const char *sql, const char *const *params,
                       int count) {
     int rc = ensure_thread();
+    if (rc == LQ_OK) rc = end_begun_ahead(c);
     if (rc != LQ_OK) return rc;
     if (changes) *changes = 0;
     if (count > LQ__MAX_PARAMS)
@@ -1564,6 +1577,11 @@ static int my_execute(int64_t *changes, lq__conn *c, const char *sql, const char
 static int my_begin(lq__conn *c, int isolation) {
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
+    if (c->begun_ahead && isolation == LQ_ISOLATION_DEFAULT) {
+        c->begun_ahead = false; /* the session's own isolation, as START TRANSACTION's */
+        return LQ_OK;
+    }
+    if ((rc = end_begun_ahead(c)) != LQ_OK) return rc;
     /* The session runs at READ COMMITTED; another level is set for the next
      * transaction only. */
     const char *level = NULL;
@@ -1585,7 +1603,31 @@ static void give_back(lq__conn *c, bool keyed_only);
 
 static int my_commit(lq__conn *c) {
     int rc = ensure_thread();
+    c->begun_ahead = false;
     if (rc == LQ_OK) rc = run_plain(c, "COMMIT");
+    give_back(c, false);
+    return rc;
+}
+
+/* COMMIT AND CHAIN; *open tells whether the next transaction is open now. */
+static int commit_and_chain(bool *open, lq__conn *c) {
+    unsigned int status = 0;
+    *open = false;
+    c->begun_ahead = false;
+    int rc = ensure_thread();
+    if (rc == LQ_OK) rc = run_plain(c, "COMMIT AND CHAIN");
+    if (rc == LQ_OK && mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) == 0)
+        *open = status & SERVER_STATUS_IN_TRANS;
+    return rc;
+}
+
+/* The transaction begun ahead is the next one the worker's settlement runs
+ * in (an advisory run that carried its claim): a START TRANSACTION less a
+ * row. */
+static int my_commit_then_begin(lq__conn *c) {
+    bool open;
+    int rc = commit_and_chain(&open, c);
+    c->begun_ahead = open;
     give_back(c, false);
     return rc;
 }
@@ -1594,12 +1636,7 @@ static int my_commit(lq__conn *c) {
  * in it counts them as its own (my_take_slots). A key's slot goes back, as
  * the next row may be of another key. */
 static int my_commit_chain(bool *chained, lq__conn *c) {
-    unsigned int status = 0;
-    *chained = false;
-    int rc = ensure_thread();
-    if (rc == LQ_OK) rc = run_plain(c, "COMMIT AND CHAIN");
-    if (rc == LQ_OK && mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) == 0)
-        *chained = status & SERVER_STATUS_IN_TRANS;
+    int rc = commit_and_chain(chained, c);
     give_back(c, *chained);
     return rc;
 }
@@ -1608,6 +1645,7 @@ static int my_rollback(lq__conn *c) {
     /* A lost connection's transaction ends with its session, when the pool
      * closes it: nothing to send, and the failure that lost it stays the
      * thread's error. */
+    c->begun_ahead = false;
     if (c->lost) return LQ_OK;
     int rc = ensure_thread();
     if (rc != LQ_OK) return rc;
@@ -2025,6 +2063,7 @@ const lq__dialect lq__mysql_dialect = {
     .begin = my_begin,
     .commit = my_commit,
     .commit_chain = my_commit_chain,
+    .commit_then_begin = my_commit_then_begin,
     .rollback = my_rollback,
     .ddl = &my_ddl,
     .schema_query = my_schema_query,

@@ -202,6 +202,13 @@ typedef struct lq__dialect {
      * (false also where the server is too old for it). NULL where the
      * database has none. */
     int (*commit_chain)(bool *chained, lq__conn *conn);
+    /* Commits and has the connection's next transaction begun with it where
+     * the database can (COMMIT AND CHAIN): its next begin, at the default
+     * isolation, then costs no round trip. Until that begin the transaction
+     * stays empty: a statement run first ends it, as such a statement
+     * commits on its own, and a lock call (the keys, the slots) leaves it
+     * be. NULL where the database has none. */
+    int (*commit_then_begin)(lq__conn *conn);
 
     /* Wake-ups across processes (NULL where the database has none): send on
      * a channel, listen to one, and wait up to timeout_ms for notifications,

@@ -714,7 +714,10 @@ static int exec_in_turn(bool *committed, bool *confirmed, one_ctx *one, lq_deliv
     int rc = d->begin(dv->conn, LQ_ISOLATION_DEFAULT);
     if (rc == LQ_OK) rc = d->exec(settlement->changes, dv->conn, settlement->stmt, settlement->args, NULL, NULL);
     if (rc == LQ_OK) rc = claim_in_turn(one, dv);
-    if (rc == LQ_OK) *committed = (rc = d->commit(dv->conn)) == LQ_OK;
+    /* The row taken is settled next in a transaction of this session: begun
+     * with this commit where the database can. */
+    bool ahead = one->taken && d->commit_then_begin;
+    if (rc == LQ_OK) *committed = (rc = ahead ? d->commit_then_begin(dv->conn) : d->commit(dv->conn)) == LQ_OK;
     if (!*committed) return rc; /* the caller rolls back */
     *confirmed = unlock_all(s, dv->conn, dv->key, one->taken ? NULL : dv->slot, dv->key_slot);
     if (after) *after_rc = d->exec(after->changes, dv->conn, after->stmt, after->args, after->on_row, after->ctx);
