@@ -177,6 +177,30 @@ def test_an_advisory_worker_on_mysql_claims_its_next_row_in_its_settlements_tran
     assert _advisory_locks(db, ids) == 0
 
 
+@pytest.mark.dialect("mysql")
+def test_an_advisory_worker_on_mysql_carries_its_claim_on_a_table_without_attempts(db) -> None:
+    """Without an attempt column there is no pick (its take checks the
+    count): the candidates, then a key's try, the take and the read for
+    each, in the same transaction. Each row runs once, one COMMIT a row."""
+    table = make_table("advisory", attempt=None)
+    db.create_table(table)
+    rows = 60
+    seen = Recorder()
+    with libqueue.Broker(db.url) as broker:
+        ids = broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        before, begun_before = _com_commit(db), _com_begin(db)
+        with broker.subscribe(table, workers=2, concurrency=2, poll_interval_ms=3000) as sub:
+            sub.run(lambda d: seen.add(d.payload))
+            wait_until(lambda: sub.stat("settled") == rows, what="every settlement")
+        commits, begun = _com_commit(db) - before, _com_begin(db) - begun_before
+        assert _every_slot_free(db.url, table, 2)
+    assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
+    assert db.count("jobs") == 0
+    assert rows * 9 // 10 <= commits < rows * 3 // 2, "%d commits for %d rows" % (commits, rows)
+    assert begun < rows // 5, "%d transactions begun for %d rows" % (begun, rows)
+    assert _advisory_locks(db, ids) == 0
+
+
 @pytest.mark.dialect("postgresql")
 def test_an_advisory_worker_claims_its_next_row_in_its_settlements_transaction(db) -> None:
     """One commit for a row's ack and the next row's claim, and one
