@@ -1093,7 +1093,7 @@ static void advisory_candidates(lq__sql *b, const lq_table *t, bool with_pkey) {
 }
 
 /* Advisory, the claim a settlement carries, whose session holds the slot
- * already (lq__advisory_carries: not under partition limits, so none is
+ * already (lq__table_carries_claims: not under partition limits, so none is
  * built there): the first candidate whose key no session holds, past the
  * rows passed over (LQ__P_PASSED, "{id,..}"), the try of its key, and its
  * row as it is before the take, in one round trip where there were three.
@@ -1165,7 +1165,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_add(&b, " = ");
     lq__sql_param(&b, LQ__P_ID);
     rc = lq__sql_finish(&b);
-    if (rc != LQ_OK || t->partition_limit || t->key_rate_limit) return rc; /* no claim is carried */
+    if (rc != LQ_OK || !lq__table_carries_claims(t)) return rc;
     return build_advisory_pick(set, t);
 }
 

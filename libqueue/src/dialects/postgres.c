@@ -549,8 +549,7 @@ static int build_advisory_claim(lq__sqlset *set, const lq_table *t) {
     lq__sql_add(&b, " WHERE pg_try_advisory_xact_lock_shared(hashtextextended(\"lq_key\", 0)) LIMIT ");
     lq__sql_param(&b, LQ__P_LIMIT);
     int rc = lq__sql_finish(&b);
-    if (rc == LQ_OK && !t->partition_limit && !t->key_rate_limit)
-        rc = build_advisory_claim_one(&set->claim_one, t);
+    if (rc == LQ_OK && lq__table_carries_claims(t)) rc = build_advisory_claim_one(&set->claim_one, t);
     if (rc != LQ_OK) return rc;
 
     return lq__sql_build_take_returning(&set->take, &lq__postgres_dialect, t);

@@ -131,6 +131,8 @@ int lq_table_form(const lq_table *t) {
 
 bool lq__has(const lq_table *t, int role) { return t->columns[role] != NULL; }
 
+bool lq__table_carries_claims(const lq_table *t) { return !t->partition_limit && !t->key_rate_limit; }
+
 const char *lq__table_label(const lq_table *t, char *buf, size_t size) {
     if (t->schema) snprintf(buf, size, "%s.%s", t->schema, t->name);
     else snprintf(buf, size, "%s", t->name);

@@ -32,6 +32,9 @@ struct lq_table {
 /* A deep copy, so a subscription outlives the caller's description. */
 LQ__HIDDEN int lq__table_copy(lq_table **out, const lq_table *t);
 LQ__HIDDEN bool lq__has(const lq_table *t, int role);
+/* Whether an advisory settlement may claim its worker's next row: not
+ * under a partition key's limit or rate, which a poll's claim counts. */
+LQ__HIDDEN bool lq__table_carries_claims(const lq_table *t);
 /* "schema.name" or "name", unquoted, for messages. */
 LQ__HIDDEN const char *lq__table_label(const lq_table *t, char *buf, size_t size);
 

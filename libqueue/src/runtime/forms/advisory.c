@@ -567,7 +567,7 @@ static int slot_index(const lq_delivery *dv) {
 bool lq__advisory_carries(const lq_subscription *s) {
     const lq__dialect *d = s->broker->dialect;
     if (d->exec_unlock) return s->sql.claim_one.sql != NULL;
-    return d->advisory_holds_connection && !s->table->partition_limit && !s->table->key_rate_limit;
+    return d->advisory_holds_connection && lq__table_carries_claims(s->table);
 }
 
 /* The claim a worker's settlement carries, in one statement, where the
@@ -593,7 +593,6 @@ bool lq__advisory_hands_slot_over(const lq_subscription *s, bool chains) {
  * its row (NULL: no candidate was left). */
 typedef struct picked {
     lq_subscription *s;
-    int64_t id;
     char *key;
     bool locked;
     lq__value attempt; /* as read: the take counts it only while it is so */
@@ -609,7 +608,6 @@ static int on_picked(void *arg, const lq__value *cols, int count) {
     const lq__value *row = cols + PICK_ROW;
     int rc = lq__delivery_from_row(&p->row, p->s, row, count - PICK_ROW);
     if (rc != LQ_OK) return rc;
-    p->id = p->row->id;
     /* Its key is the caller's to let go from here: set before any error. */
     if (!(p->key = lq__value_text(&cols[PICK_KEY]))) return lq__error(LQ_NOMEM, "out of memory");
     const lq__value *attempt = &row[p->s->row_at[LQ__COL_ATTEMPT]];
@@ -642,7 +640,7 @@ static int pick_in_turn(one_ctx *one, lq__conn *conn, lq_subscription *s, lq__va
         rc = d->exec(NULL, conn, &s->sql.pick, args, on_picked, &p);
         int64_t changes = 0;
         if (rc == LQ_OK && p.locked) {
-            args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = p.id};
+            args[LQ__P_ID] = (lq__value){.type = LQ__V_INT, .i = p.row->id};
             args[LQ__P_ATTEMPT] = p.attempt;
             rc = d->exec(&changes, conn, &s->sql.take_picked, args, NULL, NULL);
             if (rc == LQ_OK && changes != 1 && !d->unlock_key(conn, &s->broker->target, p.key))
@@ -650,13 +648,13 @@ static int pick_in_turn(one_ctx *one, lq__conn *conn, lq_subscription *s, lq__va
         }
         if (rc == LQ_OK && changes == 1) {
             one->taken = p.row;
-            one->id = p.id;
+            one->id = p.row->id;
             one->key = p.key;
             break;
         }
         bool left = p.row != NULL;
+        if (left) passed_add(&passed, p.row->id);
         lq__delivery_unref(p.row); /* not taken: nothing to give back */
-        if (left) passed_add(&passed, p.id);
         free(p.key);
         if (!left) break; /* no candidate: the queue has no row for this claim */
     }
