@@ -93,8 +93,9 @@ def pytest_generate_tests(metafunc: Any) -> None:
         if forms:
             pairs = [(b, f) for b, f in pairs if f in forms.args]
         if metafunc.definition.get_closest_marker("across_processes"):
-            # SQLite keeps advisory keys in the process: two processes on one
-            # file do not see each other's keys (a documented limit).
+            # SQLite keeps advisory keys in the process: a second process's
+            # advisory subscription on one file is refused
+            # (test_sqlite_key_space.py).
             pairs = [(b, f) for b, f in pairs if (BACKENDS[b][0], f) != ("sqlite", "advisory")]
         metafunc.parametrize(("db", "form"), pairs, indirect=["db"],
                              ids=["%s-%s" % p for p in pairs])

@@ -4,6 +4,7 @@
  * keys live in this process (keys.c), one key space per database file. */
 #include "base/clock.h"
 #include "sql/dialect.h"
+#include "dialects/key_space.h"
 #include "dialects/keys.h"
 #include "sql/stmt_cache.h"
 #include "dialects/write_turns.h"
@@ -480,6 +481,14 @@ static size_t sqlite_keys_held(const lq__broker_target *target) {
     return lq__keys_held(file_of(target)->realpath);
 }
 
+static int sqlite_hold_key_space(const lq__broker_target *target) {
+    return lq__key_space_hold(file_of(target)->realpath);
+}
+
+static void sqlite_let_go_key_space(const lq__broker_target *target) {
+    lq__key_space_let_go(file_of(target)->realpath);
+}
+
 /* ---- tables ---- */
 
 static const lq__ddl_types sqlite_ddl = {
@@ -587,4 +596,6 @@ const lq__dialect lq__sqlite_dialect = {
     .try_lock_key = sqlite_try_lock_key,
     .unlock_key = sqlite_unlock_key,
     .keys_held = sqlite_keys_held,
+    .hold_key_space = sqlite_hold_key_space,
+    .let_go_key_space = sqlite_let_go_key_space,
 };

@@ -166,6 +166,8 @@ struct lq_subscription {
     atomic_bool limit_rests;
     atomic_ullong room_events;
     lq__lease_clock *lease_clock; /* the lease form's: the last expiry of its length (forms/lease.c) */
+    bool key_space_held; /* the advisory form's, where keys live in the process: the file's
+                            key space is this process's while it is open (hold_key_space) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
     atomic_llong room_seen; /* the room its last count found under concurrency: where that
                                is ample, its claims leave the acks to the acker

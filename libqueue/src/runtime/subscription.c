@@ -118,6 +118,7 @@ static void subscription_free(lq_subscription *s) {
     lq__key_counts_free(&s->key_counts);
     lq__holds_free(&s->holds);
     lq__lease_clock_drop(s);
+    if (s->key_space_held) b->dialect->let_go_key_space(&b->target); /* no key of it is held now */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
@@ -577,6 +578,9 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         rc = check_declaration(s);
     }
     if (rc == LQ_OK && s->form == LQ_FORM_LEASE) rc = lq__lease_clock_take(s);
+    if (rc == LQ_OK && s->form == LQ_FORM_ADVISORY && b->dialect->hold_key_space &&
+        (rc = b->dialect->hold_key_space(&b->target)) == LQ_OK)
+        s->key_space_held = true;
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = plan_limits(s);
     if (rc == LQ_OK) rc = lq__run_cancels_init(&s->cancels, s);

@@ -320,6 +320,11 @@ typedef struct lq__dialect {
     /* How many keys the process holds, where keys live in the process (NULL
      * where sessions hold them and the claim's query filters them out). */
     size_t (*keys_held)(const lq__broker_target *target);
+    /* Where keys live in the process: the target's key space held for this
+     * process while an advisory subscription uses it, and refused while
+     * another process holds it; let go by each holder (NULL elsewhere). */
+    int (*hold_key_space)(const lq__broker_target *target);
+    void (*let_go_key_space)(const lq__broker_target *target);
 } lq__dialect;
 
 /* The values a statement binds: its parameters, in each of its rows. */
