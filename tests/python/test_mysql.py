@@ -488,3 +488,43 @@ def test_a_host_list_takes_the_first_host_that_answers(db) -> None:
         libqueue.Broker("mysql://%s:%s@127.0.0.1:%d,127.0.0.1:%d/%s" % (
             params["user"], params["password"], closed_port, closed_port, db.database),
             connect_timeout_ms=1000)
+
+
+@contextlib.contextmanager
+def server_settings(db, **values: Any) -> Any:
+    """Global settings of the server for the sessions opened meanwhile,
+    restored after."""
+    old = {name: db.scalar("SELECT @@GLOBAL.%s" % name) for name in values}
+    try:
+        for name, value in values.items():
+            db.execute("SET GLOBAL %s = %s" % (name, value))
+        yield
+    finally:
+        for name, value in old.items():
+            db.execute("SET GLOBAL %s = %s" % (name, "'%s'" % value if isinstance(value, str) else value))
+
+
+@pytest.mark.forms("row_lock", "advisory")
+def test_a_worker_whose_transaction_waits_for_its_handler_outlives_the_servers_settings(db, form) -> None:
+    """A row lock worker's claim, and an advisory settlement's transaction
+    begun ahead, stay open while the handler runs: MariaDB's idle transaction
+    timeouts would end the session (and its row would run again), and a
+    server-wide completion_type of CHAIN would keep a transaction open after
+    each COMMIT. The sessions set both aside: each row runs once and is
+    settled."""
+    table = make_table(form)
+    db.create_table(table)
+    rows, handled = 3, []
+    settings = dict(completion_type="'CHAIN'", idle_transaction_timeout=1,
+                    idle_readonly_transaction_timeout=1, idle_write_transaction_timeout=1)
+    with server_settings(db, **settings), libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=1, concurrency=1, poll_interval_ms=POLL_MS) as sub:
+            def handle(d: libqueue.Delivery) -> None:
+                handled.append(d.payload)
+                time.sleep(1.6)  # past the timeouts' second
+            sub.run(handle)
+            wait_until(lambda: sub.stat("settled") >= rows, timeout=30, what="every row settled")
+            assert sub.stat("settle_errors") == 0
+        assert sorted(handled) == sorted(b"%d" % i for i in range(rows))
+    assert db.count("jobs") == 0

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,9 +38,9 @@ except libqueue.Error as e:
 """
 
 
-def try_subscribe(db, table: libqueue.Table) -> dict:
+def try_subscribe(db, table: libqueue.Table, url: str = "") -> dict:
     """An advisory (or lease) subscription opened in another process."""
-    done = subprocess.run([sys.executable, "-c", TRY_SUBSCRIBE, db.url, table_json(table)],
+    done = subprocess.run([sys.executable, "-c", TRY_SUBSCRIBE, url or db.url, table_json(table)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -116,3 +117,33 @@ def test_the_lock_file_lives_beside_the_database_and_names_its_holder(db) -> Non
     with libqueue.Broker(db.url) as broker, broker.subscribe(table, poll_interval_ms=POLL_MS):
         with open(db.path + "-lqkeys") as f:
             assert f.read().strip() == str(os.getpid())
+
+
+def test_a_link_to_the_file_names_the_same_key_space(db, tmp_path) -> None:
+    table = make_table("advisory")
+    db.create_table(table)
+    link = tmp_path / "another-name.db"
+    os.symlink(db.path, link)
+    with libqueue.Broker(db.url) as broker, broker.subscribe(table, poll_interval_ms=POLL_MS):
+        refused = try_subscribe(db, table, "sqlite://" + str(link))
+        assert refused["opened"] is False and refused["error"] == "Misuse", refused
+
+
+def test_a_child_forked_from_the_holder_keeps_no_hold_of_its_own(db) -> None:
+    """A forked child shares its parent's open files: were the lock file's
+    copy kept open in it, the parent's lock would outlive the parent's
+    subscription, and another process would be refused."""
+    table = make_table("advisory")
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        sub = broker.subscribe(table, poll_interval_ms=POLL_MS)
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child only waits to be killed
+            time.sleep(60)
+            os._exit(0)
+        try:
+            sub.close()
+            assert try_subscribe(db, table)["opened"] is True
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)

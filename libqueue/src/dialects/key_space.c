@@ -9,14 +9,18 @@
  * it ends with the process however the process ends, so a crash leaves
  * nothing to clean up. The lock file holds the holder's pid, for the
  * message, and stays: removing it could let two processes each lock a
- * file of that name. A child forked while its parent held the space holds
- * nothing of its own: it takes the lock anew, and is refused while the
- * parent lives. */
+ * file of that name. A user who may read it but not write it locks it all
+ * the same (flock asks for no write access), and names no pid. A child
+ * forked while its parent held the space holds nothing of its own: it
+ * closes its copies at the fork (the lock stays the parent's, and ends with
+ * the parent alone), takes the lock anew, and is refused while the parent
+ * holds it. */
 #include "dialects/key_space.h"
 
 #include "base/strbuf.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,13 +32,31 @@
 typedef struct holder {
     struct holder *next;
     char *space;
-    int fd;      /* the lock file, locked */
-    pid_t owner; /* the process that locked it */
+    int fd; /* the lock file, locked */
     int users;
 } holder;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static holder *holders;
+
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&lock); }
+
+/* The child holds no space: its copies of the lock files close, which
+ * leaves the parent's locks as they are. */
+static void after_fork_child(void) {
+    while (holders) {
+        holder *gone = holders;
+        holders = gone->next;
+        close(gone->fd);
+        free(gone->space);
+        free(gone);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void watch_forks(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
 
 static holder **find(const char *space) {
     holder **h = &holders;
@@ -45,7 +67,7 @@ static holder **find(const char *space) {
 static void drop(holder **h) {
     holder *gone = *h;
     *h = gone->next;
-    close(gone->fd); /* in a forked child: the parent's lock stays the parent's */
+    close(gone->fd); /* the lock goes with it */
     free(gone->space);
     free(gone);
 }
@@ -74,7 +96,12 @@ static int lock_file(int *fd, const char *space) {
     char *path = lq__sb_take(&name);
     if (!path) return lq__error(LQ_NOMEM, "out of memory");
     int rc = LQ_OK;
+    bool writable = true;
     *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (*fd < 0 && errno == EACCES) {
+        writable = false;
+        *fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
     if (*fd < 0) {
         rc = lq__error(LQ_BACKEND, "SQLite file %s: cannot open %s, whose lock keeps the file's "
                                    "advisory keys to one process: %s",
@@ -93,7 +120,7 @@ static int lock_file(int *fd, const char *space) {
                            space, pid);
         else
             rc = lq__error(LQ_BACKEND, "SQLite file %s: cannot lock %s: %s", space, path, strerror(err));
-    } else {
+    } else if (writable) {
         write_pid(*fd);
     }
     free(path);
@@ -101,9 +128,9 @@ static int lock_file(int *fd, const char *space) {
 }
 
 int lq__key_space_hold(const char *space) {
+    pthread_once(&fork_once, watch_forks);
     pthread_mutex_lock(&lock);
     holder **h = find(space);
-    if (*h && (*h)->owner != getpid()) drop(h); /* a parent's, before a fork */
     int rc = LQ_OK;
     if (*h) {
         (*h)->users++;
@@ -116,7 +143,6 @@ int lq__key_space_hold(const char *space) {
             free(mine->space);
             free(mine);
         } else {
-            mine->owner = getpid();
             mine->users = 1;
             mine->next = holders;
             holders = mine;
@@ -129,7 +155,6 @@ int lq__key_space_hold(const char *space) {
 void lq__key_space_let_go(const char *space) {
     pthread_mutex_lock(&lock);
     holder **h = find(space);
-    if (*h && (*h)->owner != getpid()) drop(h);
-    else if (*h && --(*h)->users == 0) drop(h);
+    if (*h && --(*h)->users == 0) drop(h);
     pthread_mutex_unlock(&lock);
 }

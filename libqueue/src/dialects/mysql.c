@@ -656,16 +656,24 @@ static int setup_session(lq__conn *c, const lq_options *o) {
      * a value the column cannot hold fails instead of being cut. A row lock
      * wait ends a second before the statement deadline (error 1205,
      * LQ_CONTENTION), any statement at the deadline (LQ_TIMEOUT), and both
-     * before the client's read timeout, so the connection lives on. */
+     * before the client's read timeout, so the connection lives on. A
+     * COMMIT ends its transaction whatever the server's completion_type
+     * (a chained one would take in the statements meant to commit on their
+     * own). MariaDB's idle transaction timeouts would end the session of a
+     * worker whose transaction waits for its handler (the row lock form's
+     * claim, an advisory settlement's begun ahead), and its row would run
+     * twice. */
     unsigned lock_wait = whole_seconds(statement_ms);
     if (lock_wait > 1) lock_wait--;
     int n = snprintf(sql, sizeof sql,
                      "SET SESSION time_zone = '+00:00', sql_mode = CONCAT(@@SESSION.sql_mode, "
                      "IF(@@SESSION.sql_mode = '', '', ','), 'STRICT_TRANS_TABLES'), "
-                     "innodb_lock_wait_timeout = %u",
+                     "innodb_lock_wait_timeout = %u, completion_type = 'NO_CHAIN'",
                      lock_wait);
     if (server_is_mariadb(c->my))
-        snprintf(sql + n, sizeof sql - (size_t)n, ", max_statement_time = %lld.%03lld",
+        snprintf(sql + n, sizeof sql - (size_t)n,
+                 ", idle_transaction_timeout = 0, idle_readonly_transaction_timeout = 0, "
+                 "idle_write_transaction_timeout = 0, max_statement_time = %lld.%03lld",
                  (long long)(statement_ms / 1000), (long long)(statement_ms % 1000));
     else
         snprintf(sql + n, sizeof sql - (size_t)n, ", max_execution_time = %lld",

@@ -135,12 +135,16 @@ static int sqlite_parse_url(lq__broker_target *t, const char *url, const char *r
         return lq__error(LQ_NOMEM, "out of memory");
     }
     t->own = own;
-    /* The canonical name of the file (which may not exist yet) names its
-     * advisory key space, so two spellings of one file share their keys. */
+    /* The canonical name of the file names its advisory key space, so two
+     * spellings of one file share their keys: the file's own where it
+     * exists (a symbolic link is followed), else its folder's and its name
+     * (it may not exist yet). */
     char *dir_copy = lq__strdup(rest), *base_copy = lq__strdup(rest);
     char resolved[PATH_MAX];
     lq__strbuf sb = {0};
-    if (dir_copy && base_copy && realpath(dirname(dir_copy), resolved))
+    if (realpath(rest, resolved))
+        lq__sb_add(&sb, resolved);
+    else if (dir_copy && base_copy && realpath(dirname(dir_copy), resolved))
         lq__sb_addf(&sb, "%s/%s", resolved, basename(base_copy));
     else
         lq__sb_add(&sb, rest);

@@ -756,6 +756,8 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
         if (pause_rc != LQ_OK && committed) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
         freed->pause_read = pause_rc == LQ_OK ? 1 : -1;
         freed->paused = pause_rc == LQ_OK && pauses > 0;
+        /* A session lost at the read took the claimed row's key with it. */
+        if (pause_rc == LQ_CONNECT) confirmed = false;
     }
     if (!committed) {
         /* The claim or the commit failed and took the settlement with it.
