@@ -20,9 +20,9 @@
 #include "base/strbuf.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,37 +40,33 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static holder *holders;
 
-static void before_fork(void) { pthread_mutex_lock(&lock); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&lock); }
-
-/* The child holds no space: its copies of the lock files close, which
- * leaves the parent's locks as they are. */
-static void after_fork_child(void) {
-    while (holders) {
-        holder *gone = holders;
-        holders = gone->next;
-        close(gone->fd);
-        free(gone->space);
-        free(gone);
-    }
-    pthread_mutex_unlock(&lock);
-}
-
-static void watch_forks(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
-
 static holder **find(const char *space) {
     holder **h = &holders;
     while (*h && strcmp((*h)->space, space) != 0) h = &(*h)->next;
     return h;
 }
 
+/* Closes this process's copy of the lock file: the lock goes with the last
+ * copy open anywhere. */
 static void drop(holder **h) {
     holder *gone = *h;
     *h = gone->next;
-    close(gone->fd); /* the lock goes with it */
+    close(gone->fd);
     free(gone->space);
     free(gone);
 }
+
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&lock); }
+
+/* The child holds no space: its copies close, and the parent's lock stays
+ * the parent's. */
+static void after_fork_child(void) {
+    while (holders) drop(&holders);
+    pthread_mutex_unlock(&lock);
+}
+
+static void watch_forks(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
 
 /* The pid the holder wrote, or 0 when there is none to read. */
 static long holder_pid(int fd) {
@@ -86,7 +82,8 @@ static void write_pid(int fd) {
     int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
     /* Only a refused process's message reads it: one not written leaves the
      * holder unnamed there, and is no error. */
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n) return;
+    bool written = ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) == n;
+    (void)written;
 }
 
 /* Opens and locks the space's lock file: *fd, or an error. */
