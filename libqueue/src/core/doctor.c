@@ -4,6 +4,7 @@
  * outside any transaction, so that it holds back no vacuum or purge of its
  * own. */
 #include "core/broker.h"
+#include "core/schema.h"
 
 #include "base/json_out.h"
 #include "sql/doctor.h"
@@ -656,8 +657,16 @@ int lq_doctor(char **json_out, lq_broker *b, const lq_table *t) {
     LQ__CHECK_ARG(b && t, "the broker or table is NULL");
     doctor d = {.b = b, .t = t};
     lq__table_label(t, d.label, sizeof d.label);
+    lq_table *claimed = NULL; /* the table as its subscriptions' claims read it */
     int rc = lq__broker_check_open(b);
-    if (rc == LQ_OK) rc = lq__sql_build_doctor(&d.sql, b->dialect, t);
+    if (rc == LQ_OK) rc = lq__table_copy(&claimed, t);
+    if (rc == LQ_OK && (rc = lq__leases_swept_find(&claimed->leases_swept, b, claimed)) != LQ_OK &&
+        rc != LQ_CONNECT) {
+        lq__error_clear(); /* a catalog it may not read: the claims' plan as on a table of before */
+        rc = LQ_OK;
+    }
+    if (rc == LQ_OK) rc = lq__sql_build_doctor(&d.sql, b->dialect, claimed);
+    lq_table_free(claimed);
     if (rc == LQ_OK) rc = lq__pool_acquire(&d.conn, &b->pool);
     d.args[LQ__P_NAME] = (lq__value){.type = LQ__V_TEXT, .p = t->name, .n = strlen(t->name)};
     if (t->schema) d.args[LQ__P_SCHEMA] = (lq__value){.type = LQ__V_TEXT, .p = t->schema, .n = strlen(t->schema)};

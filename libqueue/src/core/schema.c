@@ -124,22 +124,39 @@ static int build_dedup_index(lq__stmt *out, const lq__dialect *d, const lq_table
     return lq__sql_finish(&b);
 }
 
-static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
+/* " WHERE <a> IS NULL[ AND <b> IS NULL]" of the roles given (0: none). */
+static void where_null(lq__sql *b, int first, int second) {
+    const char *sep = " WHERE ";
+    for (int i = 0; i < 2; i++) {
+        int role = i ? second : first;
+        if (!role) continue;
+        lq__sql_add(b, sep);
+        lq__sql_col(b, role);
+        lq__sql_add(b, " IS NULL");
+        sep = " AND ";
+    }
+}
+
+/* The claim-order index; with `free_rows`, where leases are swept
+ * (lq_table.leases_swept), the claim order of the rows whose lease is NULL
+ * alone, <table>_claim_free, which the claims walk past no row in work (the
+ * claim-order index keeps every row, as the other readers of the queue's
+ * order need). */
+static int build_create_index(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool free_rows) {
     lq__sql b;
     lq__sql_start(&b, out, d, t);
     lq__sql_add(&b, "CREATE INDEX IF NOT EXISTS ");
-    add_index_name(&b, "claim_order");
+    add_index_name(&b, free_rows ? "claim_free" : "claim_order");
     lq__sql_add(&b, " ON ");
     lq__sql_table(&b);
     lq__sql_add(&b, " ");
     add_index_columns(&b);
-    if (lq__has(t, LQ_ROLE_PROCESSED_AT) && d->ddl->partial_index) {
-        lq__sql_add(&b, " WHERE ");
-        lq__sql_col(&b, LQ_ROLE_PROCESSED_AT);
-        lq__sql_add(&b, " IS NULL");
-    }
+    int processed = lq__has(t, LQ_ROLE_PROCESSED_AT) && d->ddl->partial_index ? LQ_ROLE_PROCESSED_AT : 0;
+    where_null(&b, free_rows ? LQ_ROLE_LOCKED_UNTIL : processed, free_rows ? processed : 0);
     return lq__sql_finish(&b);
 }
+
+static int build_limit_index(lq__stmt *out, const lq__dialect *d, const lq_table *t, bool by_key);
 
 /* The index retention finds finished rows by (lq_queue_prune), on
  * processed_at; partial where the database has them, so that it holds the
@@ -170,7 +187,7 @@ static int build_processed_index(lq__stmt *out, const lq__dialect *d, const lq_t
  * the indexes are not part of it. A dead-letter table takes no unique keys
  * and no index of finished rows: its rows have left the queue. */
 typedef struct table_ddl {
-    lq__stmt stmts[4];
+    lq__stmt stmts[6];
     int count;
 } table_ddl;
 
@@ -184,7 +201,7 @@ static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t, bo
     int rc = build_create_table(&ddl->stmts[0], d, t, unique_keys);
     if (rc == LQ_OK) ddl->count = 1;
     if (rc == LQ_OK && !d->ddl->index_in_table) {
-        rc = build_create_index(&ddl->stmts[1], d, t);
+        rc = build_create_index(&ddl->stmts[1], d, t, false);
         if (rc == LQ_OK) ddl->count = 2;
     }
     if (rc == LQ_OK && !d->ddl->index_in_table && unique_keys && lq__has(t, LQ_ROLE_DEDUP_KEY)) {
@@ -193,6 +210,14 @@ static int ddl_build(table_ddl *ddl, const lq__dialect *d, const lq_table *t, bo
     }
     if (rc == LQ_OK && !d->ddl->index_in_table && unique_keys && lq__has(t, LQ_ROLE_PROCESSED_AT)) {
         rc = build_processed_index(&ddl->stmts[ddl->count], d, t, false);
+        if (rc == LQ_OK) ddl->count++;
+    }
+    /* Where leases are swept: the free rows' order, and the leases, which
+     * the sweep reads from their earliest. */
+    if (rc == LQ_OK && unique_keys && lq__leases_sweepable(d, t)) {
+        rc = build_create_index(&ddl->stmts[ddl->count], d, t, true);
+        if (rc == LQ_OK) ddl->count++;
+        if (rc == LQ_OK) rc = build_limit_index(&ddl->stmts[ddl->count], d, t, false);
         if (rc == LQ_OK) ddl->count++;
     }
     if (rc != LQ_OK) ddl_free(ddl);
@@ -309,7 +334,21 @@ static int on_column(void *ctx, const lq__value *v, int count) {
     return LQ_OK;
 }
 
-/* Runs a catalog query once, with the table's schema and name bound. */
+/* Runs a catalog query once (built: rc, its lq__sql_finish), with the
+ * table's schema and name bound, and frees its text. */
+static int run_built(lq__conn *conn, const lq__dialect *d, const lq_table *t, lq__stmt *stmt, int rc,
+                     const char *name, lq__row_fn on_row, void *ctx) {
+    if (rc != LQ_OK) return rc;
+    stmt->id = 0; /* runs once: the connection keeps no prepared copy */
+    lq__value args[LQ__P_COUNT] = {0};
+    if (t->schema) args[LQ__P_SCHEMA] = (lq__value){.type = LQ__V_TEXT, .p = t->schema, .n = strlen(t->schema)};
+    args[LQ__P_NAME] = (lq__value){.type = LQ__V_TEXT, .p = name, .n = strlen(name)};
+    rc = d->exec(NULL, conn, stmt, args, on_row, ctx);
+    free(stmt->sql);
+    stmt->sql = NULL;
+    return rc;
+}
+
 static int run_query(lq__conn *conn, const lq__dialect *d, const lq_table *t,
                      void (*build)(lq__sql *b), const char *name, lq__row_fn on_row, void *ctx) {
     lq__stmt stmt;
@@ -317,14 +356,7 @@ static int run_query(lq__conn *conn, const lq__dialect *d, const lq_table *t,
     lq__sql_start(&b, &stmt, d, t);
     build(&b);
     int rc = lq__sql_finish(&b);
-    if (rc != LQ_OK) return rc;
-    stmt.id = 0; /* runs once: the connection keeps no prepared copy */
-    lq__value args[LQ__P_COUNT] = {0};
-    if (t->schema) args[LQ__P_SCHEMA] = (lq__value){.type = LQ__V_TEXT, .p = t->schema, .n = strlen(t->schema)};
-    args[LQ__P_NAME] = (lq__value){.type = LQ__V_TEXT, .p = name, .n = strlen(name)};
-    rc = d->exec(NULL, conn, &stmt, args, on_row, ctx);
-    free(stmt.sql);
-    return rc;
+    return run_built(conn, d, t, &stmt, rc, name, on_row, ctx);
 }
 
 static int on_any_row(void *ctx, const lq__value *v, int count) {
@@ -681,6 +713,37 @@ void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key) {
                          lq__table_label(t, label, sizeof label), t->columns[LQ_ROLE_LOCKED_UNTIL]);
         lq__log_error(LQ_LOG_WARNING, "a subscription's limits");
     }
+}
+
+/* ---- swept leases -------------------------------------------------------- */
+
+bool lq__leases_sweepable(const lq__dialect *d, const lq_table *t) {
+    return lq_table_form(t) == LQ_FORM_LEASE && d->index_query && d->ddl->partial_index &&
+           !d->ddl->index_in_table;
+}
+
+int lq__leases_swept_find(bool *swept, lq_broker *b, const lq_table *t) {
+    *swept = false;
+    const lq__dialect *d = b->dialect;
+    if (!lq__leases_sweepable(d, t)) return LQ_OK;
+    lq__strbuf index = {0};
+    lq__sb_addf(&index, "%s_leased", t->name);
+    char *name = lq__sb_take(&index);
+    if (!name) return lq__error(LQ_NOMEM, "out of memory");
+    lq__conn *conn = NULL;
+    int rc = lq__pool_acquire(&conn, &b->pool);
+    if (rc == LQ_OK) {
+        lq__stmt stmt;
+        lq__sql sql;
+        lq__sql_start(&sql, &stmt, d, t);
+        d->index_query(&sql, name);
+        rc = lq__sql_finish(&sql);
+        rc = run_built(conn, d, t, &stmt, rc, t->name, on_any_row, swept);
+        lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+    }
+    free(name);
+    if (rc != LQ_OK) lq__error_prefix("looking for the index of its leases");
+    return rc;
 }
 
 /* ---- the index of finished rows ------------------------------------------ */

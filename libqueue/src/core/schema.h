@@ -34,6 +34,19 @@ LQ__HIDDEN int lq__cancel_requests_table_create(lq_broker *b, const lq_table *t,
  * limits count without them. */
 LQ__HIDDEN void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key);
 
+/* Whether the lease form's claims on table `t` can sweep its expired
+ * leases on this database: lease form, and partial indexes, which hold the
+ * free rows' order apart (lq_table_create makes <table>_claim_free and
+ * <table>_leased for such a table). */
+LQ__HIDDEN bool lq__leases_sweepable(const lq__dialect *d, const lq_table *t);
+
+/* *swept: whether the subscriptions to `t` sweep its expired leases, and
+ * claim only the rows whose lease is NULL: where it can, and the table has
+ * <table>_leased, the index a sweep reads (a table made before has it only
+ * where queue-wide limits made it; without it a sweep would read the whole
+ * table, and the claims take expired leases themselves, as always). */
+LQ__HIDDEN int lq__leases_swept_find(bool *swept, lq_broker *b, const lq_table *t);
+
 /* Makes, if missing, the index retention finds finished rows by
  * (<table>_processed on processed_at, partial on processed_at IS NOT NULL
  * where the database has them), as lq_table_create makes it for a new

@@ -1268,19 +1268,38 @@ static void pg_schema_query(lq__sql *b) {
 
 /* The table an unqualified name resolves to is the first on the search path
  * (pg_table_is_visible), as in the statements that use it. */
-static void pg_columns_query(lq__sql *b) {
-    lq__sql_add(b, "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, NULL) "
-                   "FROM pg_catalog.pg_attribute a "
-                   "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
-                   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-                   "WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped "
-                   "AND c.relname = ");
+/* " c.relname = <LQ__P_NAME> AND <c in LQ__P_SCHEMA, or visible>" for
+ * pg_class c and pg_namespace n: the relation an unqualified name resolves
+ * to is the first on the search path, as in every statement that names it. */
+static void pg_named_table(lq__sql *b) {
+    lq__sql_add(b, " c.relname = ");
     lq__sql_param(b, LQ__P_NAME);
     lq__sql_add(b, " AND CASE WHEN ");
     lq__sql_param(b, LQ__P_SCHEMA);
     lq__sql_add(b, "::text IS NULL THEN pg_catalog.pg_table_is_visible(c.oid) ELSE n.nspname = ");
     lq__sql_param(b, LQ__P_SCHEMA);
-    lq__sql_add(b, " END ORDER BY a.attnum");
+    lq__sql_add(b, " END");
+}
+
+static void pg_columns_query(lq__sql *b) {
+    lq__sql_add(b, "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, NULL) "
+                   "FROM pg_catalog.pg_attribute a "
+                   "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+                   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                   "WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND");
+    pg_named_table(b);
+    lq__sql_add(b, " ORDER BY a.attnum");
+}
+
+static void pg_index_query(lq__sql *b, const char *index) {
+    lq__sql_add(b, "SELECT 1 FROM pg_catalog.pg_index x "
+                   "JOIN pg_catalog.pg_class c ON c.oid = x.indrelid "
+                   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                   "JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid "
+                   "WHERE x.indisvalid AND i.relname = ");
+    lq__sql_literal(b, index);
+    lq__sql_add(b, " AND");
+    pg_named_table(b);
 }
 
 /* jsonb has no octet_length of its own: its text's. */
@@ -1370,6 +1389,7 @@ const lq__dialect lq__postgres_dialect = {
     .ddl = &pg_ddl,
     .schema_query = pg_schema_query,
     .columns_query = pg_columns_query,
+    .index_query = pg_index_query,
     .type_kinds = pg_type_kinds,
     .byte_length = pg_byte_length,
     .ddl_lock_query = pg_ddl_lock_query,

@@ -473,6 +473,7 @@ static int prepare_all(lq_subscription *s) {
         {"retry_after", &s->sql.retry_after}, {"dead letter", &s->sql.dead_group},
         {"dead letter", &s->sql.dead_copy}, {"dead letter", &s->sql.dead_clear},
         {"dead letter", &s->sql.dead_delete}, {"lease extension", &s->sql.extend},
+        {"lease sweep", &s->sql.sweep},
     };
     for (size_t i = 0; rc == LQ_OK && i < sizeof all / sizeof all[0]; i++) {
         if (!all[i].stmt->sql) continue;
@@ -581,6 +582,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     if (rc == LQ_OK && s->form == LQ_FORM_ADVISORY && b->dialect->hold_key_space &&
         (rc = b->dialect->hold_key_space(&b->target)) == LQ_OK)
         s->key_space_held = true;
+    if (rc == LQ_OK) rc = lq__leases_swept_find(&s->table->leases_swept, b, s->table);
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = plan_limits(s);
     if (rc == LQ_OK) rc = lq__run_cancels_init(&s->cancels, s);

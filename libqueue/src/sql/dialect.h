@@ -230,6 +230,14 @@ typedef struct lq__dialect {
      * LQ__P_NAME in schema LQ__P_SCHEMA, or where an unqualified name resolves
      * when that is NULL; no row when there is no such table. */
     void (*columns_query)(lq__sql *b);
+    /* A statement returning a row when table LQ__P_NAME (in LQ__P_SCHEMA, or
+     * where an unqualified name resolves when that is NULL) has an index
+     * named `index`. NULL where the lease form's claims do not sweep expired
+     * leases: without partial indexes (MySQL) the claim-order index holds
+     * the leased rows whatever the claim asks; SQLite's one writer claims
+     * alone, so no claim meets another's rows at the head, and the two
+     * indexes would cost each lease two writes more. */
+    void (*index_query)(lq__sql *b, const char *index);
     /* Column names match whatever their case (SQLite, MySQL). */
     bool columns_fold_case;
     /* The size in bytes of a role's column, as an SQL expression. */

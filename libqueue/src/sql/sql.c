@@ -153,7 +153,12 @@ void lq__sql_claim_where(lq__sql *b, bool lease_free) {
     }
     if (lease_free) {
         lq__sql_add(b, and);
-        lq__sql_lease_free(b);
+        if (t->leases_swept) { /* an expired lease waits for its sweep */
+            lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+            lq__sql_add(b, " IS NULL");
+        } else {
+            lq__sql_lease_free(b);
+        }
         and = " AND ";
     }
     if (lease_free && t->partition_limit) partition_has_room(b);
@@ -918,6 +923,31 @@ static int build_stamp_set(lq__sql *b) {
     return lq__sql_finish(b);
 }
 
+/* The sweep: every lease run out, cleared, so the claims (which read the
+ * rows whose lease is NULL) find its row again. A late settlement of it
+ * then finds its token gone, as after another claim. Rows another
+ * transaction holds wait for the next sweep. */
+static int build_sweep(lq__sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " = NULL WHERE ");
+    if (!b->dialect->single_writer) {
+        lq__sql_id(b);
+        lq__sql_add(b, " IN (SELECT ");
+        lq__sql_id(b);
+        lq__sql_add(b, " FROM ");
+        lq__sql_table(b);
+        lq__sql_add(b, " WHERE ");
+    }
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    if (!b->dialect->single_writer) lq__sql_add(b, " FOR UPDATE SKIP LOCKED)");
+    return lq__sql_finish(b);
+}
+
 int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     lq__sql b;
     int rc;
@@ -967,6 +997,10 @@ int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
         lq__sql_start(&b, &set->in_queue, d, t);
         rc = build_in_queue(&b);
+    }
+    if (rc == LQ_OK && t->leases_swept) {
+        lq__sql_start(&b, &set->sweep, d, t);
+        rc = build_sweep(&b);
     }
     if (rc == LQ_OK) rc = d->build_claims(set, t);
     if (rc != LQ_OK) lq__sqlset_free(set);
@@ -1253,7 +1287,7 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->key_starts,  &set->key_start_add, &set->key_start_prune,
                        &set->start_at,    &set->start_unused, &set->key_slot,  &set->claim_in_room,
                        &set->ack_set_whole, &set->ack_set_held_whole, &set->pick,
-                       &set->take_picked};
+                       &set->take_picked, &set->sweep};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

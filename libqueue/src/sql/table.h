@@ -27,6 +27,11 @@ struct lq_table {
      * key in any window of key_rate_period_ms, which its claims keep to. */
     int key_rate_limit;
     int64_t key_rate_period_ms;
+    /* A subscription's copy only, lease form: expired leases are cleared by
+     * the subscription's sweeps (sqlset.sweep), so its claims read only the
+     * rows whose lease is NULL, which an index of their own holds
+     * (schema.c, <table>_claim_free). */
+    bool leases_swept;
 };
 
 /* A deep copy, so a subscription outlives the caller's description. */

@@ -436,10 +436,43 @@ static void bind_claim(lq__value *args, lq_subscription *s, int64_t now, int64_t
     }
 }
 
+/* How often a subscription sweeps the leases run out: a row whose lease ran
+ * out is claimed again at most this much later than a claim would have
+ * found it by its expiry. */
+static int64_t sweep_every_ms(const lq_subscription *s) {
+    int64_t every = s->lease_ms / 4;
+    return every < 1000 ? every : 1000;
+}
+
+/* Where leases are swept (lq_table.leases_swept), before a claim once the
+ * last sweep of any claimer of the subscription is sweep_every_ms old: the
+ * leases run out, cleared, so that this claim finds their rows. Its
+ * failure costs only that wait: a session lost is the claim's to report. */
+static int sweep_if_due(lq_subscription *s, lq__conn *conn) {
+    if (!s->sql.sweep.sql) return LQ_OK;
+    int64_t now = lq__now_ms(), last = atomic_load(&s->swept_at);
+    if (now - last < sweep_every_ms(s) || !atomic_compare_exchange_strong(&s->swept_at, &last, now))
+        return LQ_OK;
+    lq__value args[LQ__P_COUNT] = {0};
+    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    int64_t cleared = 0;
+    int rc = s->broker->dialect->exec(&cleared, conn, &s->sql.sweep, args, NULL, NULL);
+    if (rc == LQ_CONNECT) return rc;
+    if (rc != LQ_OK) {
+        lq__log_error(LQ_LOG_WARNING, "sweeping the leases run out");
+        lq__error_clear();
+    } else if (cleared) {
+        lq__log(LQ_LOG_INFO, "%lld leases had run out: their rows are due again", (long long)cleared);
+    }
+    return LQ_OK;
+}
+
 /* A claim; `acks`: the acks it carries (NULL: none). */
 static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *acks) {
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
+    if (rc == LQ_OK && (rc = sweep_if_due(s, conn)) != LQ_OK)
+        lq__pool_release(&s->broker->pool, conn, true);
     if (rc != LQ_OK) return rc;
     lq__value args[LQ__P_COUNT] = {0};
     int drawn = 0;

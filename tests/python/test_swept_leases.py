@@ -1,0 +1,92 @@
+"""Swept leases (PostgreSQL, lease form). A table made by create_table keeps
+the claim order of its free rows (lease NULL) in <table>_claim_free and its
+leases in <table>_leased; its subscriptions' claims read the free rows
+alone, and a sweep before a claim, at most a second apart, clears every
+lease run out, so that its row is claimed again. A table without
+<table>_leased (made before, or by hand) is claimed as it always was: the
+claim takes a row whose lease ran out itself. Both keep the same promises:
+a lease run out gives its row back with its attempt counted, a late
+settlement of it is refused, and a lease kept alive is never taken."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+import pytest
+
+import libqueue
+
+from helpers import POLL_MS, make_table, wait_until
+
+pytestmark = pytest.mark.dialect("postgresql")
+
+
+def index_definitions(db: Any) -> Dict[str, str]:
+    return dict(db.query("SELECT indexname, indexdef FROM pg_indexes "
+                         "WHERE schemaname = current_schema() AND tablename = 'jobs'"))
+
+
+def made_by_the_library(db: Any, broker: libqueue.Broker, swept: bool, **roles: Any) -> libqueue.Table:
+    table = make_table("lease", **roles)
+    broker.create_table(table)
+    if not swept:
+        db.execute("DROP INDEX jobs_leased")
+    return table
+
+
+def test_create_table_keeps_the_free_rows_and_the_leases_apart(db, broker) -> None:
+    broker.create_table(make_table("lease", processed_at="processed_at"))
+    defs = index_definitions(db)
+    assert "WHERE ((locked_until IS NULL) AND (processed_at IS NULL))" in defs["jobs_claim_free"]
+    assert "(locked_until) WHERE (locked_until IS NOT NULL)" in defs["jobs_leased"]
+    # The claim order of every row stays, for the readers of the queue's order.
+    assert defs["jobs_claim_order"].endswith("(id) WHERE (processed_at IS NULL)")
+
+
+def test_the_claims_read_the_free_rows_index_and_the_sweeps_the_leases(db, broker) -> None:
+    table = made_by_the_library(db, broker, True)
+    with libqueue.Broker(db.url) as own:
+        own.publish_many(table, [b"x"] * 50)
+        with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=400) as sub:
+            sub.run(lambda d: None)
+            wait_until(lambda: sub.stat("acked") == 50, what="the rows acked")
+            time.sleep(0.3)  # a sweep is due every 100 ms at this lease
+    # The sessions ended: their counts are in the statistics.
+    def scans() -> Dict[str, int]:
+        return dict(db.query("SELECT indexrelname::text, idx_scan FROM pg_stat_user_indexes "
+                             "WHERE schemaname = current_schema() AND relname = 'jobs'"))
+    wait_until(lambda: scans()["jobs_claim_free"] > 0 and scans()["jobs_leased"] > 0,
+               what="scans of both indexes counted")
+
+
+@pytest.mark.parametrize("swept", [True, False], ids=["swept", "table-of-before"])
+def test_a_lease_run_out_gives_its_row_back_and_fences_the_late_settlement(
+        db, broker, other_broker, swept: bool) -> None:
+    table = made_by_the_library(db, broker, swept)
+    row = broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=2000) as first, \
+            other_broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=2000) as second:
+        mine = first.next(5)
+        assert mine is not None and mine.id == row and mine.attempt == 1
+        db.execute("UPDATE jobs SET locked_until = %s" % db.past)  # it runs out
+        theirs = second.next(5)
+        assert theirs is not None and theirs.id == row and theirs.attempt == 2
+        with pytest.raises(libqueue.LeaseLost):
+            mine.ack()
+        theirs.ack()
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.parametrize("swept", [True, False], ids=["swept", "table-of-before"])
+def test_a_lease_kept_alive_is_never_swept(db, broker, other_broker, swept: bool) -> None:
+    table = made_by_the_library(db, broker, swept)
+    row = broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=400) as first, \
+            other_broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=400) as second:
+        mine = first.next(5)
+        assert mine is not None and mine.id == row
+        # Six leases long, extended every half lease, swept for every 100 ms.
+        assert second.next(2.4) is None
+        mine.ack()
+    assert db.count("jobs") == 0
