@@ -19,7 +19,7 @@ import libqueue
 
 from helpers import POLL_MS, make_table, wait_until
 
-pytestmark = pytest.mark.dialect("postgresql")
+pytestmark = [pytest.mark.dialect("postgresql"), pytest.mark.through_pgbouncer]
 
 
 def index_definitions(db: Any) -> Dict[str, str]:
