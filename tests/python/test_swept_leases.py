@@ -48,10 +48,10 @@ def test_the_claims_read_the_free_rows_index_and_the_sweeps_the_leases(db, broke
     table = made_by_the_library(db, broker, True)
     with libqueue.Broker(db.url) as own:
         own.publish_many(table, [b"x"] * 50)
-        with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=400) as sub:
+        with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=1000) as sub:
             sub.run(lambda d: None)
             wait_until(lambda: sub.stat("acked") == 50, what="the rows acked")
-            time.sleep(0.3)  # a sweep is due every 100 ms at this lease
+            time.sleep(0.6)  # a sweep is due every 250 ms at this lease
     # The sessions ended: their counts are in the statistics.
     def scans() -> Dict[str, int]:
         return dict(db.query("SELECT indexrelname::text, idx_scan FROM pg_stat_user_indexes "
@@ -82,11 +82,12 @@ def test_a_lease_run_out_gives_its_row_back_and_fences_the_late_settlement(
 def test_a_lease_kept_alive_is_never_swept(db, broker, other_broker, swept: bool) -> None:
     table = made_by_the_library(db, broker, swept)
     row = broker.publish(table, b"x")
-    with broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=400) as first, \
-            other_broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=400) as second:
+    with broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=1000) as first, \
+            other_broker.subscribe(table, poll_interval_ms=POLL_MS, lease_ms=1000) as second:
         mine = first.next(5)
         assert mine is not None and mine.id == row
-        # Six leases long, extended every half lease, swept for every 100 ms.
-        assert second.next(2.4) is None
+        # Three and a half leases long, extended every half lease, swept
+        # for every 250 ms by both subscriptions.
+        assert second.next(3.5) is None
         mine.ack()
     assert db.count("jobs") == 0

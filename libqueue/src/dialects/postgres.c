@@ -584,12 +584,40 @@ static void pg_held_set_source(lq__sql *b, bool tokens) {
                    "generate_series(1, cardinality(\"lq_a\") / 2) AS \"lq_i\")");
 }
 
+/* Where leases are swept (lq_table.leases_swept): every lease run out,
+ * cleared, so that the claims (which read the rows whose lease is NULL)
+ * find its row again; a late settlement of it then finds its token gone,
+ * as after another claim. Rows another transaction holds wait for the next
+ * sweep. The rows are found by an array of ids, so that even a generic
+ * plan reads <table>_leased rather than joining the whole table. */
+static int build_sweep(lq__sqlset *set, const lq_table *t) {
+    lq__sql b;
+    lq__sql_start(&b, &set->sweep, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "UPDATE ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " SET ");
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, " = NULL WHERE ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " = ANY(ARRAY(SELECT ");
+    lq__sql_id(&b);
+    lq__sql_add(&b, " FROM ");
+    lq__sql_table(&b);
+    lq__sql_add(&b, " WHERE ");
+    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(&b, " <= ");
+    lq__sql_param(&b, LQ__P_LEASE_NOW);
+    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED))");
+    return lq__sql_finish(&b);
+}
+
 static int pg_build_claims(lq__sqlset *set, const lq_table *t) {
     if (t->schema && strlen(t->schema) > 63)
         return lq__error(LQ_DIALECT, "postgresql: schema name \"%s\" is over 63 bytes", t->schema);
     if (strlen(t->name) > 63)
         return lq__error(LQ_DIALECT, "postgresql: table name \"%s\" is over 63 bytes", t->name);
     int rc = t->fifo ? build_fifo_guard(set, t) : LQ_OK;
+    if (rc == LQ_OK && t->leases_swept) rc = build_sweep(set, t);
     if (rc != LQ_OK) return rc;
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);

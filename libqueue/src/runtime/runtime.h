@@ -153,7 +153,7 @@ struct lq_subscription {
     char *starts_key;       /* the queue's name in the starts table */
     lq__holds holds;        /* concurrency counted by holds (forms/holds.c), where on */
     bool leases_counted;    /* a limit counts the queue's leased rows (lease form) */
-    atomic_llong swept_at;  /* where leases are swept: the last sweep's time (forms/lease.c) */
+    atomic_llong swept_at;  /* where leases are swept: the last sweep's lq__mono_ms, 0 before one */
     /* The lease form's: the last claim was cut short by the queue's
      * concurrency (where it counts at each claim: took all the room it
      * left), which its acker and holds read. A flag each claim writes is

@@ -923,31 +923,6 @@ static int build_stamp_set(lq__sql *b) {
     return lq__sql_finish(b);
 }
 
-/* The sweep: every lease run out, cleared, so the claims (which read the
- * rows whose lease is NULL) find its row again. A late settlement of it
- * then finds its token gone, as after another claim. Rows another
- * transaction holds wait for the next sweep. */
-static int build_sweep(lq__sql *b) {
-    lq__sql_add(b, "UPDATE ");
-    lq__sql_table(b);
-    lq__sql_add(b, " SET ");
-    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(b, " = NULL WHERE ");
-    if (!b->dialect->single_writer) {
-        lq__sql_id(b);
-        lq__sql_add(b, " IN (SELECT ");
-        lq__sql_id(b);
-        lq__sql_add(b, " FROM ");
-        lq__sql_table(b);
-        lq__sql_add(b, " WHERE ");
-    }
-    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(b, " <= ");
-    lq__sql_param(b, LQ__P_LEASE_NOW);
-    if (!b->dialect->single_writer) lq__sql_add(b, " FOR UPDATE SKIP LOCKED)");
-    return lq__sql_finish(b);
-}
-
 int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     lq__sql b;
     int rc;
@@ -997,10 +972,6 @@ int lq__sqlset_build(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     if (rc == LQ_OK && lq_table_form(t) == LQ_FORM_LEASE) {
         lq__sql_start(&b, &set->in_queue, d, t);
         rc = build_in_queue(&b);
-    }
-    if (rc == LQ_OK && t->leases_swept) {
-        lq__sql_start(&b, &set->sweep, d, t);
-        rc = build_sweep(&b);
     }
     if (rc == LQ_OK) rc = d->build_claims(set, t);
     if (rc != LQ_OK) lq__sqlset_free(set);

@@ -111,8 +111,8 @@ typedef struct lq__sqlset {
     lq__stmt dead_clear;
     lq__stmt dead_delete;
     lq__stmt extend;
-    lq__stmt sweep;       /* lease, where leases are swept (lq_table.leases_swept): clears every
-                          * lease run out, or NULL sql */
+    lq__stmt sweep;       /* lease, where leases are swept (lq_table.leases_swept, PostgreSQL):
+                          * clears every lease run out, or NULL sql */
     lq__stmt in_queue;    /* lease: a row one if still in the queue (its group, not processed),
                           * whoever holds it: a lost lease's row is, a cancelled one not */
     lq__stmt in_work;     /* concurrency, lease form: the queue's rows leased now, anywhere

@@ -450,11 +450,13 @@ static int64_t sweep_every_ms(const lq_subscription *s) {
  * failure costs only that wait: a session lost is the claim's to report. */
 static int sweep_if_due(lq_subscription *s, lq__conn *conn) {
     if (!s->sql.sweep.sql) return LQ_OK;
-    int64_t now = lq__now_ms(), last = atomic_load(&s->swept_at);
-    if (now - last < sweep_every_ms(s) || !atomic_compare_exchange_strong(&s->swept_at, &last, now))
+    /* Paced by the monotonic clock: a wall clock stepped back would hold
+     * the sweeps off for as long as the step. */
+    int64_t at = lq__mono_ms(), last = atomic_load(&s->swept_at);
+    if ((last && at - last < sweep_every_ms(s)) || !atomic_compare_exchange_strong(&s->swept_at, &last, at))
         return LQ_OK;
     lq__value args[LQ__P_COUNT] = {0};
-    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = now};
+    args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     int64_t cleared = 0;
     int rc = s->broker->dialect->exec(&cleared, conn, &s->sql.sweep, args, NULL, NULL);
     if (rc == LQ_CONNECT) return rc;
