@@ -452,8 +452,10 @@ static int sweep_if_due(lq_subscription *s, lq__conn *conn) {
     if (!s->sql.sweep.sql) return LQ_OK;
     /* Paced by the monotonic clock: a wall clock stepped back would hold
      * the sweeps off for as long as the step. */
-    int64_t at = lq__mono_ms(), last = atomic_load(&s->swept_at);
-    if ((last && at - last < sweep_every_ms(s)) || !atomic_compare_exchange_strong(&s->swept_at, &last, at))
+    int64_t at = lq__mono_ms();
+    long long last = atomic_load(&s->swept_at);
+    if ((last && at - last < sweep_every_ms(s)) ||
+        !atomic_compare_exchange_strong(&s->swept_at, &last, (long long)at))
         return LQ_OK;
     lq__value args[LQ__P_COUNT] = {0};
     args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
