@@ -109,6 +109,21 @@ static int run_plain(lq__conn *c, const char *sql) {
     return rc == SQLITE_OK ? LQ_OK : db_error(LQ_BACKEND, c->db, rc, sql);
 }
 
+/* Moving a new file to WAL reads its header and then writes it. When
+ * connections do it at once, the ones that find another's write begun are
+ * refused at once, without their busy handler (two readers each waiting to
+ * write would wait for each other): the change is tried again, with
+ * growing pauses, until it is made or the lock wait's bound passes (a
+ * refusal means another connection is writing, so the wait is short). */
+static int enter_wal(lq__conn *c) {
+    int64_t until = lq__mono_ms() + c->lock_wait_ms;
+    for (long pause_us = 100;; pause_us = pause_us < 10000 ? pause_us * 2 : pause_us) {
+        int rc = run_plain(c, "PRAGMA journal_mode = WAL");
+        if (rc != LQ_CONTENTION || lq__mono_ms() >= until || lq__lock_wait_abandoned()) return rc;
+        nanosleep(&(struct timespec){.tv_nsec = pause_us * 1000}, NULL);
+    }
+}
+
 /* sqlite:///abs/path, sqlite://relative/path, sqlite:path. A query string is
  * refused rather than taken for part of a file name. */
 /* The file a URL names: as given, for opening it, and its canonical name,
@@ -211,7 +226,7 @@ static int sqlite_connect(lq__conn **out, const lq__broker_target *target, const
     sqlite3_busy_handler(c->db, on_busy, c);
     sqlite3_wal_hook(c->db, on_wal_commit, c);
     sqlite3_progress_handler(c->db, 1000, on_progress, c);
-    rc = run_plain(c, "PRAGMA journal_mode = WAL");
+    rc = enter_wal(c);
     if (rc == LQ_OK) rc = run_plain(c, "PRAGMA synchronous = NORMAL");
     if (rc != LQ_OK) {
         lq__error_prefix("sqlite: \"%s\"", file_of(target)->path);
