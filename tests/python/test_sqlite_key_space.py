@@ -147,3 +147,52 @@ def test_a_child_forked_from_the_holder_keeps_no_hold_of_its_own(db) -> None:
         finally:
             os.kill(child, signal.SIGKILL)
             os.waitpid(child, 0)
+
+
+CANCEL = """
+import json, logging, sys
+import libqueue
+url, roles, row = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+table = libqueue.Table(roles.pop("name"), **roles)
+said = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("libqueue").addHandler(Keep())
+logging.getLogger("libqueue").setLevel(logging.INFO)
+with libqueue.Broker(url) as broker:
+    print(json.dumps({"cancelled": broker.cancel(table, row), "said": said}))
+"""
+
+
+def test_a_cancel_from_another_process_says_the_run_is_out_of_its_sight(db) -> None:
+    """The keys of the run are the holder's, in its process: the other
+    process's cancel takes the row out without them, and says so."""
+    table = make_table("advisory")
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        row = broker.publish(table, b"x")
+        with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+            held = sub.next(5)
+            assert held is not None and held.id == row
+            done = subprocess.run([sys.executable, "-c", CANCEL, db.url, table_json(table), str(row)],
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            out = json.loads(done.stdout)
+            assert out["cancelled"] is True, out
+            assert any("another process holds its file's advisory keys" in m for m in out["said"]), out
+            with pytest.raises(libqueue.Cancelled):
+                held.ack()
+            assert try_subscribe(db, table)["opened"] is False  # still the holder's
+    assert db.count("jobs") == 0
+
+
+def test_a_cancel_lets_the_key_space_go_after_it(db) -> None:
+    """A cancel holds the file's key space only while it takes the row's key."""
+    table = make_table("advisory")
+    db.create_table(table)
+    with libqueue.Broker(db.url) as broker:
+        gone, kept = broker.publish_many(table, [b"gone", b"kept"])
+        assert broker.cancel(table, gone) is True
+        assert try_subscribe(db, table) == {"opened": True, "row": kept}
+    assert db.count("jobs") == 0

@@ -26,6 +26,7 @@
 typedef struct found_row {
     bool found;
     bool leased; /* a lease, or a run holding its key, holds it now: in work */
+    bool unseen; /* its key lives in another process (SQLite): in work or not, unknown */
     char *key;   /* the advisory key */
 } found_row;
 
@@ -43,9 +44,22 @@ static int on_found(void *ctx, const lq__value *cols, int count) {
 }
 
 /* The row's advisory key taken on conn, so that no claim starts it while
- * it goes; a run that holds it already is in work (f->leased). */
-static int take_key(bool *taken, lq_broker *b, lq__conn *conn, found_row *f) {
-    int rc = b->dialect->try_lock_key(taken, conn, &b->target, f->key);
+ * it goes; a run that holds it already is in work (f->leased). Where keys
+ * live in a process (SQLite), this one holds the file's key space for the
+ * take; while another process holds it, the keys are that process's, out
+ * of sight here: the row goes without a key, and its run, if any, finds it
+ * gone at its settlement (f->unseen). */
+static int take_key(bool *taken, bool *space_held, lq_broker *b, lq__conn *conn, found_row *f) {
+    const lq__dialect *d = b->dialect;
+    if (d->hold_key_space) {
+        if (d->hold_key_space(&b->target) != LQ_OK) {
+            lq__error_clear();
+            f->unseen = true;
+            return LQ_OK;
+        }
+        *space_held = true;
+    }
+    int rc = d->try_lock_key(taken, conn, &b->target, f->key);
     if (rc == LQ_OK && !*taken) f->leased = true;
     return rc;
 }
@@ -68,7 +82,7 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
     if (t->dead_letter)
         args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = t->dead_letter, .n = strlen(t->dead_letter)};
     args[LQ__P_REASON] = (lq__value){.type = LQ__V_TEXT, .p = "cancelled", .n = strlen("cancelled")};
-    bool key_taken = false;
+    bool key_taken = false, space_held = false;
     int rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     if (rc != LQ_OK) return rc;
     rc = d->exec(NULL, conn, &sql->find, args, on_found, f);
@@ -76,7 +90,7 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
         rc = lq__error(LQ_NOT_FOUND, "row %lld is neither queued nor in work (finished, "
                                      "cancelled, or never there); nothing changed",
                        (long long)id);
-    if (rc == LQ_OK && f->key) rc = take_key(&key_taken, b, conn, f);
+    if (rc == LQ_OK && f->key) rc = take_key(&key_taken, &space_held, b, conn, f);
     if (rc == LQ_OK) rc = remove_row(b, conn, sql, args);
     if (rc == LQ_OK) {
         rc = d->commit(conn);
@@ -87,7 +101,8 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
         lq__error_restore(&failure);
     }
     if (key_taken && !d->unlock_key(conn, &b->target, f->key) && rc == LQ_OK)
-        return LQ_CONNECT; /* the session may hold the key: the connection is not reused */
+        rc = LQ_CONNECT; /* the session may hold the key: the connection is not reused */
+    if (space_held) d->let_go_key_space(&b->target);
     return rc;
 }
 
@@ -233,7 +248,9 @@ int lq_cancel(lq_broker *b, const lq_table *t, int64_t id) {
     }
     if (rc == LQ_OK)
         lq__log(LQ_LOG_INFO, "row %lld cancelled%s", (long long)id,
-                !f.leased                     ? ""
+                f.unseen ? "; another process holds its file's advisory keys: a run of it there, if any, "
+                           "finds it gone at its settlement"
+                : !f.leased                     ? ""
                 : lq_table_form(t) == LQ_FORM_LEASE    ? " in work: its run hears of it, or finds it at its lease's next extension"
                 : lq_table_form(t) == LQ_FORM_ROW_LOCK ? " in work: its run's process took it out in the run's transaction"
                                                        : " in work: its run finds it at its settlement");
