@@ -69,6 +69,30 @@ def test_example_runs_with_its_defaults(path: Path, tmp_path: Path, build_dir: s
     assert result.ok, result.reason
 
 
+QUICKSTART_URL = '"sqlite:jobs.db"'
+
+
+def _quickstarts() -> List[blocks.Block]:
+    """The README's quick start, one program a language: the first block of
+    each that opens jobs.db."""
+    found = {}
+    for block in blocks.program_blocks(REPO / "README.md"):
+        if QUICKSTART_URL in block.source and block.language not in found:
+            found[block.language] = block
+    return [found[language] for language in ("c", "python", "lua")]
+
+
+@pytest.mark.parametrize("language", ["c", "python", "lua"])
+def test_a_quickstart_runs_with_only_its_url_changed(db, language: str, tmp_path: Path,
+                                                     build_dir: str) -> None:
+    """The README: "On PostgreSQL or MariaDB only the URL changes"."""
+    [block] = [b for b in _quickstarts() if b.language == language]
+    source = block.source.replace(QUICKSTART_URL, '"%s"' % db.url)
+    result = run(blocks.Block(block.language, source, block.line, block.expected), tmp_path,
+                 build_dir)
+    assert result.ok, result.reason
+
+
 def test_every_language_has_an_example() -> None:
     assert {LANGUAGE_OF[p.suffix] for p in EXAMPLES} == {"c", "python", "lua"}
 
