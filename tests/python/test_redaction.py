@@ -38,9 +38,26 @@ def with_password(url: str, password: str = MARK) -> str:
     ("mysql://u:pa#ss@h/db", "mysql://u:***@h/db"),
     ("mysql://h/db?tls%5Fpassphrase=s3cret&x=1", "mysql://h/db?tls%5Fpassphrase=***&x=1"),
     ("sqlite:jobs.db", "sqlite:jobs.db"),
+    ("mysql:/u:s3cret@h/db", "mysql:/u:***@h/db"),  # a slash short, the password still hidden
+    ("host=h port=5432 password=s3cret dbname=x", "host=h port=5432 password=*** dbname=x"),
+    ("host = h password = 'se cr\\'et' dbname=x", "host = h password = *** dbname=x"),
+    ("sslpassword=k host=h", "sslpassword=*** host=h"),
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert libqueue.redact_url(url) == shown
+
+
+@pytest.mark.parametrize("url, says", [
+    ("host=127.0.0.1 user=app password=%s dbname=jobs" % MARK, "the URL has no scheme"),
+    ("mysql:/app:%s@127.0.0.1/jobs" % MARK, '"mysql:": its URLs begin mysql://'),
+    ("PostgreSQL://app:%s@127.0.0.1/jobs" % MARK, '"PostgreSQL:": its URLs begin postgresql://'),
+    ("pg://app:%s@127.0.0.1/jobs" % MARK, '"pg:": unknown scheme'),
+])
+def test_a_url_of_no_scheme_taken_is_refused_without_its_password(url: str, says: str) -> None:
+    with pytest.raises(libqueue.DialectError) as raised:
+        libqueue.Broker(url)
+    assert says in str(raised.value)
+    assert MARK not in str(raised.value)
 
 
 @pytest.mark.dialect("postgresql", "mysql")

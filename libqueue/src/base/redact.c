@@ -58,12 +58,48 @@ static void add_query(lq__strbuf *sb, const char *query) {
     }
 }
 
+#define SPACE " \t\n\r\f\v"
+
+/* The end of a key=value string's value: up to its closing quote, or to the
+ * next space, a backslash escaping the character after it. */
+static const char *value_end(const char *v) {
+    bool quoted = *v == '\'';
+    const char *p = quoted ? v + 1 : v;
+    while (*p && (quoted ? *p != '\'' : !strchr(SPACE, *p))) p += p[0] == '\\' && p[1] ? 2 : 1;
+    return quoted && *p ? p + 1 : p;
+}
+
+/* Copies a libpq key=value string ("host=h password='x y'"), each secret
+ * value as "***", quoted or not. */
+static void add_key_values(lq__strbuf *sb, const char *text) {
+    const char *p = text;
+    while (*p) {
+        const char *name = p + strspn(p, SPACE);
+        size_t name_len = strcspn(name, "=" SPACE);
+        const char *eq = name + name_len + strspn(name + name_len, SPACE);
+        if (*eq != '=') { /* not key=value: the rest as it is */
+            lq__sb_add(sb, p);
+            return;
+        }
+        const char *v = eq + 1 + strspn(eq + 1, SPACE);
+        const char *end = value_end(v);
+        lq__sb_addn(sb, p, (size_t)(v - p));
+        if (is_secret_param(name, name_len) && end > v) lq__sb_add(sb, "***");
+        else lq__sb_addn(sb, v, (size_t)(end - v));
+        p = end;
+    }
+}
+
 char *lq__redact_url(const char *url) {
     lq__strbuf sb = {0};
+    if (url[strcspn(url, ":=@/")] == '=') { /* no scheme: a key=value string */
+        add_key_values(&sb, url);
+        return lq__sb_take(&sb);
+    }
     const char *rest = url;
-    const char *slashes = strstr(url, "://");
-    if (slashes) {
-        const char *authority = slashes + 3;
+    size_t scheme = strcspn(url, ":/?@");
+    if (url[scheme] == ':') { /* the slashes after it counted however many: "mysql:/u:pw@h" too */
+        const char *authority = url + scheme + 1 + strspn(url + scheme + 1, "/");
         size_t span = strcspn(authority, "?");
         /* The user info ends at the last '@' before the query (a password may
          * hold one, or a '/' or '#', percent-encoded or not: better too much

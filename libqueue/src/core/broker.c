@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* A dialect left out of the build (LQ_WITH_POSTGRESQL, LQ_WITH_MYSQL) keeps
  * its schemes, so that their URLs are refused with the reason. */
@@ -40,6 +41,23 @@ static const char *left_out_by(const char *url) {
         if (!schemes[i].dialect && strncmp(url, schemes[i].scheme, strlen(schemes[i].scheme)) == 0)
             return schemes[i].option;
     return NULL;
+}
+
+#define TAKEN_URLS "libqueue takes sqlite:, postgresql://, postgres://, mysql:// and mariadb:// URLs"
+
+/* Why a URL names no dialect, quoting no more of it than its scheme: the
+ * rest may hold a password, and so may a string with no scheme at all
+ * (libpq's "host=.. password=.." strings). */
+static int refuse_scheme(const char *url) {
+    size_t n = strcspn(url, ":=@/ \t");
+    if (url[n] != ':')
+        return lq__error(LQ_DIALECT, "the URL has no scheme (key=value connection strings are not "
+                                     "taken); " TAKEN_URLS ", as postgresql://user@host:5432/db?sslmode=require");
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (strncasecmp(url, schemes[i].scheme, n + 1) == 0)
+            return lq__error(LQ_DIALECT, "\"%.*s\": its URLs begin %s, written so", (int)n + 1, url,
+                             schemes[i].scheme);
+    return lq__error(LQ_DIALECT, "\"%.*s\": unknown scheme; " TAKEN_URLS, (int)n + 1, url);
 }
 
 const lq__dialect *lq__dialect_for_url(const char *url, const char **rest) {
@@ -129,10 +147,7 @@ int lq_broker_open(lq_broker **out, const char *url, const lq_options *options) 
         return lq__error(LQ_DIALECT, "\"%.*s\": this libqueue was built without that database "
                                      "(build it with %s=ON)",
                          (int)(strcspn(url, ":") + 1), url, option);
-    if (!d)
-        return lq__error(LQ_DIALECT, "\"%.*s\": unknown scheme; libqueue takes sqlite:, "
-                                     "postgresql://, postgres://, mysql:// and mariadb:// URLs",
-                         (int)(strcspn(url, ":") + 1), url); /* the rest may hold a password */
+    if (!d) return refuse_scheme(url);
     int64_t pool_size = lq__opt_int(options, LQ_OPT_POOL_SIZE);
     int64_t limit = lq__opt_int(options, LQ_OPT_CONNECTION_LIMIT);
     if (limit > 0 && pool_size > limit)
