@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from libqueue.broker import Broker
 from libqueue.delivery import Delivery
 from libqueue.doctor import format_findings, has_problems
+from libqueue.enums import Form
 from libqueue.errors import Error, NotFound, SchemaError
 from libqueue.stats import DEFAULT_CAP, QueueStats
 from libqueue.table import ROLE_NAMES, Table
@@ -162,6 +163,9 @@ def _aligned(rows: List[List[str]], left: Sequence[int] = (0,)) -> str:
 
 
 def cmd_init(broker: Broker, table: Table, args: argparse.Namespace) -> int:
+    if table.form == Form.ROW_LOCK and broker.dialect == "sqlite":  # a table no worker could serve
+        raise UsageError("sqlite has no row locks, so no worker can serve the row lock form: "
+                         "--form lease or --form advisory")
     broker.create_table(table)
     if args.json:
         _print_json({"table": table.name, "ready": True})

@@ -20,6 +20,7 @@ import pytest
 
 import libqueue
 from helpers import wait_until
+from test_create_table import table_exists
 
 REPO = Path(__file__).resolve().parents[2]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "libqueue"
@@ -100,6 +101,15 @@ def test_init_refuses_a_table_of_other_columns(folder: Path, db: Any) -> None:
     ran = cli(folder, db, "--table", "jobs", "init")
     refused(ran, 1, "LQ_SCHEMA", "payload", "attempt")
     assert [r[0] for r in db.query("SELECT %s FROM %s" % (db.quote("id"), db.quote("jobs")))] == []
+
+
+def test_init_refuses_a_form_the_database_cannot_serve(folder: Path, db: Any) -> None:
+    ran = cli(folder, db, "--table", "jobs", "--form", "row_lock", "init")
+    if db.dialect != "sqlite":
+        assert ran.status == 0 and "row_lock form" in ran.out, ran
+        return
+    refused(ran, 2, "no row locks", "--form lease")
+    assert not table_exists(db, "jobs")
 
 
 def test_enqueue_takes_arguments_or_lines_and_its_options(folder: Path, db: Any) -> None:

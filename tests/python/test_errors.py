@@ -42,17 +42,20 @@ def test_advisory_template_with_unknown_column(db, broker) -> None:
     assert "account" in str(info.value)
 
 
-def test_row_lock_form_where_the_database_has_row_locks(db, broker) -> None:
-    """SQLite has no row locks and refuses the form, naming the two it serves;
-    the servers take it."""
-    table = libqueue.Table("jobs", payload="payload", attempt="attempt")
+@pytest.mark.parametrize("options", [{}, {"partition_concurrency": 1}, {"concurrency": 2}])
+def test_row_lock_form_where_the_database_has_row_locks(db, broker, options) -> None:
+    """SQLite has no row locks and refuses the form, naming the two it serves,
+    before any option the form would take; the servers take it."""
+    table = libqueue.Table("jobs", payload="payload", attempt="attempt",
+                           partition_key="account")
     db.create_table(table)
     if db.dialect != "sqlite":
-        broker.subscribe(table).close()
+        broker.subscribe(table, **options).close()
         return
     with pytest.raises(libqueue.DialectError) as info:
-        broker.subscribe(table)
+        broker.subscribe(table, **options)
     message = str(info.value).lower()
+    assert "no row locks" in message
     assert "lease" in message or "locked_until" in message
     assert "advisory" in message
 

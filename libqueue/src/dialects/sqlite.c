@@ -345,11 +345,8 @@ static int sqlite_build_claims(lq__sqlset *set, const lq_table *t) {
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);
     case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
-    default:
-        return lq__error(LQ_DIALECT,
-                         "sqlite has no row locks, so it cannot serve the row lock form: give the "
-                         "table a locked_until column (lease form) or an advisory lock key "
-                         "template (advisory lock form)");
+    default: /* refused before, at the subscription's open (the dialect's forms) */
+        return lq__error(LQ_DIALECT, "sqlite has no row locks, so it cannot serve the row lock form");
     }
 }
 

@@ -316,7 +316,12 @@ static int check_declaration(lq_subscription *s) {
     const lq_table *t = s->table;
     char label[256];
     lq__table_label(t, label, sizeof label);
-    if (!(s->broker->dialect->forms & (1u << s->form)) && s->form != LQ_FORM_ROW_LOCK)
+    if (!(s->broker->dialect->forms & (1u << s->form)) && s->form == LQ_FORM_ROW_LOCK)
+        return lq__error(LQ_DIALECT, "table %s: %s has no row locks, so it cannot serve the row lock "
+                                     "form: give the table a locked_until column (lease form) or an "
+                                     "advisory lock key template (advisory form)",
+                         label, s->broker->dialect->name);
+    if (!(s->broker->dialect->forms & (1u << s->form)))
         return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
                          s->broker->dialect->name);
     int rc = lq__broker_check_form(s->broker, t);
