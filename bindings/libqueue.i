@@ -164,11 +164,12 @@ LQ_OUT_HANDLE(lq_delivery)
 LQ_OUT_HANDLE(lq_metrics)
 LQ_OUT_HANDLE(lq_rendered_sql)
 
-/* lq_option_find: option, type; lq_subscription_fd: the descriptor. */
+/* lq_option_find: option, type; lq_option_scope_of: the scope;
+ * lq_subscription_fd: the descriptor. */
 %typemap(in, numinputs=0) int *option_out (int lq_int = 0), int *type_out (int lq_int = 0),
-                          int *fd_out (int lq_int = -1)
+                          int *scope_out (int lq_int = 0), int *fd_out (int lq_int = -1)
 %{  $1 = &lq_int; %}
-%typemap(argout) int *option_out, int *type_out, int *fd_out {
+%typemap(argout) int *option_out, int *type_out, int *scope_out, int *fd_out {
     if (result == LQ_OK) {
         LQ_DROP_TRUE
         lua_pushinteger(L, (lua_Integer)lq_int$argnum);

@@ -114,7 +114,9 @@ LQ_API void lq_set_log(lq_log_fn log, void *userdata);
 /* Options: one opaque set of typed values keyed by a pinned enum. Unset
  * options take the documented default. A broker reads the broker options, a
  * subscription the subscription options; setting an option of the other kind
- * is harmless. Not thread-safe; the library copies what it reads. */
+ * is harmless, so one set may serve both (the bindings, whose options are
+ * keyword arguments, refuse one given to a call that does not read it:
+ * lq_option_scope_of). Not thread-safe; the library copies what it reads. */
 
 typedef struct lq_options lq_options;
 
@@ -250,6 +252,17 @@ LQ_API int lq_options_set_str(lq_options *options, int option, const char *value
  * Either out pointer may be NULL (an existence check). Returns LQ_MISUSE for
  * an unknown name. Thread-safe. */
 LQ_API int lq_option_find(int *option_out, int *type_out, const char *name);
+
+/* The call that reads an option. Bindings refuse a keyword given to a call
+ * that does not read it (listen_notify given to a subscription, workers to a
+ * broker), which C's shared option sets allow. */
+typedef enum lq_option_scope {
+    LQ_SCOPE_BROKER = 1,       /* lq_broker_open */
+    LQ_SCOPE_SUBSCRIPTION = 2, /* lq_subscription_open */
+    LQ_SCOPE_SCHEDULE = 3      /* lq_schedule_add */
+} lq_option_scope;
+/* An option's scope. Returns LQ_MISUSE for an unknown option. Thread-safe. */
+LQ_API int lq_option_scope_of(int *scope_out, int option);
 
 /* ------------------------------------------------------------------------ */
 /* The table description. Each role names a column; a role left unset switches

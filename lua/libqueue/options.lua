@@ -13,9 +13,18 @@ local format = string.format
 
 local O = {}
 
---- An lq_options set (Owned) from an option table, or nil for none. Names go
--- through lq_option_find, so any option the core knows works here.
--- Returns true, the set (nil for none), or nil, message, code.
+-- The call that reads each scope's options.
+local READERS = {
+  [core.LQ_SCOPE_BROKER] = "open",
+  [core.LQ_SCOPE_SUBSCRIPTION] = "subscribe",
+  [core.LQ_SCOPE_SCHEDULE] = "schedule",
+}
+
+--- An lq_options set (Owned) from an option table, or nil for none, for the
+-- call `fname` ("open", "subscribe" or "schedule"). Names go through
+-- lq_option_find, so any option the core knows works here; an option another
+-- call reads is refused. Returns true, the set (nil for none), or nil,
+-- message, code.
 function O.build_options(opts, fname)
   if opts == nil then return true, nil end
   check_type(opts, "table", 2, fname)
@@ -32,6 +41,11 @@ function O.build_options(opts, fname)
     if not option then
       options:free()
       return nil, kind, code2
+    end
+    local reader = READERS[core.lq_option_scope_of(option)]
+    if reader ~= fname then
+      options:free()
+      return nil, format("option %s belongs to %s, not to %s", name, reader, fname), "LQ_MISUSE"
     end
     local ok, m, c
     if kind == core.LQ_OPTION_STRING then
@@ -53,7 +67,7 @@ function O.build_options(opts, fname)
     end
     if not ok then
       options:free()
-      return nil, format("option %s=%s: %s", name, tostring(value), m), c
+      return nil, m, c -- the core's message names the option and the value
     end
   end
   return true, options

@@ -11,7 +11,7 @@ from libqueue import rendered
 from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, make_error
 from libqueue.doctor import Finding, findings_from_json
-from libqueue.options import build_options
+from libqueue.options import build_options, int_argument
 from libqueue.stats import ATTEMPT_BUCKETS, DEFAULT_CAP, QueueStats
 from libqueue.subscription import Subscription
 from libqueue.table import Table
@@ -86,17 +86,17 @@ def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
         if len(data) or table.has("payload"):
             check(lib.lq_message_set_payload(m, data, len(data)), "payload")
     if fields.get("id") is not None:
-        check(lib.lq_message_set_id(m, int(fields["id"])), "id")
+        check(lib.lq_message_set_id(m, int_argument("id", fields["id"])), "id")
     if fields.get("group") is not None:
         check(lib.lq_message_set_group(m, ctext(fields["group"])), "group")
     if fields.get("partition_key") is not None:
         check(lib.lq_message_set_partition_key(m, ctext(fields["partition_key"])), "partition_key")
     if fields.get("priority") is not None:
-        check(lib.lq_message_set_priority(m, int(fields["priority"])), "priority")
+        check(lib.lq_message_set_priority(m, int_argument("priority", fields["priority"])), "priority")
     if fields.get("delay_ms") is not None:
-        check(lib.lq_message_set_delay_ms(m, int(fields["delay_ms"])), "delay_ms")
+        check(lib.lq_message_set_delay_ms(m, int_argument("delay_ms", fields["delay_ms"])), "delay_ms")
     if fields.get("expires_in_ms") is not None:
-        check(lib.lq_message_set_expires_in_ms(m, int(fields["expires_in_ms"])), "expires_in_ms")
+        check(lib.lq_message_set_expires_in_ms(m, int_argument("expires_in_ms", fields["expires_in_ms"])), "expires_in_ms")
     if fields.get("dedup_key") is not None:
         check(lib.lq_message_set_dedup_key(m, ctext(fields["dedup_key"])), "dedup_key")
     on_duplicate = fields.get("on_duplicate")
@@ -142,7 +142,7 @@ class Broker:
     def __init__(self, url: str, **options: Any) -> None:
         #: The URL as it may be shown: its password is "***" (``redact_url``).
         self.url = redact_url(url)
-        opts = build_options(options)
+        opts = build_options(options, "broker")
         out = ffi.new("lq_broker **")
         check(lib.lq_broker_open(out, ctext(url), opts), "open %s" % self.url)
         self._ptr: Any = ffi.gc(out[0], lib.lq_broker_close)
@@ -545,7 +545,7 @@ class Broker:
             delay_ms=delay_ms, headers=headers, dedup_key=dedup_key,
             expires_in_ms=expires_in_ms))
         opts = build_options(dict(cron=cron, every_ms=every_ms, tz=tz, catch_up=catch_up,
-                                  catch_up_ms=catch_up_ms))
+                                  catch_up_ms=catch_up_ms), "schedule")
         check(lib.lq_schedule_add(self._live(), table._ptr, ctext(name), opts, message),
               "schedule %r" % name)
 
@@ -563,7 +563,7 @@ class Broker:
         has a group column)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
-        sub = Subscription(self, table, build_options(options))
+        sub = Subscription(self, table, build_options(options, "subscription"))
         sub.group = options.get("group")
         sub._timeout_ms = int(options.get("timeout_ms") or 0)
         return sub

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Dict, Optional, Union
 from libqueue._ffi import ctext, ffi, lib, text
 from libqueue.errors import check, last_error, make_error
 from libqueue.logs import logger
+from libqueue.options import int_argument
 
 if TYPE_CHECKING:
     import asyncio
@@ -245,7 +246,7 @@ class Delivery:
     def retry_after(self, delay_ms: int) -> None:
         """Hide the row for ``delay_ms`` milliseconds (a plain retry, with a
         logged warning, when the table has no retry_after column)."""
-        self._settle("retry_after", lib.lq_delivery_retry_after, int(delay_ms))
+        self._settle("retry_after", lib.lq_delivery_retry_after, int_argument("delay_ms", delay_ms))
 
     def dead_letter(self) -> None:
         """Move the row to the table's dead-letter destination."""
@@ -315,7 +316,7 @@ class Delivery:
 
     def retry_after_async(self, delay_ms: int) -> Awaitable[None]:
         """``retry_after(delay_ms)`` off the event loop (as ``ack_async``)."""
-        return self._off_loop("retry_after", lib.lq_delivery_retry_after, int(delay_ms))
+        return self._off_loop("retry_after", lib.lq_delivery_retry_after, int_argument("delay_ms", delay_ms))
 
     def dead_letter_async(self) -> Awaitable[None]:
         """``dead_letter()`` off the event loop (as ``ack_async``)."""

@@ -10,17 +10,37 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from libqueue._ffi import ctext, ffi, lib
-from libqueue.errors import check, last_error
+from libqueue.errors import check, last_error, make_error
 
-__all__ = ["build_options"]
+__all__ = ["build_options", "int_argument"]
 
 
-def build_options(values: Mapping[str, Any]) -> Any:
-    """An owned ``lq_options *`` holding ``values`` (``ffi.NULL`` when empty).
+#: What each scope's call is called here, for the messages.
+_CALLS = {"broker": "Broker(...)", "subscription": "subscribe(...)", "schedule": "schedule(...)"}
+
+
+def int_argument(name: str, value: Any) -> int:
+    """``value``, which must be an int (a bool is one): a float or a str is
+    refused rather than cut, so 0.5 meant as seconds does not become 0 ms."""
+    if not isinstance(value, int):
+        raise TypeError("%s takes an int, got %s" % (name, type(value).__name__))
+    return int(value)
+
+
+def _scope_name(option: int) -> str:
+    scope = ffi.new("int *")
+    check(lib.lq_option_scope_of(scope, option), "lq_option_scope_of")
+    return {lib.LQ_SCOPE_BROKER: "broker", lib.LQ_SCOPE_SUBSCRIPTION: "subscription",
+            lib.LQ_SCOPE_SCHEDULE: "schedule"}[scope[0]]
+
+
+def build_options(values: Mapping[str, Any], scope: str) -> Any:
+    """An owned ``lq_options *`` holding ``values`` (``ffi.NULL`` when empty),
+    for the call of ``scope`` ("broker", "subscription" or "schedule").
 
     ``None`` values are skipped (the option keeps its default). Booleans are
-    integers. An unknown name raises ``Misuse``; a value of the wrong Python
-    type raises ``TypeError``.
+    integers. An unknown name, or one another call reads, raises ``Misuse``;
+    a value of the wrong Python type raises ``TypeError``.
     """
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
@@ -34,14 +54,15 @@ def build_options(values: Mapping[str, Any]) -> Any:
         status = lib.lq_option_find(option, kind, ctext(name))
         if status != lib.LQ_OK:
             raise last_error(status, "unknown option %r" % name)
+        if _scope_name(option[0]) != scope:
+            raise make_error(lib.LQ_MISUSE, "option %r belongs to %s, not to %s" % (
+                name, _CALLS[_scope_name(option[0])], _CALLS[scope]))
         if kind[0] == lib.LQ_OPTION_STRING:
             if not isinstance(value, str):
                 raise TypeError("option %r takes a str, got %s" % (name, type(value).__name__))
             status = lib.lq_options_set_str(options, option[0], ctext(value))
         else:
-            if not isinstance(value, int):  # bool is an int
-                raise TypeError("option %r takes an int, got %s" % (name, type(value).__name__))
-            status = lib.lq_options_set_int(options, option[0], int(value))
+            status = lib.lq_options_set_int(options, option[0], int_argument("option %r" % name, value))
         if status != lib.LQ_OK:
             raise last_error(status, "option %s=%r" % (name, value))
     return options

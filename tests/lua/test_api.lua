@@ -95,6 +95,14 @@ H.case("subscribe: schema errors name what is missing", function(db)
     fails("LQ_DIALECT", broker:subscribe(ok(libqueue.table{ name = "jobs", payload = "payload" })))
   end
   fails("LQ_MISUSE", broker:subscribe(tbl, { wokers = 1 }))
+  -- An option another call reads is refused, naming that call.
+  message = fails("LQ_MISUSE", broker:subscribe(tbl, { listen_notify = 1 }))
+  H.truthy(message:find("listen_notify belongs to open, not to subscribe", 1, true), message)
+  message = fails("LQ_MISUSE", libqueue.open(db.url, { workers = 4 }))
+  H.truthy(message:find("workers belongs to subscribe, not to open", 1, true), message)
+  -- A value out of range: the core's message, once.
+  message = fails("LQ_MISUSE", broker:subscribe(tbl, { workers = 0 }))
+  H.eq(message, "option workers must be between 1 and 4096, not 0")
   H.raises("takes a string", broker.subscribe, broker, tbl, { group = 5 })
   H.raises("unknown stat", function()
     local sub = H.subscribe(broker, tbl)

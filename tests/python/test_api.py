@@ -187,6 +187,39 @@ def test_subscription_option_by_name(db, broker) -> None:
             sub.stat("no_such_stat")
 
 
+def test_an_option_given_to_a_call_that_does_not_read_it_is_misuse(db, broker) -> None:
+    """An option is read by one call: given to another it is refused, naming
+    the call that reads it, rather than silently doing nothing."""
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(libqueue.Misuse, match=r"'workers' belongs to subscribe\(\.\.\.\), "
+                                              r"not to Broker"):
+        libqueue.Broker(db.url, workers=4)
+    with pytest.raises(libqueue.Misuse, match=r"'listen_notify' belongs to Broker"):
+        broker.subscribe(table, listen_notify=1)
+    with pytest.raises(libqueue.Misuse, match=r"'cron' belongs to schedule"):
+        broker.subscribe(table, cron="* * * * *")
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.parametrize("value", [0.5, "5", 1.0])
+def test_a_time_in_milliseconds_takes_an_int_only(db, broker, value) -> None:
+    """0.5 meant as seconds is refused, not cut to 0 ms."""
+    table = make_table("lease", retry_after="retry_after")
+    db.create_table(table)
+    for field in ("delay_ms", "priority"):
+        with pytest.raises(TypeError, match="%s takes an int, got %s" % (field, type(value).__name__)):
+            broker.publish(table, b"x", **{field: value})
+    assert db.count("jobs") == 0
+    broker.publish(table, b"x")
+    with broker.subscribe(table, poll_interval_ms=50) as sub:
+        d = sub.next(5)
+        with pytest.raises(TypeError, match="delay_ms takes an int"):
+            d.retry_after(value)
+        d.retry_after(60000)  # the delivery is still open: the refusal settled nothing
+    assert db.count("jobs") == 1
+
+
 def test_closed_broker_and_subscription(db) -> None:
     table = make_table("lease")
     db.create_table(table)

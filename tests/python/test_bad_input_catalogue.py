@@ -30,10 +30,19 @@ def int_options() -> list:
     return names
 
 
+def scope(name: str) -> str:
+    """The call that reads the option."""
+    option, scope_of = ffi.new("int *"), ffi.new("int *")
+    assert lib.lq_option_find(option, ffi.NULL, ctext(name)) == lib.LQ_OK, name
+    assert lib.lq_option_scope_of(scope_of, option[0]) == lib.LQ_OK, name
+    return {lib.LQ_SCOPE_BROKER: "broker", lib.LQ_SCOPE_SUBSCRIPTION: "subscription",
+            lib.LQ_SCOPE_SCHEDULE: "schedule"}[scope_of[0]]
+
+
 def range_of(name: str) -> Tuple[int, int]:
     """The option's range, as the refusal of a value past every range says it."""
     with pytest.raises(libqueue.Misuse) as refused:
-        build_options({name: 2 ** 62})
+        build_options({name: 2 ** 62}, scope(name))
     found = RANGE.search(str(refused.value))
     assert found and found.group(1) == name, str(refused.value)
     return int(found.group(2)), int(found.group(3))
@@ -42,11 +51,12 @@ def range_of(name: str) -> Tuple[int, int]:
 @pytest.mark.parametrize("name", int_options())
 def test_an_int_option_takes_its_range_and_refuses_past_either_end(name: str) -> None:
     low, high = range_of(name)
-    assert build_options({name: low}) != ffi.NULL and build_options({name: high}) != ffi.NULL
+    for value in (low, high):
+        assert build_options({name: value}, scope(name)) != ffi.NULL
     for value in (low - 1, high + 1):
         with pytest.raises(libqueue.Misuse, match="option %s must be between %d and %d, not %d"
                            % (name, low, high, value)):
-            build_options({name: value})
+            build_options({name: value}, scope(name))
 
 
 STRING_OPTIONS = {"group", "cron", "tz", "catch_up", "pgbouncer", "listen_url"}

@@ -125,6 +125,18 @@ int lq_option_find(int *option_out, int *type_out, const char *name) {
     return lq__error(LQ_MISUSE, "unknown option \"%s\"", name);
 }
 
+/* The header's groups: broker options below 20, subscription options below
+ * 60, schedule options from 60. */
+int lq_option_scope_of(int *scope_out, int option) {
+    lq__error_clear();
+    LQ__CHECK_ARG(scope_out, "scope_out is NULL");
+    if (spec_index(option) < 0) return lq__error(LQ_MISUSE, "unknown option %d", option);
+    *scope_out = option < LQ_OPT_WORKERS ? LQ_SCOPE_BROKER
+                 : option < LQ_OPT_CRON  ? LQ_SCOPE_SUBSCRIPTION
+                                         : LQ_SCOPE_SCHEDULE;
+    return LQ_OK;
+}
+
 int64_t lq__opt_int(const lq_options *options, int option) {
     int i = spec_index(option);
     if (i < 0) return 0;
