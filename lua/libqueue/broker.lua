@@ -374,8 +374,8 @@ function Broker:stats(tbl, opts)
   end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
-  local v, msg, code = core.lq_queue_stats(ptr, tptr, group, cap)
-  if not v then return done(nil, nil, msg, code) end
+  local v, msg, code, sqlstate, native = core.lq_queue_stats(ptr, tptr, group, cap)
+  if not v then return done(nil, nil, msg, code, sqlstate, native) end
   local function known(x) if x >= 0 then return x end end
   local stats = { due = v[core.LQ_QUEUE_DUE + 1], delayed = v[core.LQ_QUEUE_DELAYED + 1],
                   in_work = known(v[core.LQ_QUEUE_IN_WORK + 1]),
@@ -383,8 +383,8 @@ function Broker:stats(tbl, opts)
                   head_age_ms = known(v[core.LQ_QUEUE_HEAD_AGE_MS + 1]) }
   if tbl:has("attempt") then
     local counts
-    counts, msg, code = core.lq_queue_attempts(ATTEMPT_BUCKETS, ptr, tptr, group, cap)
-    if not counts then return done(nil, nil, msg, code) end
+    counts, msg, code, sqlstate, native = core.lq_queue_attempts(ATTEMPT_BUCKETS, ptr, tptr, group, cap)
+    if not counts then return done(nil, nil, msg, code, sqlstate, native) end
     stats.attempts = {}
     for i, n in ipairs(counts) do
       if n > 0 then stats.attempts[i - 1] = n end

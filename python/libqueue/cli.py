@@ -165,7 +165,8 @@ def _aligned(rows: List[List[str]], left: Sequence[int] = (0,)) -> str:
 def cmd_init(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     if table.form == Form.ROW_LOCK and broker.dialect == "sqlite":  # a table no worker could serve
         raise UsageError("sqlite has no row locks, so no worker can serve the row lock form: "
-                         "--form lease or --form advisory")
+                         "give the table a locked_until column (--form lease) or an advisory "
+                         "lock key (--form advisory)")
     broker.create_table(table)
     if args.json:
         _print_json({"table": table.name, "ready": True})
@@ -526,6 +527,10 @@ def _add_common(p: argparse.ArgumentParser, default: Any) -> None:
     p.add_argument("--group", help="the group, for a table with a group column", **unset)
     p.add_argument("--json", action="store_true", help="output for machines",
                    **(unset or dict(default=False)))
+    p.add_argument("--notify", action="store_true",
+                   help="PostgreSQL: enqueue sends a NOTIFY, and worker listens for them and wakes "
+                   "at once instead of at its next poll (the broker option listen_notify)",
+                   **(unset or dict(default=False)))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -619,6 +624,15 @@ def _verify(broker: Broker, table: Table) -> None:
         raise SchemaError("%s; %s" % (e.message, hint), e.status) from None
 
 
+def _check_usage(args: argparse.Namespace, url: str) -> None:
+    """What is bad usage before the database is asked anything."""
+    if getattr(args, "cap", 1) < 1:
+        raise UsageError("--cap counts rows, from 1: not %d" % args.cap)
+    if args.notify and not url.startswith(("postgresql:", "postgres:")):
+        raise UsageError("--notify is PostgreSQL's (LISTEN/NOTIFY); on other databases "
+                         "workers poll")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs one command; returns its exit status."""
     parser = _parser()
@@ -626,7 +640,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         table = _table_of(args)
         url = _url_of(args)
-        with Broker(url) as broker:
+        _check_usage(args, url)
+        with Broker(url, listen_notify=1 if args.notify else None) as broker:
             if args.command != "init":
                 _verify(broker, table)
             return _COMMANDS[args.command](broker, table, args)

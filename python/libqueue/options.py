@@ -7,6 +7,7 @@ as the core knows it.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Mapping
 
 from libqueue._ffi import ctext, ffi, lib
@@ -20,11 +21,13 @@ _CALLS = {"broker": "Broker(...)", "subscription": "subscribe(...)", "schedule":
 
 
 def int_argument(name: str, value: Any) -> int:
-    """``value``, which must be an int (a bool is one): a float or a str is
-    refused rather than cut, so 0.5 meant as seconds does not become 0 ms."""
-    if not isinstance(value, int):
-        raise TypeError("%s takes an int, got %s" % (name, type(value).__name__))
-    return int(value)
+    """``value`` as an int: an integer of any type (a bool, NumPy's), but a
+    float or a str is refused rather than cut, so 0.5 meant as seconds does
+    not become 0 ms."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError("%s takes an int, got %s" % (name, type(value).__name__)) from None
 
 
 def _scope_name(option: int) -> str:

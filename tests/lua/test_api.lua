@@ -198,6 +198,21 @@ if H.CLOSE then
   H.case("to-be-closed variables close handles", function(db) close_case(H, db) end)
 end
 
+H.case("a statement's error carries its SQLSTATE, from publish and stats alike", function(db)
+  local broker = H.open(db)
+  local missing = H.make_table("lease", { name = "never_made" })
+  local none, _, code, sqlstate, native = broker:publish(missing, "x")
+  eq(none, nil, "publish to a missing table")
+  eq(code, "LQ_SCHEMA", "publish's code")
+  local stats_none, _, stats_code, stats_sqlstate, stats_native = broker:stats(missing)
+  eq(stats_none, nil, "stats of a missing table")
+  eq(stats_code, code, "stats' code")
+  eq(stats_sqlstate, sqlstate, "stats' SQLSTATE")
+  eq(stats_native, native, "stats' native code")
+  if db.dialect ~= "sqlite" then H.truthy(#sqlstate == 5, "a SQLSTATE: " .. tostring(sqlstate)) end
+  broker:close()
+end)
+
 H.case("the raw core: out values, status returns, bytes", function(db)
   local tbl = H.make_table("lease", { headers = "headers" })
   db:create(tbl)

@@ -220,6 +220,15 @@ def test_a_time_in_milliseconds_takes_an_int_only(db, broker, value) -> None:
     assert db.count("jobs") == 1
 
 
+def test_a_negative_delay_is_named_by_its_keyword(db, broker) -> None:
+    table = make_table("lease", retry_after="retry_after", expires_at="expires_at")
+    db.create_table(table)
+    for field in ("delay_ms", "expires_in_ms"):
+        with pytest.raises(libqueue.Misuse, match="^LQ_MISUSE: %s: the delay is negative$" % field):
+            broker.publish(table, b"x", **{field: -1})
+    assert db.count("jobs") == 0
+
+
 def test_closed_broker_and_subscription(db) -> None:
     table = make_table("lease")
     db.create_table(table)

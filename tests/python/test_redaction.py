@@ -42,6 +42,12 @@ def with_password(url: str, password: str = MARK) -> str:
     ("host=h port=5432 password=s3cret dbname=x", "host=h port=5432 password=*** dbname=x"),
     ("host = h password = 'se cr\\'et' dbname=x", "host = h password = *** dbname=x"),
     ("sslpassword=k host=h", "sslpassword=*** host=h"),
+    ("jobs.db?password=s3cret", "jobs.db?password=***"),
+    ("postgresql://u:p?w@h/db", "postgresql://u:***@h/db"),  # libpq's user info ends at '@'
+    ("postgresql://u:p/w@h/db", "postgresql://u:***@h/db"),
+    ("u:s3cret@h/db", "u:***@h/db"),  # no scheme
+    ("sqlite:/data/x:y/a@b.db", "sqlite:/data/x:y/a@b.db"),  # a file's name, not user info
+    ("postgresql://h:5432/db?application_name=a@b", "postgresql://h:5432/db?application_name=a@b"),
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert libqueue.redact_url(url) == shown

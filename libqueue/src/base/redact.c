@@ -90,23 +90,34 @@ static void add_key_values(lq__strbuf *sb, const char *text) {
     }
 }
 
+/* The last '@' of the first n bytes of `text`, or NULL. */
+static const char *last_at(const char *text, size_t n) {
+    const char *at = NULL;
+    for (const char *p = text; p < text + n; p++)
+        if (*p == '@') at = p;
+    return at;
+}
+
 char *lq__redact_url(const char *url) {
     lq__strbuf sb = {0};
-    if (url[strcspn(url, ":=@/")] == '=') { /* no scheme: a key=value string */
+    if (url[strcspn(url, ":=@/?&")] == '=') { /* no scheme: a key=value string */
         add_key_values(&sb, url);
         return lq__sb_take(&sb);
     }
     const char *rest = url;
     size_t scheme = strcspn(url, ":/?@");
-    if (url[scheme] == ':') { /* the slashes after it counted however many: "mysql:/u:pw@h" too */
-        const char *authority = url + scheme + 1 + strspn(url + scheme + 1, "/");
-        size_t span = strcspn(authority, "?");
-        /* The user info ends at the last '@' before the query (a password may
-         * hold one, or a '/' or '#', percent-encoded or not: better too much
-         * hidden than a password shown). */
-        const char *at = NULL;
-        for (const char *p = authority; p < authority + span; p++)
-            if (*p == '@') at = p;
+    bool file = scheme == strlen("sqlite") && strncmp(url, "sqlite", scheme) == 0;
+    if (url[scheme] == ':' && !file) {
+        /* The user info follows the slashes, however many ("mysql:/u:pw@h"
+         * too); with none, it may begin the text ("u:pw@h/db"). */
+        const char *after = url + scheme + 1;
+        const char *authority = *after == '/' ? after + strspn(after, "/") : url;
+        /* It ends at the last '@' before the path, as libpq reads it, or else
+         * before the query (a password may hold an '@', a '/', a '?' or a
+         * '#', percent-encoded or not: better too much hidden than a
+         * password shown). */
+        const char *at = last_at(authority, strcspn(authority, "/"));
+        if (!at) at = last_at(authority, strcspn(authority, "?"));
         const char *colon = at ? memchr(authority, ':', (size_t)(at - authority)) : NULL;
         if (colon) {
             lq__sb_addn(&sb, url, (size_t)(colon + 1 - url));

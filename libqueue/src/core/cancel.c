@@ -45,19 +45,16 @@ static int on_found(void *ctx, const lq__value *cols, int count) {
 
 /* The row's advisory key taken on conn, so that no claim starts it while
  * it goes; a run that holds it already is in work (f->leased). Where keys
- * live in a process (SQLite), this one holds the file's key space for the
- * take; while another process holds it, the keys are that process's, out
- * of sight here: the row goes without a key, and its run, if any, finds it
- * gone at its settlement (f->unseen). */
-static int take_key(bool *taken, bool *space_held, lq_broker *b, lq__conn *conn, found_row *f) {
+ * live in a process (SQLite) and another process holds the file's key
+ * space, the keys are that process's, out of sight here: the row goes
+ * without a key, and its run, if any, finds it gone at its settlement
+ * (f->unseen). The cancel only looks: a hold would refuse, meanwhile, the
+ * advisory subscriptions of a process starting. */
+static int take_key(bool *taken, lq_broker *b, lq__conn *conn, found_row *f) {
     const lq__dialect *d = b->dialect;
-    if (d->hold_key_space) {
-        if (d->hold_key_space(&b->target) != LQ_OK) {
-            lq__error_clear();
-            f->unseen = true;
-            return LQ_OK;
-        }
-        *space_held = true;
+    if (d->key_space_elsewhere && d->key_space_elsewhere(&b->target)) {
+        f->unseen = true;
+        return LQ_OK;
     }
     int rc = d->try_lock_key(taken, conn, &b->target, f->key);
     if (rc == LQ_OK && !*taken) f->leased = true;
@@ -82,7 +79,7 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
     if (t->dead_letter)
         args[LQ__P_DEST] = (lq__value){.type = LQ__V_TEXT, .p = t->dead_letter, .n = strlen(t->dead_letter)};
     args[LQ__P_REASON] = (lq__value){.type = LQ__V_TEXT, .p = "cancelled", .n = strlen("cancelled")};
-    bool key_taken = false, space_held = false;
+    bool key_taken = false;
     int rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     if (rc != LQ_OK) return rc;
     rc = d->exec(NULL, conn, &sql->find, args, on_found, f);
@@ -90,7 +87,7 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
         rc = lq__error(LQ_NOT_FOUND, "row %lld is neither queued nor in work (finished, "
                                      "cancelled, or never there); nothing changed",
                        (long long)id);
-    if (rc == LQ_OK && f->key) rc = take_key(&key_taken, &space_held, b, conn, f);
+    if (rc == LQ_OK && f->key) rc = take_key(&key_taken, b, conn, f);
     if (rc == LQ_OK) rc = remove_row(b, conn, sql, args);
     if (rc == LQ_OK) {
         rc = d->commit(conn);
@@ -102,7 +99,6 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
     }
     if (key_taken && !d->unlock_key(conn, &b->target, f->key) && rc == LQ_OK)
         rc = LQ_CONNECT; /* the session may hold the key: the connection is not reused */
-    if (space_held) d->let_go_key_space(&b->target);
     return rc;
 }
 

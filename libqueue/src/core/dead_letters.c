@@ -28,7 +28,7 @@ static int begin_work(dead_work *w, lq_broker *b, const lq_table *t, const char 
     w->b = b;
     w->t = t;
     if (!t->dead_letter)
-        return lq__error(LQ_MISUSE, "the table declares no dead letters (lq_table_set_dead_letter)");
+        return lq__error(LQ_MISUSE, "the table declares no dead letters (its description's dead_letter)");
     bool grouped = lq__has(t, LQ_ROLE_GROUP);
     if (grouped && needs_group && !group)
         return lq__error(LQ_MISUSE, "the table has a group column: name the group to replay into");

@@ -95,7 +95,7 @@ int lq_message_set_priority(lq_message *m, int64_t priority) {
 int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
     lq__error_clear();
     LQ__CHECK_ARG(m, "message is NULL");
-    int rc = lq__check_delay(delay_ms, __func__);
+    int rc = lq__check_delay(delay_ms, "delay_ms");
     if (rc != LQ_OK) return rc;
     m->delay_ms = delay_ms;
     return LQ_OK;
@@ -104,7 +104,7 @@ int lq_message_set_delay_ms(lq_message *m, int64_t delay_ms) {
 int lq_message_set_expires_in_ms(lq_message *m, int64_t expires_in_ms) {
     lq__error_clear();
     LQ__CHECK_ARG(m, "message is NULL");
-    int rc = lq__check_delay(expires_in_ms, __func__);
+    int rc = lq__check_delay(expires_in_ms, "expires_in_ms");
     if (rc != LQ_OK) return rc;
     m->expires_in_ms = expires_in_ms;
     return LQ_OK;

@@ -22,7 +22,7 @@ static int check_table(const lq_table *t, const char *group, bool dead) {
         return lq__error(LQ_MISUSE, "the table has no processed_at column: its acks delete rows, "
                                     "so it keeps no finished rows to prune");
     if (dead && !t->dead_letter)
-        return lq__error(LQ_MISUSE, "the table declares no dead letters (lq_table_set_dead_letter)");
+        return lq__error(LQ_MISUSE, "the table declares no dead letters (its description's dead_letter)");
     if (dead && !lq__has(t, LQ_ROLE_RETRY_AFTER))
         return lq__error(LQ_MISUSE, "the table has no retry_after column, which is where "
                                     "dead-lettering writes when: its dead letters are purged "

@@ -41,7 +41,7 @@ typedef struct look {
 /* The checks both calls share, then the statements and a connection. */
 static int begin_look(look *l, lq_broker *b, const lq_table *t, const char *group, int64_t cap) {
     memset(l, 0, sizeof *l);
-    LQ__CHECK_ARG(cap >= 1, "cap is below 1");
+    if (cap < 1) return lq__error(LQ_MISUSE, "cap is %lld: it counts rows, from 1", (long long)cap);
     if (lq__has(t, LQ_ROLE_GROUP) && !group)
         return lq__error(LQ_MISUSE, "the table has a group column: name the group to look at");
     if (!lq__has(t, LQ_ROLE_GROUP) && group)

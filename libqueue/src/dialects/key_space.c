@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct holder {
@@ -86,11 +87,26 @@ static void write_pid(int fd) {
     (void)written;
 }
 
-/* Opens and locks the space's lock file: *fd, or an error. */
-static int lock_file(int *fd, const char *space) {
+static char *lock_path(const char *space) {
     lq__strbuf name = {0};
     lq__sb_addf(&name, "%s-lqkeys", space);
-    char *path = lq__sb_take(&name);
+    return lq__sb_take(&name);
+}
+
+/* An exclusive lock of fd, without waiting past a few tries: another
+ * process may hold a shared lock for an instant (lq__key_space_elsewhere). */
+static int lock_exclusive(int fd) {
+    enum { TRIES = 5, PAUSE_US = 2000 };
+    for (int i = 1;; i++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+        if (errno != EWOULDBLOCK || i == TRIES) return -1;
+        nanosleep(&(struct timespec){.tv_nsec = PAUSE_US * 1000L}, NULL);
+    }
+}
+
+/* Opens and locks the space's lock file: *fd, or an error. */
+static int lock_file(int *fd, const char *space) {
+    char *path = lock_path(space);
     if (!path) return lq__error(LQ_NOMEM, "out of memory");
     int rc = LQ_OK;
     bool writable = true;
@@ -103,7 +119,7 @@ static int lock_file(int *fd, const char *space) {
         rc = lq__error(LQ_BACKEND, "SQLite file %s: cannot open %s, whose lock keeps the file's "
                                    "advisory keys to one process: %s",
                        space, path, strerror(errno));
-    } else if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    } else if (lock_exclusive(*fd) != 0) {
         int err = errno;
         long pid = err == EWOULDBLOCK ? holder_pid(*fd) : 0;
         close(*fd);
@@ -147,6 +163,20 @@ int lq__key_space_hold(const char *space) {
     }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+bool lq__key_space_elsewhere(const char *space) {
+    pthread_mutex_lock(&lock); /* no hold of this process begins meanwhile */
+    bool elsewhere = false;
+    char *path = *find(space) ? NULL : lock_path(space);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1; /* none: no process ever held it */
+    if (fd >= 0) {
+        elsewhere = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+        close(fd); /* and the shared lock with it */
+    }
+    free(path);
+    pthread_mutex_unlock(&lock);
+    return elsewhere;
 }
 
 void lq__key_space_let_go(const char *space) {

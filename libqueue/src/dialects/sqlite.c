@@ -345,8 +345,11 @@ static int sqlite_build_claims(lq__sqlset *set, const lq_table *t) {
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);
     case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
-    default: /* refused before, at the subscription's open (the dialect's forms) */
-        return lq__error(LQ_DIALECT, "sqlite has no row locks, so it cannot serve the row lock form");
+    default: /* refused before, at a subscription's open (the dialect's forms) */
+        return lq__error(LQ_DIALECT,
+                         "sqlite has no row locks, so it cannot serve the row lock form: give the "
+                         "table a locked_until column (lease form) or an advisory lock key "
+                         "template (advisory lock form)");
     }
 }
 
@@ -505,6 +508,10 @@ static void sqlite_let_go_key_space(const lq__broker_target *target) {
     lq__key_space_let_go(file_of(target)->realpath);
 }
 
+static bool sqlite_key_space_elsewhere(const lq__broker_target *target) {
+    return lq__key_space_elsewhere(file_of(target)->realpath);
+}
+
 /* ---- tables ---- */
 
 static const lq__ddl_types sqlite_ddl = {
@@ -614,4 +621,5 @@ const lq__dialect lq__sqlite_dialect = {
     .keys_held = sqlite_keys_held,
     .hold_key_space = sqlite_hold_key_space,
     .let_go_key_space = sqlite_let_go_key_space,
+    .key_space_elsewhere = sqlite_key_space_elsewhere,
 };

@@ -317,7 +317,7 @@ int lq_delivery_retry(lq_delivery *h) {
 
 int lq_delivery_retry_after(lq_delivery *h, int64_t delay_ms) {
     lq__error_clear();
-    int rc = lq__check_delay(delay_ms, __func__);
+    int rc = lq__check_delay(delay_ms, "retry_after");
     return rc == LQ_OK ? settle_handle(h, LQ__RETRY_AFTER, delay_ms) : rc;
 }
 

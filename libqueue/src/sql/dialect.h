@@ -333,6 +333,9 @@ typedef struct lq__dialect {
      * another process holds it; let go by each holder (NULL elsewhere). */
     int (*hold_key_space)(const lq__broker_target *target);
     void (*let_go_key_space)(const lq__broker_target *target);
+    /* Whether another process holds the key space now (its keys out of this
+     * process's sight), looked at without holding it. */
+    bool (*key_space_elsewhere)(const lq__broker_target *target);
 } lq__dialect;
 
 /* The values a statement binds: its parameters, in each of its rows. */
