@@ -106,8 +106,7 @@ char *lq__redact_url(const char *url) {
     }
     const char *rest = url;
     size_t scheme = strcspn(url, ":/?@");
-    bool file = scheme == strlen("sqlite") && strncmp(url, "sqlite", scheme) == 0;
-    if (url[scheme] == ':' && !file) {
+    if (url[scheme] == ':') {
         /* The user info follows the slashes, however many ("mysql:/u:pw@h"
          * too); with none, it may begin the text ("u:pw@h/db"). */
         const char *after = url + scheme + 1;
