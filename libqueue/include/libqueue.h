@@ -346,6 +346,12 @@ LQ_API int lq_table_set_isolation(lq_table *table, int isolation);
 LQ_API int lq_table_set_dead_letter(lq_table *table, const char *destination);
 /* The form the description selects (an lq_form); 0 for NULL. */
 LQ_API int lq_table_form(const lq_table *table);
+/* Whether a database ("sqlite", "postgresql", "mysql") can serve the form
+ * the description selects: LQ_OK, or LQ_DIALECT with a message that says why
+ * not and which forms to use instead. A subscription's open makes the same
+ * check; a table may still be created for a form its database cannot serve,
+ * for publishers that describe it without the workers' columns. */
+LQ_API int lq_table_check_form(const lq_table *table, const char *dialect);
 /* The CREATE TABLE and CREATE INDEX statements lq_table_create runs for
  * this description on a dialect ("sqlite", "postgresql", "mysql"), separated
  * by ";\n", for a service that keeps its schema in migrations of its own.

@@ -315,9 +315,22 @@ end
 -- with `payload` ({ payload = "..", group = "g" }).
 function Broker:publish_many(tbl, list)
   check_type(list, "table", 2, "publish_many")
+  -- A list, every key 1..n: ipairs would stop at a hole and drop the rest.
+  local count = 0
+  for key in pairs(list) do
+    if math_type(key) ~= "integer" or key < 1 then
+      raise(format("bad argument #2 to 'publish_many' (a list expected, found key %s)",
+                   tostring(key)))
+    end
+    count = count + 1
+  end
   local batch = {}
-  for i, message in ipairs(list) do
-    if type(message) == "string" then
+  for i = 1, count do
+    local message = list[i]
+    if message == nil then
+      raise(format("bad argument #2 to 'publish_many' (message %d of %d is nil: a list "
+                   .. "without holes expected)", i, count))
+    elseif type(message) == "string" then
       batch[i] = { payload = message }
     elseif type(message) == "table" then
       batch[i] = message

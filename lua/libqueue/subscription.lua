@@ -155,8 +155,13 @@ end
 ---------------------------------------------------------------------------
 -- run and its settlers
 
+-- What a handler raised, as text: its __tostring may raise in turn.
 local function describe_error(err)
-  return type(err) == "string" and err or tostring(err)
+  if type(err) == "string" then return err end
+  local ok, text = pcall(tostring, err)
+  if ok and type(text) == "string" then return text end
+  return format("a %s value, whose __tostring failed: %s", type(err),
+                type(text) == "string" and text or type(text))
 end
 
 local SETTLE_ACK, SETTLE_RETRY, SETTLE_RETRY_AFTER =
@@ -245,6 +250,9 @@ local function handle_all(self, fn, timeout, max, retry_delay, settler)
   return handled, counts
 end
 
+-- The options of run.
+local RUN_OPTIONS = { timeout = true, max = true, retry_delay_ms = true, settlers = true }
+
 --- sub:run(fn [, { timeout = seconds, max = n, retry_delay_ms = ms, settlers = n }])
 -- Pulls deliveries and calls fn(delivery) for each, on the calling thread.
 -- Returning normally acks the delivery unless fn settled it; an error()
@@ -268,7 +276,13 @@ function Subscription:run(fn, opts)
   check_type(fn, "function", 1, "run")
   if opts ~= nil then check_type(opts, "table", 2, "run") end
   opts = opts or {}
+  for k in pairs(opts) do
+    if not RUN_OPTIONS[k] then raise(format("run: unknown option '%s'", tostring(k))) end
+  end
   local timeout, max, retry_delay = opts.timeout, opts.max, opts.retry_delay_ms
+  if timeout ~= nil and type(timeout) ~= "number" then
+    raise("run: timeout must be a number of seconds")
+  end
   if max ~= nil and not tointeger(max) then raise("run: max must be an integer") end
   if retry_delay ~= nil then
     retry_delay = type(retry_delay) == "number" and tointeger(retry_delay)

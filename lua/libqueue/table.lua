@@ -136,6 +136,14 @@ function Table:has(role)
   return self.columns[role] ~= nil
 end
 
+--- Whether a dialect ("sqlite", "postgresql", "mysql") can serve this
+-- description's form, as a subscription's open checks it: true, or nil, a
+-- message that says why not and what to use instead, and "LQ_DIALECT".
+function Table:check_form(dialect)
+  check_type(dialect, "string", 1, "check_form")
+  return done(nil, core.lq_table_check_form(table_ptr(self, 1, "check_form"), dialect))
+end
+
 --- The recommended CREATE TABLE and CREATE INDEX statements for a dialect
 -- ("sqlite", "postgresql", "mysql"), separated by ";\n".
 function Table:create_sql(dialect)

@@ -16,10 +16,11 @@ def text(pointer: object) -> str:
     return ffi.string(pointer).decode("utf-8", "replace")
 
 
-def ctext(value: str) -> bytes:
-    """A ``str`` as the UTF-8 bytes of a C string; refuses embedded NULs."""
+def ctext(value: str, what: str = "") -> bytes:
+    """A ``str`` as the UTF-8 bytes of a C string; refuses embedded NULs.
+    ``what`` names the value in the refusal."""
     if not isinstance(value, str):
-        raise TypeError("expected str, got %s" % type(value).__name__)
+        raise TypeError("%sexpected str, got %s" % (what and what + ": ", type(value).__name__))
     data = value.encode("utf-8")
     if b"\0" in data:
         raise ValueError("string contains a NUL character: %r" % value)

@@ -106,6 +106,8 @@ def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
                 " or ".join(map(repr, _ON_DUPLICATE)), on_duplicate))
         check(lib.lq_message_set_on_duplicate(m, _ON_DUPLICATE[on_duplicate]), "on_duplicate")
     headers: Optional[Mapping[str, str]] = fields.get("headers")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise TypeError("headers: a mapping of str to str, got %s" % type(headers).__name__)
     if headers:
         for name, value in headers.items():
             if not isinstance(value, str):
@@ -218,6 +220,9 @@ class Broker:
         """Write many messages in one transaction (all or none); returns their
         ids in order. Each message is a payload or a dict of ``publish``'s
         keyword arguments."""
+        if isinstance(messages, (str, bytes, bytearray, memoryview)):  # would be split up
+            raise TypeError("publish_many takes a list of messages, not one payload (%s): "
+                            "use publish" % type(messages).__name__)
         batch: List[Mapping[str, Any]] = []
         for message in messages:
             if isinstance(message, Mapping):

@@ -30,8 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from libqueue.broker import Broker
 from libqueue.delivery import Delivery
 from libqueue.doctor import format_findings, has_problems
-from libqueue.enums import Form
-from libqueue.errors import Error, NotFound, SchemaError
+from libqueue.errors import DialectError, Error, NotFound, SchemaError
 from libqueue.stats import DEFAULT_CAP, QueueStats
 from libqueue.table import ROLE_NAMES, Table
 
@@ -163,10 +162,10 @@ def _aligned(rows: List[List[str]], left: Sequence[int] = (0,)) -> str:
 
 
 def cmd_init(broker: Broker, table: Table, args: argparse.Namespace) -> int:
-    if table.form == Form.ROW_LOCK and broker.dialect == "sqlite":  # a table no worker could serve
-        raise UsageError("sqlite has no row locks, so no worker can serve the row lock form: "
-                         "give the table a locked_until column (--form lease) or an advisory "
-                         "lock key (--form advisory)")
+    try:  # a table no worker could serve
+        table.check_form(broker.dialect)
+    except DialectError as e:
+        raise UsageError("%s; here: --form lease or --form advisory" % e.message) from None
     broker.create_table(table)
     if args.json:
         _print_json({"table": table.name, "ready": True})
@@ -492,6 +491,8 @@ def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
                 if args.until_idle is not None and idle.for_s() >= args.until_idle:
                     break
             sub.stop()  # running handlers finish; rows claimed and not begun go back
+            # Settlements the database did not take: their rows come back.
+            unsettled = sub.stat("settle_errors") + sub.stat("lease_lost")
             if server:
                 server.shutdown()
                 server.server_close()
@@ -501,9 +502,12 @@ def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     if live:
         sys.stderr.write("\n")
     if args.json:
-        _print_json({"table": table.name, "done": tally.done, "failed": tally.failed})
+        _print_json({"table": table.name, "done": tally.done, "failed": tally.failed,
+                     "unsettled": unsettled})
     else:
-        print("%s: %d done, %d failed" % (table.name, tally.done, tally.failed))
+        print("%s: %d done, %d failed%s" % (
+            table.name, tally.done, tally.failed,
+            "; %d not settled, to run again" % unsettled if unsettled else ""))
     return EXIT_OK
 
 
@@ -628,6 +632,9 @@ def _check_usage(args: argparse.Namespace, url: str) -> None:
     """What is bad usage before the database is asked anything."""
     if getattr(args, "cap", 1) < 1:
         raise UsageError("--cap counts rows, from 1: not %d" % args.cap)
+    until_idle = getattr(args, "until_idle", None)
+    if until_idle is not None and not until_idle >= 0:  # NaN too
+        raise UsageError("--until-idle takes seconds, from 0: not %s" % until_idle)
     if args.notify and not url.startswith(("postgresql:", "postgres:")):
         raise UsageError("--notify is PostgreSQL's (LISTEN/NOTIFY); on other databases "
                          "workers poll")

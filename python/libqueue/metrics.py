@@ -63,6 +63,9 @@ class Metrics:
     def __getitem__(self, name: str) -> int:
         return self.stats[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.stats
+
     def as_dict(self) -> Dict[str, Any]:
         """Plain JSON-ready values; bounds as strings (the last "+Inf")."""
         def hist(h: Histogram) -> Dict[str, Any]:

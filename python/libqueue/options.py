@@ -25,9 +25,12 @@ def int_argument(name: str, value: Any) -> int:
     float or a str is refused rather than cut, so 0.5 meant as seconds does
     not become 0 ms."""
     try:
-        return operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise TypeError("%s takes an int, got %s" % (name, type(value).__name__)) from None
+    if not -2**63 <= number < 2**63:  # the C calls take int64_t
+        raise OverflowError("%s: %d does not fit in 64 bits" % (name, number))
+    return number
 
 
 def _scope_name(option: int) -> str:

@@ -67,7 +67,7 @@ class Table:
                  isolation: Union[int, str, Isolation, None] = None,
                  dead_letter: Optional[str] = None) -> None:
         out = ffi.new("lq_table **")
-        check(lib.lq_table_new(out, ctext(name)), "table %r" % name)
+        check(lib.lq_table_new(out, ctext(name, "name")), "table %r" % name)
         self._ptr = ffi.gc(out[0], lib.lq_table_free)
         self.name = name
         self.schema = schema
@@ -86,22 +86,23 @@ class Table:
 
         p = self._ptr
         if schema is not None:
-            check(lib.lq_table_set_schema(p, ctext(schema)), "schema %r" % schema)
+            check(lib.lq_table_set_schema(p, ctext(schema, "schema")), "schema %r" % schema)
         if id != "id" or not id_generated:
-            check(lib.lq_table_set_id(p, ctext(id), 1 if id_generated else 0), "id column %r" % id)
+            check(lib.lq_table_set_id(p, ctext(id, "id"), 1 if id_generated else 0),
+                  "id column %r" % id)
         for role, column in self.columns.items():
             role_value = int(Role[role.upper()])
-            check(lib.lq_table_set_column(p, role_value, ctext(column)),
+            check(lib.lq_table_set_column(p, role_value, ctext(column, role)),
                   "%s column %r" % (role, column))
         if fifo:
             check(lib.lq_table_set_fifo(p, 1), "fifo")
         if advisory_lock is not None:
-            check(lib.lq_table_set_advisory_lock(p, ctext(advisory_lock)),
+            check(lib.lq_table_set_advisory_lock(p, ctext(advisory_lock, "advisory_lock")),
                   "advisory lock template %r" % advisory_lock)
         if isolation is not None:
             check(lib.lq_table_set_isolation(p, _isolation_value(isolation)), "isolation")
         if dead_letter is not None:
-            check(lib.lq_table_set_dead_letter(p, ctext(dead_letter)),
+            check(lib.lq_table_set_dead_letter(p, ctext(dead_letter, "dead_letter")),
                   "dead letter destination %r" % dead_letter)
 
     @property
@@ -112,6 +113,12 @@ class Table:
     def has(self, role: str) -> bool:
         """Whether a column plays ``role`` ("payload", "attempt", ...)."""
         return role in self.columns
+
+    def check_form(self, dialect: str) -> None:
+        """Raises ``DialectError``, saying why and what to use instead, when
+        ``dialect`` ("sqlite", "postgresql", "mysql") cannot serve this
+        description's form, as a subscription's open would."""
+        check(lib.lq_table_check_form(self._ptr, ctext(dialect)), "check_form(%r)" % dialect)
 
     def create_sql(self, dialect: str) -> str:
         """The recommended CREATE TABLE / CREATE INDEX statements for

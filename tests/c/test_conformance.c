@@ -882,6 +882,9 @@ static void sqlite_refuses_row_locks(target *tg) {
     lq_table *t = describe(name, LQ_FORM_ROW_LOCK, 0);
     if (t) {
         create(tg->broker, t);
+        CHECK(lq_table_check_form(t, "sqlite") == LQ_DIALECT); /* said before any open */
+        CHECK_CONTAINS(lq_errmsg(), "no row locks");
+        CHECK(lq_table_check_form(t, "postgresql") == LQ_OK);
         lq_subscription *s = (lq_subscription *)&t; /* a failed open leaves NULL */
         CHECK(lq_subscription_open(&s, tg->broker, t, NULL) == LQ_DIALECT);
         CHECK(s == NULL);

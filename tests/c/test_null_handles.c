@@ -50,6 +50,7 @@ static void options_and_tables(void) {
     char *sql;
     MISUSE(lq_table_create_sql(NULL, NULL, "sqlite"));
     MISUSE(lq_table_create_sql(&sql, NULL, "sqlite"));
+    MISUSE(lq_table_check_form(NULL, "sqlite"));
     lq_table_free(NULL);
     lq_rendered_sql *rendered = (lq_rendered_sql *)&sql; /* must come back NULL */
     lq_message *m;

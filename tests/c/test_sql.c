@@ -22,7 +22,7 @@ int main(void) {
     /* No form column: SQLite refuses, naming the two forms it serves. */
     CHECK(lq__sqlset_build(&set, d, t) == LQ_DIALECT);
     CHECK_CONTAINS(lq_errmsg(), "lease form");
-    CHECK_CONTAINS(lq_errmsg(), "advisory lock form");
+    CHECK_CONTAINS(lq_errmsg(), "advisory form");
 
     lq_table_set_column(t, LQ_ROLE_LOCKED_UNTIL, "locked_until");
     CHECK(lq__sqlset_build(&set, d, t) == LQ_OK);

@@ -91,8 +91,12 @@ H.case("subscribe: schema errors name what is missing", function(db)
   H.truthy(message:find("nope", 1, true), "message names the table: " .. message)
   message = fails("LQ_SCHEMA", broker:subscribe(H.make_table("lease", { payload = "body" })))
   H.truthy(message:find("body", 1, true), "message names the column: " .. message)
-  if db.dialect == "sqlite" then -- no row locks
-    fails("LQ_DIALECT", broker:subscribe(ok(libqueue.table{ name = "jobs", payload = "payload" })))
+  local row_lock = ok(libqueue.table{ name = "jobs", payload = "payload" })
+  if db.dialect == "sqlite" then -- no row locks: said before a subscription, and at its open
+    local said = fails("LQ_DIALECT", row_lock:check_form(db.dialect))
+    H.eq(fails("LQ_DIALECT", broker:subscribe(row_lock)), "subscription to jobs: " .. said)
+  else
+    H.eq(row_lock:check_form(db.dialect), true)
   end
   fails("LQ_MISUSE", broker:subscribe(tbl, { wokers = 1 }))
   -- An option another call reads is refused, naming that call.

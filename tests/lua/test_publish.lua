@@ -150,6 +150,9 @@ H.case("wrong Lua types raise", function(db)
   H.raises("must be an integer", broker.publish, broker, tbl, "x", { priority = 1.5 })
   H.raises("libqueue.table expected", broker.publish, broker, "jobs", "x")
   H.raises("names and values are strings", broker.publish, broker, tbl, "x", { headers = { a = 1 } })
+  -- A list with a hole: ipairs would stop at it and drop the rest.
+  H.raises("message 2 of 2 is nil", broker.publish_many, broker, tbl, { "a", nil, "c" })
+  H.raises("a list expected, found key x", broker.publish_many, broker, tbl, { "a", x = "b" })
   eq(db:count("jobs"), 0, "rows")
 end)
 

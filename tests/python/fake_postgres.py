@@ -1,6 +1,7 @@
 """A fake PostgreSQL server that reports a chosen version and answers every
-query with one row holding one text value: enough for libpq to connect, for
-the version floors to be read, and for a broker to open."""
+query with one row holding one text value, but a read of a table's columns,
+which finds none (it has no tables): enough for libpq to connect, for the
+version floors to be read, and for a broker to open."""
 
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ class FakePostgres(FakeServer):
         row = (_message(b"T", struct.pack("!H", 1) + b"v\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0))
                + _message(b"D", struct.pack("!HI", 1, 1) + b"x")
                + _message(b"C", b"SELECT 1\0") + _message(b"Z", b"I"))
+        no_row = (_message(b"T", struct.pack("!H", 1) + b"v\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0))
+                  + _message(b"C", b"SELECT 0\0") + _message(b"Z", b"I"))
         extended = _message(b"1", b"") + _message(b"2", b"")
+        columns_read = False
         stalled = False
         try:
             while True:
@@ -70,9 +74,12 @@ class FakePostgres(FakeServer):
                 stalled = stalled or bool(self.stall_on and self.stall_on in body)
                 if stalled:
                     continue
+                if kind in (b"P", b"Q"):  # the statement's text
+                    columns_read = b"pg_attribute" in body
+                answer = no_row if columns_read else row
                 if kind == b"S":
-                    conn.sendall(extended + row)
+                    conn.sendall(extended + answer)
                 elif kind == b"Q":
-                    conn.sendall(row)
+                    conn.sendall(answer)
         except (EOFError, OSError):
             return

@@ -160,6 +160,23 @@ def test_create_sql_unknown_dialect() -> None:
         make_table("lease").create_sql("oracle")
 
 
+@pytest.mark.parametrize("form", ["lease", "advisory", "row_lock"])
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql", "mysql"])
+def test_check_form_says_which_forms_a_database_serves(form: str, dialect: str) -> None:
+    table = make_table(form)
+    if form == "row_lock" and dialect == "sqlite":
+        with pytest.raises(libqueue.DialectError) as info:
+            table.check_form(dialect)
+        assert info.value.message == (
+            "table jobs: sqlite has no row locks, so it cannot serve the row lock form: give "
+            "the table a locked_until column (lease form) or an advisory lock key template "
+            "(advisory form)")
+    else:
+        table.check_form(dialect)
+    with pytest.raises(libqueue.DialectError, match="unknown dialect"):
+        table.check_form("oracle")
+
+
 def test_broker_options_by_name(db) -> None:
     with libqueue.Broker(db.url, pool_size=4, connect_timeout_ms=5000) as broker:
         assert broker.dialect == db.dialect
@@ -174,6 +191,16 @@ def test_unknown_option_is_misuse(db) -> None:
 def test_option_of_wrong_type(db) -> None:
     with pytest.raises(TypeError):
         libqueue.Broker(db.url, pool_size="four")
+
+
+def test_an_integer_past_64_bits_is_refused_by_its_name(db, broker) -> None:
+    with pytest.raises(OverflowError, match="option 'pool_size': 1180591620717411303424 does"):
+        libqueue.Broker(db.url, pool_size=2**70)
+    table = make_table("lease", priority="priority")
+    db.create_table(table)
+    with pytest.raises(OverflowError, match="priority: 9223372036854775808 does not fit"):
+        broker.publish(table, b"x", priority=2**63)
+    assert db.count("jobs") == 0
 
 
 def test_subscription_option_by_name(db, broker) -> None:

@@ -282,7 +282,10 @@ def test_a_stop_gives_back_the_rows_settlements_claimed_unrun(db) -> None:
         # counted as settled.
         assert delivered <= settled <= sub.stat("claimed")
         if db.dialect == "postgresql":
-            assert settled == delivered
+            # Only a poll's claim for the worker waiting for room (one of the
+            # four, under three slots) may take a row the stop gives back
+            # before it runs.
+            assert settled - delivered <= workers - 3
         sub.close()
         assert db.count("jobs") == rows - delivered
         assert db.count("jobs", "attempt != 1") == 0  # as published: none spent

@@ -217,7 +217,7 @@ def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path
     ran = cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
               "--max-attempts", "2", "--until-idle", "1", "--json")
     assert ran.status == 0, ran
-    assert ran.json() == {"table": "jobs", "done": 1, "failed": 2}, ran
+    assert ran.json() == {"table": "jobs", "done": 1, "failed": 2, "unsettled": 0}, ran
     stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
     assert (stats["due"], stats["dead_letters"]) == (0, 1)
 
@@ -377,6 +377,9 @@ BAD_USAGE = {
     "handler-not-importable": (["--table", "jobs", "worker", "no_such_module:f"], "no_such_module"),
     "handler-missing": (["--table", "jobs", "worker", "examples.handlers:nope"], "no nope"),
     "handler-malformed": (["--table", "jobs", "worker", "examples.handlers"], "module:function"),
+    "negative-idle": (["--table", "jobs", "worker", "examples.handlers:resize", "--until-idle", "-1"],
+                      "--until-idle takes seconds"),
+    "column-not-a-name": (["--table-file", "number.json", "stats"], "payload: expected str"),
 }
 
 
@@ -385,6 +388,7 @@ def test_bad_usage_is_one_line_and_status_2(folder: Path, db: Any, args: List[st
                                              words: str) -> None:
     (folder / "bad.json").write_text('{"name": "jobs", "colour": "blue"}')
     (folder / "broken.json").write_text('{"name": ')
+    (folder / "number.json").write_text('{"name": "jobs", "payload": 5}')
     cli(folder, db, "--table", "jobs", "init")
     refused(cli(folder, db, *args), 2, words)
 

@@ -34,6 +34,21 @@ def test_missing_column(db, broker, form, role) -> None:
     assert "no_such_" + role in str(info.value)
 
 
+@pytest.mark.parametrize("role", ["id", "attempt"])
+def test_a_column_of_the_wrong_type_is_refused(db, broker, form, role) -> None:
+    """Types are checked too, at a subscription's open and a broker's first
+    publish to the table: an id of text would take no generated id, and its
+    rows would wait unclaimed."""
+    db.create_table(make_table(form, partition_key="grp"))
+    bad = make_table(form, partition_key="grp", **{role: "grp"})
+    for call in (lambda: broker.subscribe(bad), lambda: broker.publish(bad, b"x")):
+        with pytest.raises(libqueue.SchemaError) as info:
+            call()
+        assert 'column "grp" (%s)' % role in info.value.message
+        assert "does not hold an integer" in info.value.message
+    assert db.count("jobs") == 0
+
+
 def test_advisory_template_with_unknown_column(db, broker) -> None:
     db.create_table(make_table("advisory"))
     bad = make_table("advisory", advisory_lock="job-{account}")

@@ -202,6 +202,15 @@ def test_the_exporter_keeps_no_subscription_alive(broker: libqueue.Broker) -> No
     registry.unregister(collector)
 
 
+def test_a_snapshot_answers_in(broker: libqueue.Broker) -> None:
+    table = make_table("lease")
+    broker.create_table(table)
+    with broker.subscribe(table) as sub:
+        m = sub.metrics()
+        assert "acked" in m and m["acked"] == 0
+        assert "no_such_stat" not in m and 0 not in m
+
+
 def test_metrics_of_a_closed_subscription_are_refused(broker: libqueue.Broker) -> None:
     table = make_table("lease")
     broker.create_table(table)

@@ -60,6 +60,17 @@ def test_publish_many_is_all_or_nothing(db, broker) -> None:
     assert db.count("jobs") == 0
 
 
+def test_one_payload_for_a_list_or_a_list_for_headers_is_refused(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    for payload in ("cat.png", b"cat.png"):  # else one message a character
+        with pytest.raises(TypeError, match="a list of messages, not one payload"):
+            broker.publish_many(table, payload)
+    with pytest.raises(TypeError, match="headers: a mapping of str to str, got list"):
+        broker.publish(table, b"x", headers=["k", "v"])
+    assert db.count("jobs") == 0
+
+
 def test_field_without_column_is_schema_error(db, broker) -> None:
     table = make_table("lease")
     db.create_table(table)

@@ -27,6 +27,12 @@ def index_definitions(db: Any) -> Dict[str, str]:
                          "WHERE schemaname = current_schema() AND tablename = 'jobs'"))
 
 
+def scans(db: Any) -> Dict[str, int]:
+    """Each index's scans, as the statistics count them once a session ends."""
+    return dict(db.query("SELECT indexrelname::text, idx_scan FROM pg_stat_user_indexes "
+                         "WHERE schemaname = current_schema() AND relname = 'jobs'"))
+
+
 def made_by_the_library(db: Any, broker: libqueue.Broker, swept: bool, **roles: Any) -> libqueue.Table:
     table = make_table("lease", **roles)
     broker.create_table(table)
@@ -53,11 +59,23 @@ def test_the_claims_read_the_free_rows_index_and_the_sweeps_the_leases(db, broke
             wait_until(lambda: sub.stat("acked") == 50, what="the rows acked")
             time.sleep(0.6)  # a sweep is due every 250 ms at this lease
     # The sessions ended: their counts are in the statistics.
-    def scans() -> Dict[str, int]:
-        return dict(db.query("SELECT indexrelname::text, idx_scan FROM pg_stat_user_indexes "
-                             "WHERE schemaname = current_schema() AND relname = 'jobs'"))
-    wait_until(lambda: scans()["jobs_claim_free"] > 0 and scans()["jobs_leased"] > 0,
+    wait_until(lambda: scans(db)["jobs_claim_free"] > 0 and scans(db)["jobs_leased"] > 0,
                what="scans of both indexes counted")
+
+
+def test_a_limit_that_makes_the_leases_index_sweeps_from_the_first_open(db, broker) -> None:
+    """A table of before, under a limit that counts its leased rows: the
+    subscription makes <table>_leased, and its own claims read the free rows
+    at once, not only those of the next open."""
+    table = made_by_the_library(db, broker, False)
+    with libqueue.Broker(db.url) as own:
+        own.publish_many(table, [b"x"] * 2000)  # enough that the plans read the indexes
+        with own.subscribe(table, workers=2, concurrency=2, poll_interval_ms=POLL_MS,
+                           lease_ms=1000) as sub:
+            sub.run(lambda d: None)
+            wait_until(lambda: sub.stat("acked") == 2000, what="the rows acked")
+    assert "jobs_leased" in index_definitions(db)
+    wait_until(lambda: scans(db)["jobs_claim_free"] > 0, what="claims of the free rows counted")
 
 
 @pytest.mark.parametrize("swept", [True, False], ids=["swept", "table-of-before"])

@@ -20,6 +20,18 @@ int64_t lq__mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+void lq__sleep_us(int64_t us) {
+    if (us < 1) return;
+    struct timespec ts = {.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+int64_t lq__retry_pause_us(int attempt) {
+    static const int64_t steps_us[] = {50, 100, 200, 500, 1000, 2000, 5000};
+    enum { STEPS = sizeof steps_us / sizeof steps_us[0] };
+    return attempt >= 0 && attempt < STEPS ? steps_us[attempt] : 10000;
+}
+
 struct timespec lq__deadline_in(int64_t ms) { return lq__deadline_in_us(ms * 1000); }
 
 struct timespec lq__deadline_in_us(int64_t us) {

@@ -21,6 +21,12 @@ LQ__HIDDEN struct timespec lq__deadline_in(int64_t ms);
 /* Initialises a condition whose timed waits count on CLOCK_MONOTONIC. */
 LQ__HIDDEN void lq__cond_init(pthread_cond_t *cond);
 LQ__HIDDEN struct timespec lq__deadline_in_us(int64_t us);
+/* Sleeps `us` microseconds (none when below 1). */
+LQ__HIDDEN void lq__sleep_us(int64_t us);
+/* The pause after try `attempt` (0 the first) to take what another holds for
+ * an instant (a lock, a file's write): 50 us, growing to 10 ms, so a short
+ * hold costs little and a long one few wake-ups. */
+LQ__HIDDEN int64_t lq__retry_pause_us(int attempt);
 
 /* The latest time the library writes, 9999-12-31T23:59:59.999Z: MySQL's
  * DATETIME and SQLite's four-digit text end there. A delay that would pass it

@@ -105,7 +105,8 @@ int lq_options_set_str(lq_options *options, int option, const char *value) {
     if (specs[i].type != LQ_OPTION_STRING)
         return lq__error(LQ_MISUSE, "option %s takes an integer", specs[i].name);
     char *copy = NULL;
-    if (value && !(copy = lq__strdup(value))) return lq__error(LQ_NOMEM, "out of memory");
+    if (value && !(copy = lq__strdup(value)))
+        return lq__error(LQ_NOMEM, "option %s: out of memory", specs[i].name);
     free(options->strs[i]);
     options->strs[i] = copy;
     options->set[i] = value != NULL;

@@ -14,7 +14,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* How long a cancel waits for the process of a row lock run to take its
  * request (it looks twice a second, and at once when notified), and then
@@ -102,11 +101,6 @@ static int cancel_on(found_row *f, lq_broker *b, lq__conn *conn, const lq_table 
     return rc;
 }
 
-static void nap(int64_t ms) {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* One look of a waiting cancel, on a connection of its own (so the pool's
  * spare goes back between looks, for the run's keeper among others): the
  * row cancelled if free, and the request's state. */
@@ -157,7 +151,7 @@ static int cancel_in_its_run(found_row *f, lq_broker *b, lq__conn *conn, const l
     int64_t start = lq__mono_ms();
     bool taken = false; /* seen at 1: a process took it */
     while (rc == LQ_OK) {
-        nap(LOOK_EVERY_MS);
+        lq__sleep_us(LOOK_EVERY_MS * 1000);
         found_row now = {0};
         int state;
         rc = look_once(&now, &state, &r, sql, id);

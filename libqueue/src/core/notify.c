@@ -81,10 +81,8 @@ static bool stopping(lq__listener *l) {
 }
 
 static void sleep_unless_stopping(lq__listener *l, int64_t ms) {
-    for (int64_t end = lq__mono_ms() + ms; !stopping(l) && lq__mono_ms() < end;) {
-        struct timespec slice = {0, 50 * 1000000L};
-        nanosleep(&slice, NULL);
-    }
+    for (int64_t end = lq__mono_ms() + ms; !stopping(l) && lq__mono_ms() < end;)
+        lq__sleep_us(50 * 1000); /* a slice, so a stop is seen soon */
 }
 
 static void *listener_main(void *arg) {

@@ -6,6 +6,7 @@
 #include "core/dedup.h"
 #include "core/message.h"
 #include "core/publish.h"
+#include "core/publish_cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,13 @@ int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *co
     lq__error_clear();
     int rc = check_call(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
+    /* The first publish to a table looks at its columns' types: a row
+     * written to an id of text, say, would take no id and wait unclaimed. */
+    if ((rc = lq__publish_columns_check(b, t)) != LQ_OK) {
+        char label[256];
+        lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
+        return rc;
+    }
     lq__conn *conn;
     if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
     bool existing;

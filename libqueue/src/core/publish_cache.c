@@ -2,6 +2,7 @@
 #include "core/publish_cache.h"
 
 #include "core/broker.h"
+#include "core/schema.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,8 @@ static int build(lq__stmt *out, const lq__dialect *d, const lq_table *t, lq__pub
     switch (kind) {
     case LQ__PUBLISH_INSERT: return lq__sqlset_build_insert(out, d, t);
     case LQ__PUBLISH_INSERT_NOTIFY: return lq__sql_build_insert_notify(out, d, t);
-    default: return lq__sql_build_dedup_lookup(out, d, t);
+    case LQ__PUBLISH_DEDUP_LOOKUP: return lq__sql_build_dedup_lookup(out, d, t);
+    default: return lq__error(LQ_ERROR, "a publish statement of no kind");
     }
 }
 
@@ -82,6 +84,19 @@ int lq__publish_stmt_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_tabl
         free(built.sql);
         *owned = false;
     }
+    return rc;
+}
+
+int lq__publish_columns_check(lq_broker *b, const lq_table *t) {
+    pthread_mutex_lock(&b->mu);
+    bool seen = find(&b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN) != NULL;
+    pthread_mutex_unlock(&b->mu);
+    if (seen) return LQ_OK;
+    int rc = lq__table_check_columns(b, t);
+    bool kept;
+    pthread_mutex_lock(&b->mu);
+    if (rc == LQ_OK) rc = keep(&kept, &b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN, &(lq__stmt){0});
+    pthread_mutex_unlock(&b->mu);
     return rc;
 }
 

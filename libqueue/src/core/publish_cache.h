@@ -11,7 +11,8 @@
 typedef enum lq__publish_stmt {
     LQ__PUBLISH_INSERT,        /* one row */
     LQ__PUBLISH_INSERT_NOTIFY, /* one row, and the table's wake-up */
-    LQ__PUBLISH_DEDUP_LOOKUP   /* the row holding a dedup key */
+    LQ__PUBLISH_DEDUP_LOOKUP,  /* the row holding a dedup key */
+    LQ__PUBLISH_COLUMNS_SEEN   /* no statement: the table's columns were checked */
 } lq__publish_stmt;
 
 typedef struct lq__publish_entry {
@@ -37,6 +38,10 @@ typedef struct lq_broker lq_broker;
  * belongs to the broker, which outlives the publish. */
 LQ__HIDDEN int lq__publish_stmt_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_table *t,
                                     lq__publish_stmt kind);
+/* LQ_OK once the columns of `t` were found fit for a publish
+ * (lq__table_check_columns), which only the broker's first publish to it
+ * (and every one past a full cache) asks the database. */
+LQ__HIDDEN int lq__publish_columns_check(lq_broker *b, const lq_table *t);
 LQ__HIDDEN void lq__publish_cache_free(lq__publish_cache *c);
 
 #endif

@@ -283,6 +283,16 @@ int lq_table_create_sql(char **sql_out, const lq_table *t, const char *dialect) 
     return *sql_out ? LQ_OK : lq__error(LQ_NOMEM, "out of memory");
 }
 
+int lq_table_check_form(const lq_table *t, const char *dialect) {
+    lq__error_clear();
+    LQ__CHECK_ARG(t && dialect, "an argument is NULL");
+    const lq__dialect *d = lq__dialect_named(dialect);
+    if (!d)
+        return lq__error(LQ_DIALECT, "unknown dialect \"%s\": sqlite, postgresql or mysql",
+                         dialect);
+    return lq__table_check_form(t, d);
+}
+
 /* ---- reading what exists ----------------------------------------------- */
 
 typedef struct found_column {
@@ -440,6 +450,20 @@ static int verify(const found_table *f, const lq_table *t) {
     if (!sb.len) return LQ_OK;
     int rc = lq__error(LQ_SCHEMA, "table %s does not fit its description: %s", label, sb.data);
     lq__sb_free(&sb);
+    return rc;
+}
+
+/* Columns of the wrong kind are no error of any statement's: an id of
+ * text takes no generated id, and its rows would wait unclaimed. A table
+ * the catalog does not show is left to the statements, which name it. */
+int lq__table_check_columns(lq_broker *b, const lq_table *t) {
+    lq__conn *conn = NULL;
+    found_table f = {0};
+    int rc = lq__pool_acquire(&conn, &b->pool);
+    if (rc == LQ_OK) rc = read_table(&f, conn, b->dialect, t);
+    if (conn) lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
+    if (rc == LQ_OK && f.count) rc = verify(&f, t);
+    found_free(&f);
     return rc;
 }
 

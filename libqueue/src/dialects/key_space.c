@@ -17,6 +17,7 @@
  * holds it. */
 #include "dialects/key_space.h"
 
+#include "base/clock.h"
 #include "base/strbuf.h"
 
 #include <errno.h>
@@ -27,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct holder {
@@ -96,11 +96,11 @@ static char *lock_path(const char *space) {
 /* An exclusive lock of fd, without waiting past a few tries: another
  * process may hold a shared lock for an instant (lq__key_space_elsewhere). */
 static int lock_exclusive(int fd) {
-    enum { TRIES = 5, PAUSE_US = 2000 };
-    for (int i = 1;; i++) {
+    enum { TRIES = 8 }; /* pauses of about 9 ms in all */
+    for (int attempt = 0;; attempt++) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
-        if (errno != EWOULDBLOCK || i == TRIES) return -1;
-        nanosleep(&(struct timespec){.tv_nsec = PAUSE_US * 1000L}, NULL);
+        if (errno != EWOULDBLOCK || attempt + 1 == TRIES) return -1;
+        lq__sleep_us(lq__retry_pause_us(attempt));
     }
 }
 

@@ -58,8 +58,6 @@ static int on_progress(void *arg) {
  * the steps, growing to 10 ms, bound the wait for a writer elsewhere. Only
  * connections of ours have it, so `turns` is set. */
 static int on_busy(void *arg, int count) {
-    static const long steps_us[] = {50, 100, 200, 500, 1000, 2000, 5000};
-    enum { STEPS = sizeof steps_us / sizeof steps_us[0] };
     lq__conn *c = arg;
     int64_t now = lq__mono_ms();
     if (count == 0) {
@@ -67,7 +65,7 @@ static int on_busy(void *arg, int count) {
         c->turns_seen = lq__turns_ended_count(c->turns);
     }
     if (lq__lock_wait_abandoned() || now - c->lock_wait_since >= c->lock_wait_ms) return 0;
-    lq__turns_wait(c->turns, &c->turns_seen, count < STEPS ? steps_us[count] : 10000);
+    lq__turns_wait(c->turns, &c->turns_seen, lq__retry_pause_us(count));
     return 1;
 }
 
@@ -117,10 +115,10 @@ static int run_plain(lq__conn *c, const char *sql) {
  * refusal means another connection is writing, so the wait is short). */
 static int enter_wal(lq__conn *c) {
     int64_t until = lq__mono_ms() + c->lock_wait_ms;
-    for (long pause_us = 100;; pause_us = pause_us < 10000 ? pause_us * 2 : pause_us) {
+    for (int attempt = 0;; attempt++) {
         int rc = run_plain(c, "PRAGMA journal_mode = WAL");
         if (rc != LQ_CONTENTION || lq__mono_ms() >= until || lq__lock_wait_abandoned()) return rc;
-        nanosleep(&(struct timespec){.tv_nsec = pause_us * 1000}, NULL);
+        lq__sleep_us(lq__retry_pause_us(attempt));
     }
 }
 
@@ -345,11 +343,7 @@ static int sqlite_build_claims(lq__sqlset *set, const lq_table *t) {
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);
     case LQ_FORM_ADVISORY: return build_advisory_claim(set, t);
-    default: /* refused before, at a subscription's open (the dialect's forms) */
-        return lq__error(LQ_DIALECT,
-                         "sqlite has no row locks, so it cannot serve the row lock form: give the "
-                         "table a locked_until column (lease form) or an advisory lock key "
-                         "template (advisory lock form)");
+    default: return lq__table_check_form(t, &lq__sqlite_dialect); /* the row lock form */
     }
 }
 

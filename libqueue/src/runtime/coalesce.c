@@ -45,8 +45,7 @@ bool lq__settle_again(int rc, int *tries) {
     if (rc != LQ_CONTENTION || strncmp(lq_errcode_sqlstate(), "40", 2) != 0) return false;
     if (++*tries >= LQ__SETTLE_TRIES) return false;
     lq__error_clear();
-    struct timespec pause = {0, 5000000L << *tries}; /* 10, 20, 40, 80 ms */
-    nanosleep(&pause, NULL);
+    lq__sleep_us(INT64_C(5000) << *tries); /* 10, 20, 40, 80 ms */
     return true;
 }
 

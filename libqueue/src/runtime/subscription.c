@@ -316,15 +316,8 @@ static int check_declaration(lq_subscription *s) {
     const lq_table *t = s->table;
     char label[256];
     lq__table_label(t, label, sizeof label);
-    if (!(s->broker->dialect->forms & (1u << s->form)) && s->form == LQ_FORM_ROW_LOCK)
-        return lq__error(LQ_DIALECT, "table %s: %s has no row locks, so it cannot serve the row lock "
-                                     "form: give the table a locked_until column (lease form) or an "
-                                     "advisory lock key template (advisory form)",
-                         label, s->broker->dialect->name);
-    if (!(s->broker->dialect->forms & (1u << s->form)))
-        return lq__error(LQ_DIALECT, "table %s: %s cannot serve this form", label,
-                         s->broker->dialect->name);
-    int rc = lq__broker_check_form(s->broker, t);
+    int rc = lq__table_check_form(t, s->broker->dialect);
+    if (rc == LQ_OK) rc = lq__broker_check_form(s->broker, t);
     if (rc != LQ_OK) return rc;
     if (s->form == LQ_FORM_ROW_LOCK && t->isolation == LQ_ISOLATION_READ_UNCOMMITTED &&
         !s->broker->dialect->read_uncommitted)
@@ -378,24 +371,34 @@ static char *queue_name(const lq_subscription *s, const char *prefix) {
 
 /* The queue-wide limits' statements, the name of their lock and the table of
  * a rate limit's starts. */
+/* The row lock form counts by slots (forms/rowlock.c); the lease form
+ * counts its leased rows, or by holds where the dialect says so. */
+static bool counts_by_holds(const lq_subscription *s) {
+    return s->form == LQ_FORM_LEASE && s->concurrency > 0 && s->broker->dialect->counts_by_holds;
+}
+
+/* Whether the limits count the queue's leased rows, through an index of
+ * them (<table>_leased) made for them where it is missing; made before the
+ * claims are built, which sweep leases where that index is. */
+static void plan_leases_counted(lq_subscription *s) {
+    s->leases_counted = s->form == LQ_FORM_LEASE &&
+                        ((s->concurrency && !counts_by_holds(s)) || s->partition_concurrency);
+    if (s->leases_counted) lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
+}
+
 static int plan_limits(lq_subscription *s) {
     if (!s->concurrency && !s->rate_limit && !s->partition_concurrency && !s->key_rate_limit)
         return LQ_OK;
     if (!(s->limit_key = queue_name(s, "concurrency:"))) return lq__error(LQ_NOMEM, "out of memory");
     if ((s->rate_limit || s->key_rate_limit) && !(s->starts_key = queue_name(s, "")))
         return lq__error(LQ_NOMEM, "out of memory");
-    /* The row lock form counts by slots (forms/rowlock.c); the lease form
-     * counts its leased rows, or by holds where the dialect says so. */
-    bool leases = s->form == LQ_FORM_LEASE;
-    bool holds = leases && s->concurrency > 0 && s->broker->dialect->counts_by_holds;
+    bool holds = counts_by_holds(s);
     int rc = lq__sqlset_build_limits(&s->sql, s->broker->dialect, s->table,
-                                     leases && s->concurrency > 0 && !holds, s->rate_limit > 0);
+                                     s->form == LQ_FORM_LEASE && s->concurrency > 0 && !holds,
+                                     s->rate_limit > 0);
     if (rc == LQ_OK && holds) rc = lq__holds_open(s);
     if (rc == LQ_OK && s->rate_limit) rc = lq__starts_table_create(s->broker, s->table, false);
     if (rc == LQ_OK && s->key_rate_limit) rc = lq__starts_table_create(s->broker, s->table, true);
-    s->leases_counted = leases && ((s->concurrency && !holds) || s->partition_concurrency);
-    if (rc == LQ_OK && s->leases_counted)
-        lq__limit_indexes_create(s->broker, s->table, s->partition_concurrency > 0);
     return rc;
 }
 
@@ -583,10 +586,14 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
         plan_flow(s);
         rc = check_declaration(s);
     }
+    /* Before the statements, whose preparing would name a column of a
+     * wrong type less clearly, or not at all (SQLite). */
+    if (rc == LQ_OK) rc = lq__table_check_columns(b, s->table);
     if (rc == LQ_OK && s->form == LQ_FORM_LEASE) rc = lq__lease_clock_take(s);
     if (rc == LQ_OK && s->form == LQ_FORM_ADVISORY && b->dialect->hold_key_space &&
         (rc = b->dialect->hold_key_space(&b->target)) == LQ_OK)
         s->key_space_held = true;
+    if (rc == LQ_OK) plan_leases_counted(s);
     if (rc == LQ_OK) rc = lq__leases_swept_find(&s->table->leases_swept, b, s->table);
     if (rc == LQ_OK) rc = lq__sqlset_build(&s->sql, b->dialect, s->table);
     if (rc == LQ_OK) rc = plan_limits(s);

@@ -2,6 +2,7 @@
 #include "sql/table.h"
 
 #include "base/strbuf.h"
+#include "sql/dialect.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,20 @@ const char *lq__table_label(const lq_table *t, char *buf, size_t size) {
     if (t->schema) snprintf(buf, size, "%s.%s", t->schema, t->name);
     else snprintf(buf, size, "%s", t->name);
     return buf;
+}
+
+int lq__table_check_form(const lq_table *t, const lq__dialect *d) {
+    int form = lq_table_form(t);
+    if (d->forms & (1u << form)) return LQ_OK;
+    char label[256];
+    lq__table_label(t, label, sizeof label);
+    if (form == LQ_FORM_ROW_LOCK)
+        return lq__error(LQ_DIALECT, "table %s: %s has no row locks, so it cannot serve the row lock "
+                                     "form: give the table a locked_until column (lease form) or an "
+                                     "advisory lock key template (advisory form)",
+                         label, d->name);
+    return lq__error(LQ_DIALECT, "table %s: %s cannot serve the %s form", label, d->name,
+                     form == LQ_FORM_LEASE ? "lease" : "advisory");
 }
 
 int lq__table_copy(lq_table **out, const lq_table *t) {

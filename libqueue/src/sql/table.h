@@ -40,6 +40,10 @@ LQ__HIDDEN bool lq__has(const lq_table *t, int role);
 /* Whether an advisory settlement may claim its worker's next row: not
  * under a partition key's limit or rate, which a poll's claim counts. */
 LQ__HIDDEN bool lq__table_carries_claims(const lq_table *t);
+/* LQ_OK when the dialect serves the description's form, else LQ_DIALECT
+ * with why not and what to use instead. */
+struct lq__dialect;
+LQ__HIDDEN int lq__table_check_form(const lq_table *t, const struct lq__dialect *d);
 /* "schema.name" or "name", unquoted, for messages. */
 LQ__HIDDEN const char *lq__table_label(const lq_table *t, char *buf, size_t size);
 

@@ -751,6 +751,8 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
                                              reads_pause ? &pause_step : NULL, &pause_rc)
                             : exec_in_turn(&committed, &confirmed, &one, dv, &steps[0],
                                            reads_pause ? &pause_step : NULL, &pause_rc);
+    lq__error_copy failure; /* what the pause read's outcome may replace */
+    lq__error_save(&failure);
     if (reads_pause) { /* answered always: lq__subscription_settled ends the read */
         pause_rc = lq__error_ok_if(pause_rc, LQ_SCHEMA); /* no control table: nothing paused */
         if (pause_rc != LQ_OK && committed) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
@@ -778,7 +780,11 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     bool full;
     int claimed = one_taken(&next, &full, NULL, s, dv->conn, &one, prefix, confirmed ? rc : LQ_BACKEND);
     if (claimed != LQ_OK) {
-        if (rc != LQ_OK) lq__log_error(LQ_LOG_WARNING, "the claim a settlement carried");
+        if (rc != LQ_OK) {
+            lq__error_restore(&failure);
+            if (lq_errcode() == LQ_OK) lq__error(rc, "%s", lq_status_describe(rc));
+            lq__log_error(LQ_LOG_WARNING, "the claim a settlement carried");
+        }
         dv->conn_broken = true; /* it may hold the claim's locks */
     }
     if (next) { /* its worker runs it next, on this session (lq__advisory_release) */

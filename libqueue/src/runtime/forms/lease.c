@@ -8,7 +8,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The last expiry this process wrote, per lease length and step (whole
  * seconds or milliseconds, so that a database keeping whole seconds does not
@@ -121,7 +120,7 @@ static int64_t row_expiry(const lq_subscription *s, int64_t now_ms, int64_t id) 
     for (long long last = atomic_load(slot);
          (last & GIVING_BACK) && expiry <= (last & ~GIVING_BACK) && lq__mono_us() < wait_until;
          last = atomic_load(slot))
-        nanosleep(&(struct timespec){.tv_nsec = GIVE_BACK_POLL_US * 1000}, NULL);
+        lq__sleep_us(GIVE_BACK_POLL_US);
     return next_expiry(slot, expiry, 1000);
 }
 
