@@ -229,7 +229,10 @@ function H.run()
       db = item.target.new(dir)
       item.case.fn(db, item.form or nil)
     end, debug.traceback)
-    -- Close what the case left open before its files go.
+    -- Close what the case left open before its files go. LuaJIT's traces
+    -- hold the closures they were recorded with (a handler, and through its
+    -- upvalues a subscription): flushing them lets the collector have those.
+    if jit then jit.flush() end
     collectgarbage("collect")
     collectgarbage("collect")
     libqueue.set_logger(nil)

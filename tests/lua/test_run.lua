@@ -125,6 +125,7 @@ H.case("run: max, timeout and stop from the handler end it", function(db)
   sub = H.subscribe(broker, tbl)
   eq(ok(sub:run(function() end, { timeout = 0.3 })), 1, "timeout")
   eq(db:count("jobs"), 0, "rows left")
+  sub:close()
 end)
 
 -- Settlements off the Lua thread: run hands each ack or retry to the
