@@ -54,10 +54,20 @@ int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms) 
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         if (pool->idle_count > 0) {
-            *out = pool->idle[--pool->idle_count];
+            lq__conn *conn = pool->idle[--pool->idle_count];
             atomic_fetch_add(&pool->lent, 1);
             pthread_mutex_unlock(&pool->mu);
-            return LQ_OK;
+            /* Out of the lock: reading the socket may log the server's
+             * farewell, and a logger may call the library. */
+            if (!pool->dialect->closed_while_idle || !pool->dialect->closed_while_idle(conn)) {
+                *out = conn;
+                return LQ_OK;
+            }
+            pool->dialect->disconnect(conn);
+            pthread_mutex_lock(&pool->mu);
+            pool->open--; /* gone: another idle one, or a new one */
+            atomic_fetch_sub(&pool->lent, 1);
+            continue;
         }
         if (pool->open < pool->size) {
             pool->open++;

@@ -20,12 +20,14 @@
 #include "base/redact.h"
 #include "sql/stmt_cache.h"
 
+#include <errno.h>
 #include <mysql.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #define MYSQL_FLOOR 80001   /* 8.0.1: SKIP LOCKED */
 #define MARIADB_FLOOR 100600 /* 10.6: SKIP LOCKED */
@@ -814,6 +816,18 @@ static bool my_reusable(lq__conn *c) {
     if (c->lost || c->slots_held || ensure_thread() != LQ_OK) return false;
     if (mariadb_get_infov(c->my, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
     return c->begun_ahead || !(status & SERVER_STATUS_IN_TRANS); /* begun ahead: empty */
+}
+
+/* An idle session is asked nothing, so anything on its socket is the
+ * server's farewell (an error packet, then the close) or the close itself.
+ * Over TLS the bytes may be the protocol's own records: there only the
+ * close counts. */
+static bool my_closed_while_idle(lq__conn *c) {
+    char byte;
+    ssize_t n = recv(mysql_get_socket(c->my), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n > 0) return mysql_get_ssl_cipher(c->my) == NULL;
+    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 static int my_borrow(lq__conn **out, void *native) {
@@ -2053,6 +2067,7 @@ const lq__dialect lq__mysql_dialect = {
     .connect = my_connect,
     .disconnect = my_disconnect,
     .reusable = my_reusable,
+    .closed_while_idle = my_closed_while_idle,
     .check_version = my_check_version,
     .node_local_locks = my_node_local_locks,
     .quote = '\x60',

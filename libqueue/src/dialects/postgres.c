@@ -286,6 +286,13 @@ static bool pg_reusable(lq__conn *c) {
            PQtransactionStatus(c->pg) == PQTRANS_IDLE;
 }
 
+/* A server that ends a session sends its reason and closes. libpq's
+ * socket never blocks: a first read takes the reason, a second finds the
+ * close behind it, and libpq then tells the connection bad. */
+static bool pg_closed_while_idle(lq__conn *c) {
+    return !PQconsumeInput(c->pg) || !PQconsumeInput(c->pg) || PQstatus(c->pg) != CONNECTION_OK;
+}
+
 static int pg_borrow(lq__conn **out, void *native) {
     lq__conn *c = calloc(1, sizeof *c);
     if (!c) return lq__error(LQ_NOMEM, "out of memory");
@@ -1387,6 +1394,7 @@ const lq__dialect lq__postgres_dialect = {
     .connect = pg_connect,
     .disconnect = pg_disconnect,
     .reusable = pg_reusable,
+    .closed_while_idle = pg_closed_while_idle,
     .check_version = pg_check_version,
     .quote = '"',
     .placeholder = pg_placeholder,

@@ -139,6 +139,11 @@ typedef struct lq__dialect {
     /* Whether a connection may go back to the pool: alive, and in no
      * transaction. NULL: always. */
     bool (*reusable)(lq__conn *conn);
+    /* Whether the server ended the session while it sat in the pool (a
+     * terminate, an idle timeout, a restart), told without a round trip
+     * from what came on its socket. The pool opens another instead of
+     * lending it, so that no call fails for it. NULL: never. */
+    bool (*closed_while_idle)(lq__conn *conn);
     /* Fails with LQ_SERVER_TOO_OLD when the database is below the floor for
      * `table` (its form and FIFO groups), or below every floor when NULL. */
     int (*check_version)(lq__conn *conn, const lq_table *table);

@@ -752,7 +752,7 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
                             : exec_in_turn(&committed, &confirmed, &one, dv, &steps[0],
                                            reads_pause ? &pause_step : NULL, &pause_rc);
     lq__error_copy failure; /* what the pause read's outcome may replace */
-    lq__error_save(&failure);
+    if (rc != LQ_OK) lq__error_save(&failure); /* only a failure is logged below */
     if (reads_pause) { /* answered always: lq__subscription_settled ends the read */
         pause_rc = lq__error_ok_if(pause_rc, LQ_SCHEMA); /* no control table: nothing paused */
         if (pause_rc != LQ_OK && committed) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
