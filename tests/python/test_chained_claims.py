@@ -392,3 +392,49 @@ def test_a_settlement_whose_carried_claim_fails_still_settles_its_row(db) -> Non
             _refuse_no_more(db)
             wait_until(lambda: db.count("jobs") == 0, what="the refused row, once it is not")
     assert runs.snapshot() == [b"a", b"b"]
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_session_lost_at_the_carried_pause_read_loses_no_row(db) -> None:
+    """A settlement of the advisory form carries the next claim and, when one
+    is due, the read of the pause, after its commit. The server ends the
+    session at that read (the control table is a view here, whose function
+    ends the session that reads it while that session holds a row's key,
+    once): the settlement holds, the row the settlement claimed is not run
+    on the dead session but comes back once its key went with it, and the
+    worker goes on. Every row runs once."""
+    table = make_table("advisory")
+    db.create_table(table)
+    db.execute("CREATE SEQUENCE lq_sessions_ended")
+    db.execute("CREATE TABLE lq_control_rows (queue TEXT NOT NULL, queue_group TEXT NOT NULL, "
+               "paused_at BIGINT NOT NULL)")
+    db.execute("""
+        CREATE FUNCTION lq_control_read() RETURNS SETOF lq_control_rows LANGUAGE plpgsql AS $$
+        BEGIN
+          IF EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory')
+             AND nextval('lq_sessions_ended') = 1 THEN
+            PERFORM pg_terminate_backend(pg_backend_pid());
+          END IF;
+          RETURN QUERY SELECT * FROM lq_control_rows;
+        END $$""")
+    db.execute("CREATE VIEW lq_queue_control AS SELECT * FROM lq_control_read()")
+    rows = 40
+    runs = Recorder()
+
+    def handle(d: libqueue.Delivery) -> None:
+        runs.add(d.payload)
+        time.sleep(0.01)  # a poll interval passes every few rows: pause reads come due
+
+    with libqueue.Broker(db.url) as broker:
+        broker.publish_many(table, [b"%d" % i for i in range(rows)])
+        with broker.subscribe(table, workers=1, poll_interval_ms=POLL_MS) as sub:
+            sub.run(handle)
+            wait_until(lambda: db.count("jobs") == 0, timeout=30, what="every row settled")
+            # The row the lost session claimed counts as settled, not delivered
+            # (as a row a stop gives back unrun).
+            assert sub.stat("delivered") == rows
+            assert rows <= sub.stat("settled") <= rows + 1
+            assert sub.stat("in_work") == 0
+    assert db.scalar("SELECT is_called FROM lq_sessions_ended") in (True, 1), \
+        "no carried pause read was made"
+    assert sorted(runs.snapshot()) == sorted(b"%d" % i for i in range(rows))

@@ -232,6 +232,24 @@ def test_publish_on_a_list_and_refusals(db, broker, caller) -> None:
     caller.rollback()
 
 
+@pytest.mark.dialect("postgresql")
+def test_a_column_of_the_wrong_type_is_refused_on_the_native_path(db, broker) -> None:
+    """lq_publish_on reads the table's columns as lq_publish does (through
+    the broker's own connection, so the caller's transaction is untouched):
+    an id of text would take no id, and its row would wait unclaimed."""
+    broker.create_table(jobs(group="grp"))
+    caller = connect("psycopg2", db)
+    try:
+        with pytest.raises(libqueue.SchemaError) as info:
+            caller.publish(broker, jobs(id="grp", group="grp"), b"x")
+        assert 'column "grp" (id)' in info.value.message
+        good = caller.publish(broker, jobs(group="grp"), b"y")  # the transaction goes on
+        caller.commit()
+    finally:
+        caller.close()
+    assert [r[0] for r in db.query("SELECT id FROM jobs")] == [good]
+
+
 def test_publish_sql_paramstyles(tmp_path) -> None:
     """Placeholders become the driver's, a % doubles where the driver reads
     one; nothing of a quoted name is taken for a placeholder."""

@@ -232,18 +232,24 @@ static void wake_groups(lq_broker *b, const lq_table *t, lq_message *const *mess
     }
 }
 
+/* The arguments, and the columns' types at a broker's first publish to the
+ * table: a row written to an id of text, say, would take no id and wait
+ * unclaimed. */
+static int check_publish(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {
+    int rc = check_call(b, t, messages, count);
+    if (rc != LQ_OK || count == 0) return rc;
+    if ((rc = lq__columns_check_once(b, t)) != LQ_OK) {
+        char label[256];
+        lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
+    }
+    return rc;
+}
+
 int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *const *messages,
                size_t count) {
     lq__error_clear();
-    int rc = check_call(b, t, messages, count);
+    int rc = check_publish(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
-    /* The first publish to a table looks at its columns' types: a row
-     * written to an id of text, say, would take no id and wait unclaimed. */
-    if ((rc = lq__publish_columns_check(b, t)) != LQ_OK) {
-        char label[256];
-        lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
-        return rc;
-    }
     lq__conn *conn;
     if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
     bool existing;
@@ -284,7 +290,9 @@ int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_tab
                   lq_message *const *messages, size_t count) {
     lq__error_clear();
     LQ__CHECK_ARG(connection, "the connection is NULL");
-    int rc = check_call(b, t, messages, count);
+    /* The columns are read through the broker's pool: a failed read inside
+     * the caller's transaction would end it (PostgreSQL). */
+    int rc = check_publish(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
     lq__conn *conn;
     if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;

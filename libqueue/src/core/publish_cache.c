@@ -87,15 +87,16 @@ int lq__publish_stmt_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_tabl
     return rc;
 }
 
-int lq__publish_columns_check(lq_broker *b, const lq_table *t) {
+int lq__columns_check_once(lq_broker *b, const lq_table *t) {
     pthread_mutex_lock(&b->mu);
     bool seen = find(&b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN) != NULL;
     pthread_mutex_unlock(&b->mu);
     if (seen) return LQ_OK;
-    int rc = lq__table_check_columns(b, t);
-    bool kept;
+    bool found, kept;
+    int rc = lq__table_check_columns(&found, b, t);
+    if (rc != LQ_OK || !found) return rc; /* a table made later is looked at then */
     pthread_mutex_lock(&b->mu);
-    if (rc == LQ_OK) rc = keep(&kept, &b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN, &(lq__stmt){0});
+    rc = keep(&kept, &b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN, &(lq__stmt){0});
     pthread_mutex_unlock(&b->mu);
     return rc;
 }

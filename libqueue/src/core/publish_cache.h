@@ -2,7 +2,8 @@
  * description: its one-row insert (with or without the table's wake-up)
  * and its dedup key lookup. Building a statement's text costs a single-row
  * publish about as much client time as running it through SQLite's
- * statement cache. */
+ * statement cache. It also records the descriptions whose columns were
+ * found fit, so that the catalog is read once per table. */
 #ifndef LQ_PUBLISH_CACHE_H
 #define LQ_PUBLISH_CACHE_H
 
@@ -38,10 +39,11 @@ typedef struct lq_broker lq_broker;
  * belongs to the broker, which outlives the publish. */
 LQ__HIDDEN int lq__publish_stmt_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_table *t,
                                     lq__publish_stmt kind);
-/* LQ_OK once the columns of `t` were found fit for a publish
- * (lq__table_check_columns), which only the broker's first publish to it
- * (and every one past a full cache) asks the database. */
-LQ__HIDDEN int lq__publish_columns_check(lq_broker *b, const lq_table *t);
+/* LQ_OK once the columns of `t` were found fit (lq__table_check_columns):
+ * the database is asked until it shows the table (and past a full cache),
+ * then the broker remembers. A publish, through the pool or the caller's
+ * connection, and a subscription's open ask it. */
+LQ__HIDDEN int lq__columns_check_once(lq_broker *b, const lq_table *t);
 LQ__HIDDEN void lq__publish_cache_free(lq__publish_cache *c);
 
 #endif
