@@ -7,6 +7,7 @@ every publish after it."""
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Iterator, List
 
 import pytest
@@ -105,11 +106,26 @@ def test_a_handlers_statement_over_max_allowed_packet_is_refused(db) -> None:
     assert db.count("marks") == 1
 
 
+def over(db: Any, tls: bool) -> str:
+    """The test database's URL, over TLS (verified) when ``tls``."""
+    if not tls:
+        return db.url
+    ca = os.environ.get("LQ_TEST_TLS_CA")
+    if not ca:
+        pytest.skip("LQ_TEST_TLS_CA is unset: no servers with TLS (scripts/lib/servers.sh starts them)")
+    query = ("sslmode=verify-full&sslrootcert=" if db.dialect == "postgresql"
+             else "ssl_mode=VERIFY_CA&ssl_ca=") + ca
+    return db.url + ("&" if "?" in db.url else "?") + query
+
+
 @pytest.mark.dialect("mysql")
-def test_a_connection_the_server_killed_is_not_lent_again_mysql(db) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_a_connection_the_server_killed_is_not_lent_again_mysql(db, tls) -> None:
+    """Over TLS the server's farewell comes in records the protocol also
+    uses: the close behind it is what tells."""
     table = make_table("lease")
     db.create_table(table)
-    with libqueue.Broker(db.url, pool_size=1) as broker:
+    with libqueue.Broker(over(db, tls), pool_size=1) as broker:
         broker.publish(table, b"before")
         killed = the_broker_session(db)
         db.execute("KILL %d" % killed)
@@ -120,12 +136,13 @@ def test_a_connection_the_server_killed_is_not_lent_again_mysql(db) -> None:
 
 
 @pytest.mark.dialect("postgresql")
-def test_a_connection_the_server_killed_is_not_lent_again_postgresql(db) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_a_connection_the_server_killed_is_not_lent_again_postgresql(db, tls) -> None:
     table = make_table("lease")
     db.create_table(table)
     name = db.schema  # unique to the test: the broker's sessions are found by it
     sessions = "SELECT pid FROM pg_stat_activity WHERE application_name = ?"
-    with libqueue.Broker(db.url + "&application_name=" + name, pool_size=1) as broker:
+    with libqueue.Broker(over(db, tls) + "&application_name=" + name, pool_size=1) as broker:
         broker.publish(table, b"before")
         pids = [row[0] for row in db.query(sessions, (name,))]
         assert len(pids) == 1

@@ -50,7 +50,10 @@ def test_a_column_of_the_wrong_type_is_refused(db, broker, form, role) -> None:
 
 
 def test_advisory_template_with_unknown_column(db, broker) -> None:
+    """Refused even after the broker found the table fit for a description
+    that differs only in its key."""
     db.create_table(make_table("advisory"))
+    broker.publish(make_table("advisory"), b"x")
     bad = make_table("advisory", advisory_lock="job-{account}")
     with pytest.raises(libqueue.SchemaError) as info:
         broker.subscribe(bad)

@@ -57,8 +57,7 @@ int lq__pool_acquire_within(lq__conn **out, lq__pool *pool, int64_t timeout_ms) 
             lq__conn *conn = pool->idle[--pool->idle_count];
             atomic_fetch_add(&pool->lent, 1);
             pthread_mutex_unlock(&pool->mu);
-            /* Out of the lock: reading the socket may log the server's
-             * farewell, and a logger may call the library. */
+            /* Out of the lock: the look at the socket is a system call. */
             if (!pool->dialect->closed_while_idle || !pool->dialect->closed_while_idle(conn)) {
                 *out = conn;
                 return LQ_OK;

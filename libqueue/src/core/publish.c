@@ -235,10 +235,11 @@ static void wake_groups(lq_broker *b, const lq_table *t, lq_message *const *mess
 /* The arguments, and the columns' types at a broker's first publish to the
  * table: a row written to an id of text, say, would take no id and wait
  * unclaimed. */
-static int check_publish(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count) {
+static int check_publish(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count,
+                         bool on_callers) {
     int rc = check_call(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
-    if ((rc = lq__columns_check_once(b, t)) != LQ_OK) {
+    if ((rc = lq__columns_check_once(b, t, on_callers)) != LQ_OK) {
         char label[256];
         lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
     }
@@ -248,7 +249,7 @@ static int check_publish(lq_broker *b, const lq_table *t, lq_message *const *mes
 int lq_publish(int64_t *ids_out, lq_broker *b, const lq_table *t, lq_message *const *messages,
                size_t count) {
     lq__error_clear();
-    int rc = check_publish(b, t, messages, count);
+    int rc = check_publish(b, t, messages, count, false);
     if (rc != LQ_OK || count == 0) return rc;
     lq__conn *conn;
     if ((rc = lq__pool_acquire(&conn, &b->pool)) != LQ_OK) return rc;
@@ -290,9 +291,11 @@ int lq_publish_on(int64_t *ids_out, lq_broker *b, void *connection, const lq_tab
                   lq_message *const *messages, size_t count) {
     lq__error_clear();
     LQ__CHECK_ARG(connection, "the connection is NULL");
-    /* The columns are read through the broker's pool: a failed read inside
-     * the caller's transaction would end it (PostgreSQL). */
-    int rc = check_publish(b, t, messages, count);
+    /* The columns are read through the broker's pool, where a connection is
+     * free at once (a failed read inside the caller's transaction would end
+     * it on PostgreSQL): the publish needs none of the pool's, and waits for
+     * none. */
+    int rc = check_publish(b, t, messages, count, true);
     if (rc != LQ_OK || count == 0) return rc;
     lq__conn *conn;
     if ((rc = b->dialect->borrow(&conn, connection)) != LQ_OK) return rc;

@@ -11,14 +11,19 @@ static bool same_text(const char *a, const char *b) {
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
-/* Two descriptions whose statements read the same: a publish's statement
- * names the table, its id and the role columns, nothing else. */
+/* Two descriptions whose statements read the same and whose columns'
+ * check (lq__table_check_columns) looks at the same: the table, its id, the
+ * role columns and the advisory key's columns. */
 static bool same_columns(const lq_table *a, const lq_table *b) {
     if (a->id_generated != b->id_generated || !same_text(a->name, b->name) ||
-        !same_text(a->schema, b->schema) || !same_text(a->id, b->id))
+        !same_text(a->schema, b->schema) || !same_text(a->id, b->id) || a->key.count != b->key.count)
         return false;
     for (int role = 0; role < LQ__ROLE_COUNT; role++)
         if (!same_text(a->columns[role], b->columns[role])) return false;
+    for (size_t i = 0; i < a->key.count; i++)
+        if (a->key.parts[i].is_column != b->key.parts[i].is_column ||
+            !same_text(a->key.parts[i].text, b->key.parts[i].text))
+            return false;
     return true;
 }
 
@@ -87,13 +92,13 @@ int lq__publish_stmt_for(lq__stmt *out, bool *owned, lq_broker *b, const lq_tabl
     return rc;
 }
 
-int lq__columns_check_once(lq_broker *b, const lq_table *t) {
+int lq__columns_check_once(lq_broker *b, const lq_table *t, bool if_free) {
     pthread_mutex_lock(&b->mu);
     bool seen = find(&b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN) != NULL;
     pthread_mutex_unlock(&b->mu);
     if (seen) return LQ_OK;
     bool found, kept;
-    int rc = lq__table_check_columns(&found, b, t);
+    int rc = lq__table_check_columns(&found, b, t, if_free);
     if (rc != LQ_OK || !found) return rc; /* a table made later is looked at then */
     pthread_mutex_lock(&b->mu);
     rc = keep(&kept, &b->publish_statements, t, LQ__PUBLISH_COLUMNS_SEEN, &(lq__stmt){0});

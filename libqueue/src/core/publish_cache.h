@@ -41,9 +41,10 @@ LQ__HIDDEN int lq__publish_stmt_for(lq__stmt *out, bool *owned, lq_broker *b, co
                                     lq__publish_stmt kind);
 /* LQ_OK once the columns of `t` were found fit (lq__table_check_columns):
  * the database is asked until it shows the table (and past a full cache),
- * then the broker remembers. A publish, through the pool or the caller's
- * connection, and a subscription's open ask it. */
-LQ__HIDDEN int lq__columns_check_once(lq_broker *b, const lq_table *t);
+ * then the broker remembers. A publish and a subscription's open ask it;
+ * a publish on the caller's connection asks `if_free`, as it needs none of
+ * the pool's otherwise. */
+LQ__HIDDEN int lq__columns_check_once(lq_broker *b, const lq_table *t, bool if_free);
 LQ__HIDDEN void lq__publish_cache_free(lq__publish_cache *c);
 
 #endif

@@ -456,10 +456,15 @@ static int verify(const found_table *f, const lq_table *t) {
 /* Columns of the wrong kind are no error of any statement's: an id of
  * text takes no generated id, and its rows would wait unclaimed. A table
  * the catalog does not show is left to the statements, which name it. */
-int lq__table_check_columns(bool *found, lq_broker *b, const lq_table *t) {
+int lq__table_check_columns(bool *found, lq_broker *b, const lq_table *t, bool if_free) {
     lq__conn *conn = NULL;
     found_table f = {0};
-    int rc = lq__pool_acquire(&conn, &b->pool);
+    *found = false;
+    int rc = if_free ? lq__pool_acquire_within(&conn, &b->pool, 0) : lq__pool_acquire(&conn, &b->pool);
+    if (rc != LQ_OK && if_free) {
+        lq__error_clear();
+        return LQ_OK;
+    }
     if (rc == LQ_OK) rc = read_table(&f, conn, b->dialect, t);
     if (conn) lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
     *found = rc == LQ_OK && f.count;

@@ -30,8 +30,9 @@ LQ__HIDDEN int lq__cancel_requests_table_create(lq_broker *b, const lq_table *t,
 /* LQ_SCHEMA, naming each, where a column of `t` is missing or of a type
  * that cannot hold its role (an id of text, a payload of integers), as
  * lq_table_create's check; LQ_OK for a table the catalog does not show
- * (*found false). */
-LQ__HIDDEN int lq__table_check_columns(bool *found, lq_broker *b, const lq_table *t);
+ * (*found false). `if_free`: only with a pool connection to be had at once
+ * (else LQ_OK, *found false). */
+LQ__HIDDEN int lq__table_check_columns(bool *found, lq_broker *b, const lq_table *t, bool if_free);
 
 /* Makes, if missing, the indexes the queue-wide limits count leased rows by
  * (on locked_until, and with `by_key` on the partition key and

@@ -22,12 +22,12 @@
 
 #include <errno.h>
 #include <mysql.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 
 #define MYSQL_FLOOR 80001   /* 8.0.1: SKIP LOCKED */
 #define MARIADB_FLOOR 100600 /* 10.6: SKIP LOCKED */
@@ -820,14 +820,20 @@ static bool my_reusable(lq__conn *c) {
 
 /* An idle session is asked nothing, so anything on its socket is the
  * server's farewell (an error packet, then the close) or the close itself.
- * Over TLS the bytes may be the protocol's own records: there only the
- * close counts. */
+ * The close is seen whatever came before it (POLLRDHUP: over TLS the
+ * farewell comes in records that may also be the protocol's own, so there
+ * bytes alone do not count). */
 static bool my_closed_while_idle(lq__conn *c) {
-    char byte;
-    ssize_t n = recv(mysql_get_socket(c->my), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n > 0) return mysql_get_ssl_cipher(c->my) == NULL;
-    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+#ifdef POLLRDHUP
+    short closed = POLLRDHUP | POLLHUP | POLLERR | POLLNVAL;
+#else
+    short closed = POLLHUP | POLLERR | POLLNVAL;
+#endif
+    struct pollfd p = {.fd = mysql_get_socket(c->my), .events = POLLIN | closed};
+    int n = poll(&p, 1, 0);
+    if (n < 0) return errno != EINTR && errno != EAGAIN;
+    if (n == 0) return false;
+    return (p.revents & closed) || mysql_get_ssl_cipher(c->my) == NULL;
 }
 
 static int my_borrow(lq__conn **out, void *native) {

@@ -287,8 +287,10 @@ static bool pg_reusable(lq__conn *c) {
 }
 
 /* A server that ends a session sends its reason and closes. libpq's
- * socket never blocks: a first read takes the reason, a second finds the
- * close behind it, and libpq then tells the connection bad. */
+ * socket never blocks: a first read takes the reason into libpq's buffer
+ * (unparsed), a second finds the close behind it, and libpq then tells the
+ * connection bad. A close not arrived yet by the second read is left to the
+ * call that gets the connection, which fails as before this check. */
 static bool pg_closed_while_idle(lq__conn *c) {
     return !PQconsumeInput(c->pg) || !PQconsumeInput(c->pg) || PQstatus(c->pg) != CONNECTION_OK;
 }

@@ -589,7 +589,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     }
     /* Before the statements, whose preparing would name a column of a
      * wrong type less clearly, or not at all (SQLite). */
-    if (rc == LQ_OK) rc = lq__columns_check_once(b, s->table);
+    if (rc == LQ_OK) rc = lq__columns_check_once(b, s->table, false);
     if (rc == LQ_OK && s->form == LQ_FORM_LEASE) rc = lq__lease_clock_take(s);
     if (rc == LQ_OK && s->form == LQ_FORM_ADVISORY && b->dialect->hold_key_space &&
         (rc = b->dialect->hold_key_space(&b->target)) == LQ_OK)
