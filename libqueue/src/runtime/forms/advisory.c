@@ -755,7 +755,10 @@ int lq__advisory_settle_exec(int64_t *changes, lq__freed *freed, lq_delivery *dv
     if (rc != LQ_OK) lq__error_save(&failure); /* only a failure is logged below */
     if (reads_pause) { /* answered always: lq__subscription_settled ends the read */
         pause_rc = lq__error_ok_if(pause_rc, LQ_SCHEMA); /* no control table: nothing paused */
-        if (pause_rc != LQ_OK && committed) lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
+        /* Its own error is the thread's only where the rest went well; a
+         * failure of the rest is logged below, or by the caller. */
+        if (pause_rc != LQ_OK && committed && rc == LQ_OK)
+            lq__log_error(LQ_LOG_WARNING, "reading whether the queue is paused");
         freed->pause_read = pause_rc == LQ_OK ? 1 : -1;
         freed->paused = pause_rc == LQ_OK && pauses > 0;
         /* A session lost at the read took the claimed row's key with it. */
