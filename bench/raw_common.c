@@ -20,6 +20,8 @@ void raw_config_args(raw_config *cfg, int argc, char **argv) {
     cfg->threads = (int)bench_arg_int(argc, argv, "--threads", 4);
     cfg->batch = (int)bench_arg_int(argc, argv, "--batch", 1);
     cfg->workload = bench_arg(argc, argv, "--workload", cfg->batch > 1 ? "W1-batch" : "W1");
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--fleet") == 0) cfg->fleet = true;
     if (cfg->threads < 1 || cfg->threads > 64) bench_die("--threads must be 1..64");
     if (cfg->batch < 1 || cfg->batch > 1000) bench_die("--batch must be 1..1000");
 }
@@ -57,11 +59,17 @@ int raw_w1(const raw_config *cfg) {
         pthread_create(&tids[i], NULL, thread_main, &args[i]);
     }
     pthread_barrier_wait(&sh.ready); /* every connection open, statements prepared */
+    if (cfg->fleet) {
+        char line[16];
+        puts("ready");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) bench_die("no go on stdin");
+    }
     CALLGRIND_START_INSTRUMENTATION; /* under callgrind, only the drain is counted */
     double t0 = bench_now();
     pthread_barrier_wait(&sh.go);
     for (int i = 0; i < cfg->threads; i++) pthread_join(tids[i], NULL);
-    double seconds = bench_now() - t0;
+    double ended_at = bench_now(), seconds = ended_at - t0;
     CALLGRIND_STOP_INSTRUMENTATION;
 
     int64_t jobs = 0, retries = 0;
@@ -72,10 +80,10 @@ int raw_w1(const raw_config *cfg) {
         if (args[i].w.error[0] && !error) error = args[i].w.error;
         if (args[i].opened) cfg->close(&args[i].w);
     }
-    int64_t remaining = cfg->count(cfg);
+    int64_t remaining = cfg->fleet ? 0 : cfg->count(cfg);
     char note[700] = "";
     if (error) snprintf(note, sizeof note, "error: %s", error);
-    else if (jobs != cfg->n || remaining != 0)
+    else if (!cfg->fleet && (jobs != cfg->n || remaining != 0))
         snprintf(note, sizeof note, "settled %lld of %lld, %lld rows left", (long long)jobs,
                  (long long)cfg->n, (long long)remaining);
     bool ok = !*note;
@@ -84,10 +92,14 @@ int raw_w1(const raw_config *cfg) {
             cfg->workload);
     bj_int(&j, "n", cfg->n);
     bj_num(&j, "seconds", seconds);
-    bj_num(&j, "jobs_per_s", ok ? (double)cfg->n / seconds : BENCH_NULL);
+    bj_num(&j, "jobs_per_s", ok ? (double)(cfg->fleet ? jobs : cfg->n) / seconds : BENCH_NULL);
     bj_int(&j, "threads", cfg->threads);
     bj_int(&j, "batch", cfg->batch);
     bj_int(&j, "retries", retries);
+    if (cfg->fleet) {
+        bj_int(&j, "settled", jobs);
+        bj_int(&j, "ended_at_us", (int64_t)(ended_at * 1e6));
+    }
     bj_str(&j, "note", ok ? NULL : note);
     bj_print(&j);
     free(args);

@@ -25,6 +25,11 @@ struct raw_config {
     int batch;         /* rows per claim */
     int64_t n;
     const char *workload;
+    /* One of several processes draining the table (W4's raw fleet): says
+     * "ready" once its connections are open, starts on a line from stdin,
+     * and reports what it settled and when it ended (CLOCK_MONOTONIC, which
+     * the parent shares), leaving the table's count to the parent. */
+    bool fleet;
     /* Opens the thread's connection and prepares; false (with w->error) on failure. */
     bool (*open)(raw_worker *w);
     /* Drains until a claim finds nothing; false (with w->error) on failure. */
@@ -34,7 +39,7 @@ struct raw_config {
     int64_t (*count)(const raw_config *cfg);
 };
 
-/* Reads the common arguments (--url --form --n --threads --batch --workload). */
+/* Reads the common arguments (--url --form --n --threads --batch --workload --fleet). */
 void raw_config_args(raw_config *cfg, int argc, char **argv);
 /* Runs the W1 drain with cfg->threads threads and prints its record;
  * returns the exit status. */

@@ -3,7 +3,7 @@
  * statements (binary protocol), one connection per thread at READ COMMITTED
  * with time_zone '+00:00' as the dialect sets its sessions; no library.
  *
- *   raw_mysql --url mysql://... --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1]
+ *   raw_mysql --url mysql://... --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1] [--fleet]
  *       W1 drain of a table `lq_bench setup` preloaded. Per thread:
  *       row lock  START TRANSACTION; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT, which
  *                 at b = 1 is COMMIT AND CHAIN, opening the next claim's transaction
@@ -12,6 +12,7 @@
  *                 then DELETE .. AND locked_until per row (autocommit)
  *       advisory  candidates (IS_USED_LOCK); GET_LOCK; take (UPDATE); read; DELETE; RELEASE_LOCK
  *       With --batch b > 1 the rows of a claim settle in one DELETE .. IN (..).
+ *       With --fleet it is one of several processes on the table (raw_common.h).
  *   raw_mysql --url U --workload W2-single|W2-bulk [--n N] */
 #include "raw_common.h"
 #include "raw_sql.h"

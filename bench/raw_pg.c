@@ -2,7 +2,7 @@
  * runs (bench/raw_sql.h, checked by sql_check), prepared once per
  * connection, binary results, one connection per thread, no library.
  *
- *   raw_pg --url U --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1]
+ *   raw_pg --url U --form row_lock|lease|advisory [--n N] [--threads 4] [--batch 1] [--fleet]
  *       W1 drain of a table `lq_bench setup` preloaded. Per thread:
  *       row lock  BEGIN; claim LIMIT b FOR UPDATE SKIP LOCKED; DELETE; COMMIT, which
  *                 at b = 1 is COMMIT AND CHAIN, opening the next claim's transaction
@@ -10,6 +10,7 @@
  *       advisory  one statement: the first free key in claim order, and its take
  *                 (UPDATE .. RETURNING); DELETE; pg_advisory_unlock
  *       With --batch b > 1 the rows of a claim settle in one DELETE .. = ANY($1).
+ *       With --fleet it is one of several processes on the table (raw_common.h).
  *   raw_pg --url U --workload W2-single|W2-bulk [--n N]
  *       N prepared INSERTs, each its own transaction, or multi-row INSERTs of 1000
  *       rows (the library's bulk publish), each its own transaction. */

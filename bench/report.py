@@ -306,7 +306,8 @@ def targets(figs):
             f["stats_ms"] < 1000, "%.2fx raw exact counts" % f["ratio"])
     for f in (f for f in figs if f.get("workload") == "W4-scale"):
         add("%s W4 %s, 1 -> 8 processes" % (f["db"], f["form"]), "no fall (8 >= 0.95x 1)",
-            "%.2fx" % f["ratio"] if f.get("ratio") else "-", f.get("ok"), "")
+            "%.2fx" % f["ratio"] if f.get("ratio") else "-", f.get("ok"),
+            "raw loop %.2fx" % f["raw_ratio"] if f.get("raw_ratio") else "")
     for f in (f for f in figs if f.get("workload") == "W4-idle"):
         add("%s W4 idle fleet %s, 8 x workers(8)" % (f["db"], f["form"]),
             "<= %s claims/s" % fmt(f["bound_per_s"]), "%s claims/s (server: %s)" % (
@@ -448,13 +449,15 @@ def markdown(figs, meta):
     scale = [f for f in figs if f.get("workload") == "W4"]
     if scale:
         lines += ["", "## Processes on one queue (W4: each process workers(4), C handler)", "",
-                  "| db | form | processes | jobs/s | vs 1 process | server CPU µs/job | statements/job | claims/job at the server |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "| db | form | processes | jobs/s | vs 1 process | server CPU µs/job | statements/job | claims/job at the server "
+                  "| raw jobs/s | raw vs 1 process | raw server CPU µs/job |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for f in sorted(scale, key=lambda f: (DB_ORDER.get(f["db"], 9), f["form"], f["processes"])):
-            lines.append("| %s | %s | %d | %s | %s | %s | %s | %s |" % (
+            lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 f["db"], f["form"], f["processes"], fmt(f.get("jobs_per_s")), fmt(f.get("vs_1"), 2),
                 fmt(f.get("server_cpu_us_per_job"), 1), fmt(f.get("statements_per_job"), 2),
-                fmt(f.get("server_claims_per_job"), 2)))
+                fmt(f.get("server_claims_per_job"), 2), fmt(f.get("raw_jobs_per_s")),
+                fmt(f.get("raw_vs_1"), 2), fmt(f.get("raw_server_cpu_us_per_job"), 1)))
     for f in (f for f in figs if f.get("workload") == "W4-idle"):
         lines += ["", "Idle fleet, %s %s: %d processes x workers(%d), poll interval %d ms, %s s: "
                   "%s claims/s by the processes' counts, %s at the server, %s statements/s, "

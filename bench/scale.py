@@ -2,7 +2,7 @@
 processes, and what an idle fleet costs the server. One JSON record per
 figure on stdout (bench/run collects them):
 
-    python scale.py --url URL --lq-bench PATH [--n 20000] [--processes 1,2,4,8]
+    python scale.py --url URL --lq-bench PATH [--raw DIR] [--n 20000] [--processes 1,2,4,8]
                     [--forms row_lock,lease] [--repeat K] [--idle-s 10] [--idle-poll-ms 100]
 
 - W4: N rows preloaded (lq_bench setup, untimed), drained by P processes of
@@ -13,6 +13,12 @@ figure on stdout (bench/run collects them):
   pg_stat_statements or MariaDB's Questions. Each repeat runs every P in
   turn; rates are medians, "vs_1" the median of each repeat's rate over the
   1-process rate of the same repeat. Target: 8 processes >= 0.95x 1.
+  With --raw DIR (where raw_pg and raw_mysql are), each run is paired with
+  the raw-SQL baseline's, in turn: P processes of the raw loop, each with the
+  sessions that claim and settle in a library process (row lock: 4 threads claiming one row a
+  transaction, as the library does; lease: 2 threads claiming 32 rows and
+  settling them in one statement), so that its own 8 / 1 tells what of a
+  fall is the machine's (the server sharing its cores with more sessions).
 - W4-idle: 8 processes of workers(8) on an empty queue, poll_interval_ms I,
   for S seconds after 2 s to settle: claims/s by the processes' own counts
   and at the server, all statements/s, the server's CPU share. Bound: one
@@ -75,6 +81,44 @@ class Fleet:
         return records
 
 
+class RawFleet:
+    """P processes of the raw loop (raw_pg or raw_mysql --fleet), connected
+    and ready, not yet running."""
+
+    # A raw process has the sessions that claim and settle in one of
+    # lq_bench serve (one a thread): the row lock form's four workers each
+    # hold a transaction; the lease form's process claims on one connection
+    # and settles on another.
+    THREADS = {"row_lock": 4, "lease": 2}
+    BATCH = {"row_lock": 1, "lease": 32}
+
+    def __init__(self, args: argparse.Namespace, db: str, form: str, processes: int) -> None:
+        program = os.path.join(args.raw, "raw_pg" if db == "postgresql" else "raw_mysql")
+        self.procs = [subprocess.Popen(
+            [program, "--url", args.url, "--form", form, "--n", str(args.n), "--threads", str(self.THREADS[form]),
+             "--batch", str(self.BATCH[form]), "--workload", "W4", "--fleet"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+        for p in self.procs:
+            if p.stdout.readline().strip() != "ready":
+                self.finish()
+                raise SystemExit("%s --fleet did not start" % program)
+
+    def go(self) -> None:
+        for p in self.procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+
+    def finish(self) -> List[Dict[str, Any]]:
+        """Waits for every process to drain; their records."""
+        records = []
+        for p in self.procs:
+            p.stdin.close()
+            out = p.stdout.read()
+            p.wait()
+            records += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        return records
+
+
 def setup(args: argparse.Namespace, form: str, rows: int) -> None:
     subprocess.run([args.lq_bench, "setup", "--url", args.url, "--form", form, "--n", str(rows)],
                    check=True, stdout=subprocess.DEVNULL)
@@ -119,28 +163,72 @@ def drain(args: argparse.Namespace, load: ServerLoad, form: str, processes: int)
             "note": None if ok else "%d of %d settled, %s rows left" % (settled, args.n, left)}
 
 
+def raw_drain(args: argparse.Namespace, load: ServerLoad, form: str, processes: int) -> Dict:
+    """One W4 run of the raw loop: the rate, and what the server spent a job."""
+    setup(args, form, args.n)
+    fleet = RawFleet(args, load.db, form, processes)
+    before = load.reading()
+    started = time.monotonic()  # CLOCK_MONOTONIC, as the processes' ended_at_us
+    fleet.go()
+    records = fleet.finish()
+    spent = delta(before, load.reading())
+    settled = sum(r.get("settled") or 0 for r in records)
+    ended = max((r.get("ended_at_us") or 0 for r in records), default=0) / 1e6
+    seconds = ended - started
+    left = remaining(args)
+    errors = [r["note"] for r in records if r.get("note")]
+    ok = len(records) == processes and not errors and settled == args.n and left == 0
+    per_job = lambda v, scale=1.0: None if v is None else round(v * scale / args.n, 2)
+    return {"jobs_per_s": round(args.n / seconds) if ok and seconds > 0 else None,
+            "seconds": round(seconds, 3),
+            "server_cpu_us_per_job": per_job(spent["cpu_s"], 1e6),
+            "statements_per_job": per_job(spent["statements"]),
+            "batch": RawFleet.BATCH[form], "threads": RawFleet.THREADS[form],
+            "note": None if ok else "; ".join(errors) or "%d of %d settled, %s rows left" % (
+                settled, args.n, left)}
+
+
+def summary(runs: Dict[int, List[Dict]], counts: List[int], p: int) -> Dict:
+    """The median run of P processes, its rates, and the median of each
+    repeat's rate over the same repeat's first count."""
+    rates = [r["jobs_per_s"] for r in runs[p]]
+    good = sorted((r for r in runs[p] if r["jobs_per_s"]), key=lambda r: r["jobs_per_s"])
+    rec = dict(good[(len(good) - 1) // 2]) if good else dict(runs[p][-1])
+    base = [r["jobs_per_s"] for r in runs[counts[0]]]
+    ratios = sorted(a / b for a, b in zip(rates, base) if a and b)
+    rec.update(runs=rates, vs_1=round(ratios[(len(ratios) - 1) // 2], 3) if ratios else None)
+    return rec
+
+
 def scaling(args: argparse.Namespace, load: ServerLoad, form: str) -> List[Dict]:
     counts = [int(p) for p in args.processes.split(",")]
     runs: Dict[int, List[Dict]] = {p: [] for p in counts}
+    raw_runs: Dict[int, List[Dict]] = {p: [] for p in counts}
     for _ in range(args.repeat):
         for p in counts:
             runs[p].append(drain(args, load, form, p))
-            print("W4 %s %s %d processes: %s/s" % (load.db, form, p, runs[p][-1]["jobs_per_s"]),
-                  file=sys.stderr, flush=True)
+            line = "W4 %s %s %d processes: %s/s" % (load.db, form, p, runs[p][-1]["jobs_per_s"])
+            if args.raw:
+                raw_runs[p].append(raw_drain(args, load, form, p))
+                line += ", raw %s/s" % raw_runs[p][-1]["jobs_per_s"]
+            print(line, file=sys.stderr, flush=True)
     records = []
     for p in counts:
-        rates = [r["jobs_per_s"] for r in runs[p]]
-        good = sorted((r for r in runs[p] if r["jobs_per_s"]), key=lambda r: r["jobs_per_s"])
-        rec = dict(good[(len(good) - 1) // 2]) if good else dict(runs[p][-1])
-        base = [r["jobs_per_s"] for r in runs[counts[0]]]
-        ratios = sorted(a / b for a, b in zip(rates, base) if a and b)
-        rec.update(kind="scale", db=load.db, form=form, binding="c", workload="W4", n=args.n,
-                   processes=p, workers=4, poll_ms=50, runs=rates,
-                   vs_1=round(ratios[(len(ratios) - 1) // 2], 3) if ratios else None)
+        rec = dict(summary(runs, counts, p), kind="scale", db=load.db, form=form, binding="c",
+                   workload="W4", n=args.n, processes=p, workers=4, poll_ms=50)
+        if args.raw:
+            raw = summary(raw_runs, counts, p)
+            paired = sorted(a / b for a, b in zip(rec["runs"], raw["runs"]) if a and b)
+            rec.update(raw_jobs_per_s=raw["jobs_per_s"], raw_runs=raw["runs"],
+                       raw_vs_1=raw["vs_1"], raw_batch=raw["batch"], raw_threads=raw["threads"],
+                       raw_server_cpu_us_per_job=raw["server_cpu_us_per_job"],
+                       raw_statements_per_job=raw["statements_per_job"],
+                       ratio=round(paired[(len(paired) - 1) // 2], 3) if paired else None)
         records.append(rec)
     last = records[-1]
     records.append(dict(kind="scale", db=load.db, form=form, binding="c", workload="W4-scale",
-                        processes=[counts[0], counts[-1]], ratio=last["vs_1"], target=0.95,
+                        processes=[counts[0], counts[-1]], ratio=last["vs_1"],
+                        raw_ratio=last.get("raw_vs_1"), target=0.95,
                         ok=last["vs_1"] is not None and last["vs_1"] >= 0.95))
     return records
 
@@ -175,6 +263,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--lq-bench", required=True)
+    parser.add_argument("--raw", help="the directory of raw_pg and raw_mysql: a raw-SQL baseline")
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--processes", default="1,2,4,8")
     parser.add_argument("--forms", default="row_lock,lease")
