@@ -234,12 +234,13 @@ static void wake_groups(lq_broker *b, const lq_table *t, lq_message *const *mess
 
 /* The arguments, and the columns' types at a broker's first publish to the
  * table: a row written to an id of text, say, would take no id and wait
- * unclaimed. */
+ * unclaimed. `if_free`: a publish on the caller's connection, which reads
+ * the columns only through a pool connection free at once. */
 static int check_publish(lq_broker *b, const lq_table *t, lq_message *const *messages, size_t count,
-                         bool on_callers) {
+                         bool if_free) {
     int rc = check_call(b, t, messages, count);
     if (rc != LQ_OK || count == 0) return rc;
-    if ((rc = lq__columns_check_once(b, t, on_callers)) != LQ_OK) {
+    if ((rc = lq__columns_check_once(b, t, if_free)) != LQ_OK) {
         char label[256];
         lq__error_prefix("publish to %s", lq__table_label(t, label, sizeof label));
     }

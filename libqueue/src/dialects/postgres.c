@@ -25,6 +25,7 @@ struct lq__conn {
     bool borrowed;
     bool pooled;         /* through a transaction pooler: no named statements */
     bool broken;         /* a deadline passed mid-statement: never reuse */
+    bool ended;          /* the server said, between statements, that it ends the session */
     int64_t deadline_ms; /* the client's own wait for any answer */
     lq__stmt_cache prepared; /* each statement's name on the server: lq_<id> */
 };
@@ -208,9 +209,15 @@ static void pg_disconnect(lq__conn *c) {
 }
 
 /* The server's notices (CREATE .. IF NOT EXISTS of what exists) go to the
- * library's log, at debug level, rather than to stderr as libpq's do. */
-static void log_notice(void *ctx, const char *message) {
-    (void)ctx;
+ * library's log, at debug level, rather than to stderr as libpq's do. An
+ * error that comes between statements (a terminate, an idle timeout) is
+ * passed here as a notice too: its FATAL marks the session ended. */
+static void log_notice(void *ctx, const PGresult *notice) {
+    lq__conn *c = ctx;
+    const char *severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (severity && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
+        c->ended = true;
+    const char *message = PQresultErrorMessage(notice);
     size_t n = strlen(message);
     while (n && message[n - 1] == '\n') n--;
     lq__log(LQ_LOG_DEBUG, "postgresql: %.*s", (int)n, message);
@@ -270,7 +277,7 @@ static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_
      * statement_timeout), and the client's stands. */
     c->deadline_ms = statement_ms + 2000;
     PQsetnonblocking(c->pg, 1);
-    PQsetNoticeProcessor(c->pg, log_notice, NULL);
+    PQsetNoticeReceiver(c->pg, log_notice, c);
     if (!c->pooled) rc = set_statement_timeout(c, statement_ms);
     if (rc != LQ_OK) {
         pg_disconnect(c);
@@ -282,17 +289,20 @@ static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_
 
 /* Only an idle, healthy session goes back to the pool. */
 static bool pg_reusable(lq__conn *c) {
-    return !c->broken && PQstatus(c->pg) == CONNECTION_OK &&
+    return !c->broken && !c->ended && PQstatus(c->pg) == CONNECTION_OK &&
            PQtransactionStatus(c->pg) == PQTRANS_IDLE;
 }
 
-/* A server that ends a session sends its reason and closes. libpq's
- * socket never blocks: a first read takes the reason into libpq's buffer
- * (unparsed), a second finds the close behind it, and libpq then tells the
- * connection bad. A close not arrived yet by the second read is left to the
- * call that gets the connection, which fails as before this check. */
+/* A server that ends a session sends its reason (a FATAL error) and
+ * closes. libpq's socket never blocks: a read takes what came into libpq's
+ * buffer, and PQisBusy parses it, passing an error that came between
+ * statements to the notice receiver, which marks the session ended; a
+ * second read finds a close that came behind the reason, and libpq then
+ * tells the connection bad. */
 static bool pg_closed_while_idle(lq__conn *c) {
-    return !PQconsumeInput(c->pg) || !PQconsumeInput(c->pg) || PQstatus(c->pg) != CONNECTION_OK;
+    if (!PQconsumeInput(c->pg)) return true;
+    (void)PQisBusy(c->pg);
+    return c->ended || !PQconsumeInput(c->pg) || PQstatus(c->pg) != CONNECTION_OK;
 }
 
 static int pg_borrow(lq__conn **out, void *native) {
