@@ -83,6 +83,10 @@ class Relay:
         server.settimeout(None)  # the connect's timeout must not end an idle link
         with self._lock:
             self._open += [client, server]
+        self._forward(client, server)
+
+    def _forward(self, client: socket.socket, server: socket.socket) -> None:
+        """Starts copying both ways."""
         for a, b in ((client, server), (server, client)):
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 

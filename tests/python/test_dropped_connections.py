@@ -19,6 +19,7 @@ import pytest
 import libqueue
 
 from helpers import POLL_MS, make_table, wait_until
+from relay import Relay, close_socket
 
 #: The server's max_allowed_packet during the packet tests: small, so that a
 #: payload over it is quick to build and send.
@@ -158,79 +159,58 @@ def test_a_connection_the_server_killed_is_not_lent_again_postgresql(db, tls) ->
     assert payloads(db) == [b"before"] + written
 
 
-class HeldCloseProxy:
-    """A loopback proxy to the test's server that passes every byte both
-    ways but, when the server closes a session, holds that close from the
-    client for up to ``hold_s``: the window where a session's farewell (its
-    FATAL error) has come and the close behind it has not."""
+class HeldCloseRelay(Relay):
+    """A relay that passes every byte both ways but, when the server closes
+    a session, holds that close from the client for up to ``hold_s``: the
+    window where a session's farewell (its FATAL error) has come and the
+    close behind it has not."""
 
-    def __init__(self, url: str, hold_s: float) -> None:
-        parts = urllib.parse.urlsplit(url)
-        self.target = (parts.hostname, parts.port)
+    def __init__(self, host: str, port: int, hold_s: float) -> None:
         self.hold_s = hold_s
         self.server_closed = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        host = "127.0.0.1:%d" % self.listener.getsockname()[1]
-        self.url = urllib.parse.urlunsplit(parts._replace(
-            netloc=parts.netloc.rsplit("@", 1)[0] + "@" + host if "@" in parts.netloc else host))
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(host, port)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            server = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+    def _forward(self, client: socket.socket, server: socket.socket) -> None:
+        threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+        threading.Thread(target=self._farewell, args=(server, client), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
-        while True:
-            try:
-                data = source.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            try:
-                sink.sendall(data)
-            except OSError:
-                pass  # the server's side is gone: what the client sends is lost
-        if from_server:
-            self.server_closed.set()
-            time.sleep(self.hold_s)
-        for s in (source, sink):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.listener.close()
+    def _farewell(self, server: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                data = server.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+        self.server_closed.set()
+        time.sleep(self.hold_s)
+        close_socket(client)
 
 
 @pytest.mark.dialect("postgresql")
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_a_session_ended_before_its_close_arrived_is_not_lent_postgresql(db, tls) -> None:
-    """The server's FATAL has come and its close not yet (held by a proxy):
+    """The server's FATAL has come and its close not yet (held by a relay):
     the pool reads the FATAL and opens another connection, where a lent
     one would have failed its publish. Over TLS the server's close_notify
-    comes right behind its FATAL, in bytes the proxy passes, which tells
+    comes right behind its FATAL, in bytes the relay passes, which tells
     the close by itself; plain, the FATAL alone does."""
     table = make_table("lease")
     db.create_table(table)
     name = db.schema
     sessions = "SELECT pid FROM pg_stat_activity WHERE application_name = ?"
-    proxy = HeldCloseProxy(over(db, tls), hold_s=5)
+    url = over(db, tls)
+    parts = urllib.parse.urlsplit(url)
+    relay = HeldCloseRelay(parts.hostname, parts.port, hold_s=5)
     try:
-        with libqueue.Broker(proxy.url + "&application_name=" + name, pool_size=1) as broker:
+        with libqueue.Broker(relay.url(url) + "&application_name=" + name, pool_size=1) as broker:
             broker.publish(table, b"before")
             pids = [row[0] for row in db.query(sessions, (name,))]
             assert len(pids) == 1
             assert db.scalar("SELECT pg_terminate_backend(?)", (pids[0],)) is True
-            assert proxy.server_closed.wait(10), "the server did not close the session"
+            assert relay.server_closed.wait(10), "the server did not close the session"
             written = publish_after_the_kill(broker, table)
             now = [row[0] for row in db.query(sessions, (name,))]
             assert len(now) == 1 and now[0] != pids[0]
     finally:
-        proxy.close()
+        relay.close()
     assert payloads(db) == [b"before"] + written
