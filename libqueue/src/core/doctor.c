@@ -358,8 +358,9 @@ static void check_fillfactor(doctor *d, const first_row *r) {
             judged ? "" : ", too few updates to judge");
 }
 
-/* The oldest snapshot holders, oldest first: the level is the worst of
- * theirs, and the advice names the session it comes from. */
+/* The oldest holders of snapshots and of transactions that wrote, oldest
+ * first: the level is the worst of theirs, and the advice names the
+ * session it comes from. */
 static int check_xmin(doctor *d) {
     some_rows r = {0};
     char refused[512], advice[1200];
@@ -371,7 +372,7 @@ static int check_xmin(doctor *d) {
     }
     if (r.count == 0) {
         finding(d, "oldest_xmin", OK, num(0), NULL,
-                "no other session of this database holds a snapshot");
+                "no other session of this database holds a snapshot or a transaction that wrote");
         return LQ_OK;
     }
     lq__strbuf list = {0};
@@ -395,8 +396,8 @@ static int check_xmin(doctor *d) {
              "sessions by itself",
              (long long)w[0].i, w[1].s, (long long)w[0].i);
     finding(d, "oldest_xmin", level, num(w[3].i), level == OK ? NULL : advice,
-            "snapshots held, oldest first: %s; vacuum keeps every row version deleted since the "
-            "oldest",
+            "snapshots and writing transactions held, oldest first: %s; vacuum keeps every row "
+            "version deleted since the oldest",
             list.failed || !list.data ? "?" : list.data);
     lq__sb_free(&list);
     return LQ_OK;

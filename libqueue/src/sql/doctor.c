@@ -84,15 +84,19 @@ static int pg_build(lq__doctor_sql *s, const lq__dialect *d, const lq_table *t) 
     if ((rc = lq__sql_finish(&b)) != LQ_OK) return rc;
 
     /* Vacuum keeps the row versions any snapshot of this database may still
-     * see; other databases' sessions do not hold back this table. */
+     * see, and those deleted since a transaction that wrote began (its id
+     * holds the horizon back after its statements, and a READ COMMITTED
+     * snapshot, end); other databases' sessions do not hold back this
+     * table. */
     rc = build_text(&s->xmin, d, t,
                     "SELECT pid, COALESCE(application_name, ''), COALESCE(state, ''), "
                     "COALESCE(EXTRACT(EPOCH FROM now() - xact_start)::bigint, 0), "
-                    "age(backend_xmin)::bigint "
+                    "GREATEST(age(backend_xmin), age(backend_xid))::bigint "
                     "FROM pg_catalog.pg_stat_activity "
-                    "WHERE backend_xmin IS NOT NULL AND pid <> pg_catalog.pg_backend_pid() "
+                    "WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) "
+                    "AND pid <> pg_catalog.pg_backend_pid() "
                     "AND datname = pg_catalog.current_database() "
-                    "ORDER BY age(backend_xmin) DESC, xact_start LIMIT 5");
+                    "ORDER BY GREATEST(age(backend_xmin), age(backend_xid)) DESC, xact_start LIMIT 5");
     if (rc == LQ_OK)
         rc = build_text(&s->prepared, d, t,
                         "SELECT gid, EXTRACT(EPOCH FROM now() - prepared)::bigint, COUNT(*) OVER () "
@@ -123,12 +127,14 @@ static int my_build(lq__doctor_sql *s, const lq__dialect *d, const lq_table *t) 
         rc = build_text(&s->history, d, t,
                         "SELECT COUNT FROM information_schema.INNODB_METRICS "
                         "WHERE NAME = 'trx_rseg_history_len'");
-    /* A session idle inside a transaction shows as the command Sleep. */
+    /* A session idle inside a transaction shows as the command Sleep. The
+     * casts give a length: MariaDB's sort of this result cuts a value cast
+     * to a bare CHAR to its column's length in characters ("REPEA"). */
     if (rc == LQ_OK)
         rc = build_text(&s->oldest, d, t,
                         "SELECT t.trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), "
-                        "COALESCE(p.COMMAND, ''), COALESCE(p.USER, ''), CAST(t.trx_state AS CHAR), "
-                        "CAST(t.trx_isolation_level AS CHAR) "
+                        "COALESCE(p.COMMAND, ''), COALESCE(p.USER, ''), CAST(t.trx_state AS CHAR(32)), "
+                        "CAST(t.trx_isolation_level AS CHAR(32)) "
                         "FROM information_schema.INNODB_TRX t "
                         "LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
                         "WHERE t.trx_mysql_thread_id <> CONNECTION_ID() "
