@@ -292,6 +292,12 @@ class Broker:
             if database != self.dialect:
                 raise make_error(lib.LQ_MISUSE, "publish_on: the connection reaches %s, the broker "
                                  "%s" % (database, self.dialect))
+            if any(m.get("on_duplicate") == "existing" for m in batch):
+                raise make_error(lib.LQ_MISUSE, "publish_on: on_duplicate=\"existing\" looks the "
+                                 "key up before the insert, which only psycopg2 connections and "
+                                 "native handles get; on this %s connection a held key fails "
+                                 "the insert with the driver's integrity error"
+                                 % type(connection).__module__.split(".")[0])
             ids = []
             for message in batch:
                 built = _build_message(table, message)

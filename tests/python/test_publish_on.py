@@ -184,6 +184,26 @@ def test_a_held_dedup_key_raises_the_drivers_integrity_error(db, broker, caller)
     assert db.query("SELECT id FROM %s" % db.quote(table.name)) == [(first,)]
 
 
+def test_on_duplicate_existing_needs_the_native_path(db, broker, caller) -> None:
+    """Where libqueue writes the row itself (psycopg2) it returns the key's
+    holder; a driver's own insert cannot, and is refused before it runs."""
+    table = jobs()
+    broker.create_table(table)
+    first = caller.publish(broker, table, b"one", dedup_key="welcome-7")
+    if caller.integrity is libqueue.Duplicate:
+        assert caller.publish(broker, table, b"two", dedup_key="welcome-7",
+                              on_duplicate="existing") == first
+    elif caller._publish:  # publish_sql by hand, which has no such keyword
+        with pytest.raises(TypeError, match="on_duplicate"):
+            caller.publish(broker, table, b"two", dedup_key="welcome-7", on_duplicate="existing")
+    else:
+        with pytest.raises(libqueue.Misuse,
+                           match=r"publish_on: on_duplicate=\"existing\" .* psycopg2"):
+            caller.publish(broker, table, b"two", dedup_key="welcome-7", on_duplicate="existing")
+    caller.commit()
+    assert db.query("SELECT id FROM %s" % db.quote(table.name)) == [(first,)]
+
+
 def test_hostile_identifiers(db, broker, caller) -> None:
     name = "q\"u`o?t%s$1"
     table = libqueue.Table(name, id="i%d", payload="pay?load", priority="pr`io%s",
