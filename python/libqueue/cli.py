@@ -41,7 +41,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
 EXIT_CODES = {
     EXIT_OK: "done",
     EXIT_FAILED: "the database or the library refused (the message says why); nothing changed",
-    EXIT_USAGE: "bad usage: an unknown command or option, a missing URL or table",
+    EXIT_USAGE: "bad usage: an unknown command or option, a missing URL or table, a form the "
+                "database has not, a --metrics address that cannot be listened on",
     EXIT_NOT_FOUND: "nothing to act on: a row to cancel that is not queued or in work, a dead "
                     "letter to replay or purge that is not there",
 }
@@ -132,7 +133,11 @@ def _url_of(args: argparse.Namespace) -> str:
         raise UsageError("--url and --url-file both give the database: give one")
     if getattr(args, "url_file", None):
         return _read_url_file(args.url_file)
-    url = getattr(args, "url", None) or os.environ.get("LIBQUEUE_URL")
+    url = getattr(args, "url", None)
+    if not url and os.environ.get("LIBQUEUE_URL") and os.environ.get("LIBQUEUE_URL_FILE"):
+        raise UsageError("LIBQUEUE_URL and LIBQUEUE_URL_FILE both give the database: unset one "
+                         "(or pass --url or --url-file, which come first)")
+    url = url or os.environ.get("LIBQUEUE_URL")
     if not url and os.environ.get("LIBQUEUE_URL_FILE"):
         return _read_url_file(os.environ["LIBQUEUE_URL_FILE"])
     if not url:

@@ -474,4 +474,7 @@ def test_the_url_from_a_file(folder: Path, db: Any, tmp_path: Path) -> None:
     (tmp_path / "empty").write_text("")
     refused(run("--url-file", str(tmp_path / "empty"), "stats"), 2, "is empty")
     refused(run("--url-file", str(url_file), "--url", db.url, "stats"), 2, "give one")
+    both = {"LIBQUEUE_URL": db.url, "LIBQUEUE_URL_FILE": str(tmp_path / "missing")}
+    refused(run("stats", extra=both), 2, "unset one")
+    assert run("--url-file", str(url_file), "stats", extra=both).status == 0  # the flag first
     assert "--url-file" in run("--help").out
