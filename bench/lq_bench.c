@@ -20,7 +20,7 @@
  *       W3 latency: an idle subscription with workers(4); another process
  *       (lq_bench w3-pub) publishes the jobs at the rate with the send time
  *       in the payload; enqueue-to-handler-start p50/p99/max.
- *   lq_bench serve --url U --form F [--workers 4] [--poll-ms 50] [--progress FILE --slot I]
+ *   lq_bench serve --url U --form F [--workers 4] [--poll-ms 50] [--pool P] [--progress FILE --slot I]
  *       One worker process of a fleet (bench/scale.py): opens a push
  *       subscription with a no-op C handler on the bench table, prints
  *       "ready", runs it once a line arrives on stdin and until stdin
@@ -455,7 +455,7 @@ static int cmd_serve(int argc, char **argv) {
     int64_t slot = bench_arg_int(argc, argv, "--slot", 0);
     int fd = progress ? open(progress, O_WRONLY) : -1;
     if (progress && fd < 0) bench_die("%s: %s", progress, strerror(errno));
-    lq_broker *broker = open_broker(url, 0, false);
+    lq_broker *broker = open_broker(url, bench_arg_int(argc, argv, "--pool", 0), false);
     lq_table *table = bench_table(form);
     lq_options *o = options();
     check(lq_options_set_int(o, LQ_OPT_WORKERS, workers), "workers");

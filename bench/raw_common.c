@@ -20,8 +20,7 @@ void raw_config_args(raw_config *cfg, int argc, char **argv) {
     cfg->threads = (int)bench_arg_int(argc, argv, "--threads", 4);
     cfg->batch = (int)bench_arg_int(argc, argv, "--batch", 1);
     cfg->workload = bench_arg(argc, argv, "--workload", cfg->batch > 1 ? "W1-batch" : "W1");
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--fleet") == 0) cfg->fleet = true;
+    cfg->fleet = bench_flag(argc, argv, "--fleet");
     if (cfg->threads < 1 || cfg->threads > 64) bench_die("--threads must be 1..64");
     if (cfg->batch < 1 || cfg->batch > 1000) bench_die("--batch must be 1..1000");
 }

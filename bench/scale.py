@@ -2,7 +2,7 @@
 processes, and what an idle fleet costs the server. One JSON record per
 figure on stdout (bench/run collects them):
 
-    python scale.py --url URL --lq-bench PATH [--raw DIR] [--n 20000] [--processes 1,2,4,8]
+    python scale.py --url URL --lq-bench PATH [--raw DIR] [--pool P] [--n 20000] [--processes 1,2,4,8]
                     [--forms row_lock,lease] [--repeat K] [--idle-s 10] [--idle-poll-ms 100]
 
 - W4: N rows preloaded (lq_bench setup, untimed), drained by P processes of
@@ -50,7 +50,8 @@ class Fleet:
         os.close(fd)
         self.procs = [subprocess.Popen(
             [args.lq_bench, "serve", "--url", args.url, "--form", form, "--workers", str(workers),
-             "--poll-ms", str(poll_ms), "--progress", self.path, "--slot", str(i)],
+             "--poll-ms", str(poll_ms), "--pool", str(args.pool), "--progress", self.path,
+             "--slot", str(i)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(processes)]
         for p in self.procs:
             if p.stdout.readline().strip() != "ready":
@@ -108,13 +109,17 @@ class RawFleet:
             p.stdin.write("go\n")
             p.stdin.flush()
 
-    def finish(self) -> List[Dict[str, Any]]:
-        """Waits for every process to drain; their records."""
-        records = []
+    def finish(self, limit_s: float) -> List[Dict[str, Any]]:
+        """Waits for every process to drain, for limit_s at most (then ends
+        them: a stalled run has no rate); their records."""
+        records, deadline = [], time.monotonic() + limit_s
         for p in self.procs:
             p.stdin.close()
-            out = p.stdout.read()
-            p.wait()
+            try:
+                out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
             records += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         return records
 
@@ -170,17 +175,17 @@ def raw_drain(args: argparse.Namespace, load: ServerLoad, form: str, processes: 
     before = load.reading()
     started = time.monotonic()  # CLOCK_MONOTONIC, as the processes' ended_at_us
     fleet.go()
-    records = fleet.finish()
+    records = fleet.finish(limit_s=300)
     spent = delta(before, load.reading())
     settled = sum(r.get("settled") or 0 for r in records)
     ended = max((r.get("ended_at_us") or 0 for r in records), default=0) / 1e6
-    seconds = ended - started
+    seconds = ended - started if ended else None
     left = remaining(args)
     errors = [r["note"] for r in records if r.get("note")]
     ok = len(records) == processes and not errors and settled == args.n and left == 0
     per_job = lambda v, scale=1.0: None if v is None else round(v * scale / args.n, 2)
-    return {"jobs_per_s": round(args.n / seconds) if ok and seconds > 0 else None,
-            "seconds": round(seconds, 3),
+    return {"jobs_per_s": round(args.n / seconds) if ok and seconds and seconds > 0 else None,
+            "seconds": None if seconds is None else round(seconds, 3),
             "server_cpu_us_per_job": per_job(spent["cpu_s"], 1e6),
             "statements_per_job": per_job(spent["statements"]),
             "batch": RawFleet.BATCH[form], "threads": RawFleet.THREADS[form],
@@ -215,7 +220,7 @@ def scaling(args: argparse.Namespace, load: ServerLoad, form: str) -> List[Dict]
     records = []
     for p in counts:
         rec = dict(summary(runs, counts, p), kind="scale", db=load.db, form=form, binding="c",
-                   workload="W4", n=args.n, processes=p, workers=4, poll_ms=50)
+                   workload="W4", n=args.n, processes=p, workers=4, poll_ms=50, pool=args.pool)
         if args.raw:
             raw = summary(raw_runs, counts, p)
             paired = sorted(a / b for a, b in zip(rec["runs"], raw["runs"]) if a and b)
@@ -250,7 +255,8 @@ def idle(args: argparse.Namespace, load: ServerLoad, form: str) -> Dict:
     per_s = lambda v: None if v is None else round(v / seconds, 1)
     server_claims = per_s(spent["claims"])
     return dict(kind="scale", db=load.db, form=form, binding="c", workload="W4-idle",
-                processes=processes, workers=workers, poll_ms=poll_ms, seconds=round(seconds, 1),
+                processes=processes, workers=workers, poll_ms=poll_ms, pool=args.pool,
+                seconds=round(seconds, 1),
                 claims_per_s=round(claims_per_s, 1), server_claims_per_s=server_claims,
                 statements_per_s=per_s(spent["statements"]),
                 server_cpu_pct=round(spent["cpu_s"] / seconds * 100, 2), bound_per_s=bound,
@@ -264,6 +270,8 @@ def main() -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--lq-bench", required=True)
     parser.add_argument("--raw", help="the directory of raw_pg and raw_mysql: a raw-SQL baseline")
+    parser.add_argument("--pool", type=int, default=0,
+                        help="each process's pool_size (0: the library's default)")
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--processes", default="1,2,4,8")
     parser.add_argument("--forms", default="row_lock,lease")

@@ -679,8 +679,9 @@ LQ_API int lq_dead_letters_prune(int64_t *deleted_out, lq_broker *broker, const 
  *   PostgreSQL: "dead_tuples" (pg_stat_user_tables: dead and live row
  *     versions, last vacuum and autovacuum), "autovacuum" (off in the
  *     table's reloptions), "oldest_xmin" (pg_stat_activity: the session of
- *     this database whose snapshot is oldest, by pid, application_name,
- *     state and age; other roles' sessions need pg_read_all_stats to show),
+ *     this database whose snapshot, or transaction that wrote, is oldest,
+ *     by pid, application_name, state and age; other roles' sessions need
+ *     pg_read_all_stats to show),
  *     "prepared_xacts" (pg_prepared_xacts), "replication_slots"
  *     (pg_replication_slots holding xmin), "claim_plan" (EXPLAIN of the
  *     claim's candidate query; a table without groups is planned as it is,

@@ -385,7 +385,7 @@ static int check_xmin(doctor *d) {
             level = l;
             worst = i;
         }
-        lq__sb_addf(&list, "%spid %lld (application \"%s\", %s) for %lld s, xmin %lld transactions old",
+        lq__sb_addf(&list, "%spid %lld (application \"%s\", %s) for %lld s, holding back %lld transactions",
                     i ? "; " : "", (long long)c[0].i, c[1].s, c[2].s[0] ? c[2].s : "state not shown",
                     (long long)c[3].i, (long long)c[4].i);
     }

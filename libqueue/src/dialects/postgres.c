@@ -215,6 +215,7 @@ static void pg_disconnect(lq__conn *c) {
 static void log_notice(void *ctx, const PGresult *notice) {
     lq__conn *c = ctx;
     const char *severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (!severity) severity = PQresultErrorField(notice, PG_DIAG_SEVERITY); /* 9.5: only this */
     if (severity && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
         c->ended = true;
     const char *message = PQresultErrorMessage(notice);
