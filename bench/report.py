@@ -305,7 +305,9 @@ def targets(figs):
         add("%s O-stats, %d rows" % (f["db"], f["rows"]), "< 1000 ms", "%.0f ms" % f["stats_ms"],
             f["stats_ms"] < 1000, "%.2fx raw exact counts" % f["ratio"])
     for f in (f for f in figs if f.get("workload") == "W4-scale"):
-        add("%s W4 %s, 1 -> 8 processes" % (f["db"], f["form"]), "no fall (8 >= 0.95x 1)",
+        add("%s W4 %s, 1 -> 8 processes%s" % (f["db"], f["form"], ", pool_size %d" % f["pool"]
+                                                   if f.get("pool") else ""),
+            "no fall (8 >= 0.95x 1)",
             "%.2fx" % f["ratio"] if f.get("ratio") else "-", f.get("ok"),
             "raw loop %.2fx" % f["raw_ratio"] if f.get("raw_ratio") else "")
     for f in (f for f in figs if f.get("workload") == "W4-idle"):
@@ -449,12 +451,13 @@ def markdown(figs, meta):
     scale = [f for f in figs if f.get("workload") == "W4"]
     if scale:
         lines += ["", "## Processes on one queue (W4: each process workers(4), C handler)", "",
-                  "| db | form | processes | jobs/s | vs 1 process | server CPU µs/job | statements/job | claims/job at the server "
+                  "| db | form | pool_size | processes | jobs/s | vs 1 process | server CPU µs/job | statements/job | claims/job at the server "
                   "| raw jobs/s | raw vs 1 process | raw server CPU µs/job |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for f in sorted(scale, key=lambda f: (DB_ORDER.get(f["db"], 9), f["form"], f["processes"])):
-            lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                f["db"], f["form"], f["processes"], fmt(f.get("jobs_per_s")), fmt(f.get("vs_1"), 2),
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for f in sorted(scale, key=lambda f: (DB_ORDER.get(f["db"], 9), f["form"], f.get("pool") or 0,
+                                              f["processes"])):
+            lines.append("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                f["db"], f["form"], f.get("pool") or "default", f["processes"], fmt(f.get("jobs_per_s")), fmt(f.get("vs_1"), 2),
                 fmt(f.get("server_cpu_us_per_job"), 1), fmt(f.get("statements_per_job"), 2),
                 fmt(f.get("server_claims_per_job"), 2), fmt(f.get("raw_jobs_per_s")),
                 fmt(f.get("raw_vs_1"), 2), fmt(f.get("raw_server_cpu_us_per_job"), 1)))

@@ -3,7 +3,7 @@ processes, and what an idle fleet costs the server. One JSON record per
 figure on stdout (bench/run collects them):
 
     python scale.py --url URL --lq-bench PATH [--raw DIR] [--pool P] [--n 20000] [--processes 1,2,4,8]
-                    [--forms row_lock,lease] [--repeat K] [--idle-s 10] [--idle-poll-ms 100]
+                    [--forms row_lock,lease] [--repeat K] [--idle-s 10] [--idle-poll-ms 100] [--no-idle]
 
 - W4: N rows preloaded (lq_bench setup, untimed), drained by P processes of
   `lq_bench serve` (workers(4), poll_interval_ms 50, a no-op C handler),
@@ -19,6 +19,8 @@ figure on stdout (bench/run collects them):
   transaction, as the library does; lease: 2 threads claiming 32 rows and
   settling them in one statement), so that its own 8 / 1 tells what of a
   fall is the machine's (the server sharing its cores with more sessions).
+  --pool P sets each library process's pool_size (1: one session a process,
+  where its claims and settlements take turns).
 - W4-idle: 8 processes of workers(8) on an empty queue, poll_interval_ms I,
   for S seconds after 2 s to settle: claims/s by the processes' own counts
   and at the server, all statements/s, the server's CPU share. Bound: one
@@ -114,8 +116,7 @@ class RawFleet:
         them: a stalled run has no rate); their records."""
         records, deadline = [], time.monotonic() + limit_s
         for p in self.procs:
-            p.stdin.close()
-            try:
+            try:  # closes its stdin, which it no longer reads
                 out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 p.kill()
@@ -232,7 +233,7 @@ def scaling(args: argparse.Namespace, load: ServerLoad, form: str) -> List[Dict]
         records.append(rec)
     last = records[-1]
     records.append(dict(kind="scale", db=load.db, form=form, binding="c", workload="W4-scale",
-                        processes=[counts[0], counts[-1]], ratio=last["vs_1"],
+                        processes=[counts[0], counts[-1]], pool=args.pool, ratio=last["vs_1"],
                         raw_ratio=last.get("raw_vs_1"), target=0.95,
                         ok=last["vs_1"] is not None and last["vs_1"] >= 0.95))
     return records
@@ -278,6 +279,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--idle-s", type=float, default=10)
     parser.add_argument("--idle-poll-ms", type=int, default=100)
+    parser.add_argument("--no-idle", action="store_true", help="no idle fleet")
     args = parser.parse_args()
     if args.n <= 0 or args.repeat <= 0 or args.idle_s <= 0 or args.idle_poll_ms <= 0:
         parser.error("--n, --repeat, --idle-s and --idle-poll-ms must be positive")
@@ -285,7 +287,7 @@ def main() -> int:
     for form in args.forms.split(","):
         if form not in ("row_lock", "lease", "advisory"):
             parser.error("unknown form %r" % form)
-        for rec in scaling(args, load, form) + [idle(args, load, form)]:
+        for rec in scaling(args, load, form) + ([] if args.no_idle else [idle(args, load, form)]):
             print(json.dumps(rec), flush=True)
     return 0
 

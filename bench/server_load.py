@@ -67,10 +67,14 @@ class ServerLoad:
         if self.db == "postgresql":
             if self.note:
                 return {"statements": None, "claims": None}
+            # A claim locks with SKIP LOCKED and returns its rows; so locks
+            # the lease form's sweep (an UPDATE that returns nothing), which
+            # claims nothing.
             row = self.raw.run(
                 "SELECT coalesce(sum(calls), 0), coalesce(sum(calls) FILTER (WHERE query LIKE "
-                "'%SKIP LOCKED%'), 0) FROM pg_stat_statements WHERE query NOT LIKE "
-                "'%pg_stat_statements%' AND query NOT LIKE '%pg_backend_pid%'")
+                "'%SKIP LOCKED%' AND NOT (query LIKE 'UPDATE %' AND query NOT LIKE '%RETURNING%')), "
+                "0) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' AND query "
+                "NOT LIKE '%pg_backend_pid%'")
             return {"statements": int(row[0]), "claims": int(row[1])}
         cur = self.raw.conn.cursor()
         cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select')")
