@@ -42,6 +42,30 @@ from server_load import ServerLoad, delta  # bench/server_load.py, beside this f
 SLOT = struct.Struct("=qq")  # settled, claims: as lq_bench serve writes them
 
 
+def started(commands: List[List[str]], what: str) -> List[subprocess.Popen]:
+    """The processes of `commands`, once each said "ready" (else all are
+    ended, and the run with them)."""
+    procs = [subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for c in commands]
+    if any(p.stdout.readline().strip() != "ready" for p in procs):
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise SystemExit("%s did not start" % what)
+    return procs
+
+
+def go(procs: List[subprocess.Popen]) -> None:
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+
+
+def median_low(values: List[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 class Fleet:
     """P processes of lq_bench serve, opened and ready, not yet running."""
 
@@ -50,20 +74,17 @@ class Fleet:
         fd, self.path = tempfile.mkstemp(prefix="lq_scale.")
         os.write(fd, b"\0" * SLOT.size * processes)
         os.close(fd)
-        self.procs = [subprocess.Popen(
-            [args.lq_bench, "serve", "--url", args.url, "--form", form, "--workers", str(workers),
-             "--poll-ms", str(poll_ms), "--pool", str(args.pool), "--progress", self.path,
-             "--slot", str(i)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(processes)]
-        for p in self.procs:
-            if p.stdout.readline().strip() != "ready":
-                self.stop()
-                raise SystemExit("lq_bench serve did not start")
+        try:
+            self.procs = started(
+                [[args.lq_bench, "serve", "--url", args.url, "--form", form, "--workers",
+                  str(workers), "--poll-ms", str(poll_ms), "--pool", str(args.pool), "--progress",
+                  self.path, "--slot", str(i)] for i in range(processes)], "lq_bench serve")
+        except SystemExit:
+            os.unlink(self.path)
+            raise
 
     def go(self) -> None:
-        for p in self.procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
+        go(self.procs)
 
     def counts(self) -> List[int]:
         """Settled and claims, summed over the processes."""
@@ -97,19 +118,13 @@ class RawFleet:
 
     def __init__(self, args: argparse.Namespace, db: str, form: str, processes: int) -> None:
         program = os.path.join(args.raw, "raw_pg" if db == "postgresql" else "raw_mysql")
-        self.procs = [subprocess.Popen(
-            [program, "--url", args.url, "--form", form, "--n", str(args.n), "--threads", str(self.THREADS[form]),
-             "--batch", str(self.BATCH[form]), "--workload", "W4", "--fleet"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
-        for p in self.procs:
-            if p.stdout.readline().strip() != "ready":
-                self.finish()
-                raise SystemExit("%s --fleet did not start" % program)
+        self.procs = started(
+            [[program, "--url", args.url, "--form", form, "--n", str(args.n), "--threads",
+              str(self.THREADS[form]), "--batch", str(self.BATCH[form]), "--workload", "W4",
+              "--fleet"]] * processes, program + " --fleet")
 
     def go(self) -> None:
-        for p in self.procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
+        go(self.procs)
 
     def finish(self, limit_s: float) -> List[Dict[str, Any]]:
         """Waits for every process to drain, for limit_s at most (then ends
@@ -123,6 +138,11 @@ class RawFleet:
                 out, _ = p.communicate()
             records += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         return records
+
+
+def per_job(args: argparse.Namespace, value: Optional[float], scale: float = 1.0) -> Optional[float]:
+    """A run's total over its N rows (None stays None)."""
+    return None if value is None else round(value * scale / args.n, 2)
 
 
 def setup(args: argparse.Namespace, form: str, rows: int) -> None:
@@ -159,11 +179,10 @@ def drain(args: argparse.Namespace, load: ServerLoad, form: str, processes: int)
     records = fleet.stop()
     left = remaining(args)
     ok = settled >= args.n and left == 0
-    per_job = lambda v, scale=1.0: None if v is None else round(v * scale / args.n, 2)
     return {"jobs_per_s": round(args.n / seconds) if ok else None, "seconds": round(seconds, 3),
-            "server_cpu_us_per_job": per_job(spent["cpu_s"], 1e6),
-            "statements_per_job": per_job(spent["statements"]),
-            "server_claims_per_job": per_job(spent["claims"]),
+            "server_cpu_us_per_job": per_job(args, spent["cpu_s"], 1e6),
+            "statements_per_job": per_job(args, spent["statements"]),
+            "server_claims_per_job": per_job(args, spent["claims"]),
             "claims": sum(r.get("claims", 0) for r in records),
             "empty_claims": sum(r.get("empty_claims", 0) for r in records),
             "note": None if ok else "%d of %d settled, %s rows left" % (settled, args.n, left)}
@@ -184,11 +203,10 @@ def raw_drain(args: argparse.Namespace, load: ServerLoad, form: str, processes: 
     left = remaining(args)
     errors = [r["note"] for r in records if r.get("note")]
     ok = len(records) == processes and not errors and settled == args.n and left == 0
-    per_job = lambda v, scale=1.0: None if v is None else round(v * scale / args.n, 2)
     return {"jobs_per_s": round(args.n / seconds) if ok and seconds and seconds > 0 else None,
             "seconds": None if seconds is None else round(seconds, 3),
-            "server_cpu_us_per_job": per_job(spent["cpu_s"], 1e6),
-            "statements_per_job": per_job(spent["statements"]),
+            "server_cpu_us_per_job": per_job(args, spent["cpu_s"], 1e6),
+            "statements_per_job": per_job(args, spent["statements"]),
             "batch": RawFleet.BATCH[form], "threads": RawFleet.THREADS[form],
             "note": None if ok else "; ".join(errors) or "%d of %d settled, %s rows left" % (
                 settled, args.n, left)}
@@ -201,8 +219,8 @@ def summary(runs: Dict[int, List[Dict]], counts: List[int], p: int) -> Dict:
     good = sorted((r for r in runs[p] if r["jobs_per_s"]), key=lambda r: r["jobs_per_s"])
     rec = dict(good[(len(good) - 1) // 2]) if good else dict(runs[p][-1])
     base = [r["jobs_per_s"] for r in runs[counts[0]]]
-    ratios = sorted(a / b for a, b in zip(rates, base) if a and b)
-    rec.update(runs=rates, vs_1=round(ratios[(len(ratios) - 1) // 2], 3) if ratios else None)
+    ratios = [a / b for a, b in zip(rates, base) if a and b]
+    rec.update(runs=rates, vs_1=round(median_low(ratios), 3) if ratios else None)
     return rec
 
 
@@ -224,12 +242,12 @@ def scaling(args: argparse.Namespace, load: ServerLoad, form: str) -> List[Dict]
                    workload="W4", n=args.n, processes=p, workers=4, poll_ms=50, pool=args.pool)
         if args.raw:
             raw = summary(raw_runs, counts, p)
-            paired = sorted(a / b for a, b in zip(rec["runs"], raw["runs"]) if a and b)
+            paired = [a / b for a, b in zip(rec["runs"], raw["runs"]) if a and b]
             rec.update(raw_jobs_per_s=raw["jobs_per_s"], raw_runs=raw["runs"],
                        raw_vs_1=raw["vs_1"], raw_batch=raw["batch"], raw_threads=raw["threads"],
                        raw_server_cpu_us_per_job=raw["server_cpu_us_per_job"],
                        raw_statements_per_job=raw["statements_per_job"],
-                       ratio=round(paired[(len(paired) - 1) // 2], 3) if paired else None)
+                       ratio=round(median_low(paired), 3) if paired else None)
         records.append(rec)
     last = records[-1]
     records.append(dict(kind="scale", db=load.db, form=form, binding="c", workload="W4-scale",
