@@ -37,6 +37,15 @@ def close_socket(sock: Optional[socket.socket], reset: bool = False) -> None:
         pass
 
 
+def shut_down(*socks: socket.socket) -> None:
+    """Shuts each of ``socks`` down both ways (a FIN), closing nothing."""
+    for sock in socks:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class Relay:
     #: Where the relay listens, and its listen() backlog.
     HOST = "127.0.0.1"
@@ -104,11 +113,7 @@ class Relay:
                     sink.sendall(data)
         except OSError:
             pass
-        for s in (source, sink):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut_down(source, sink)
 
     def _close_open(self) -> None:
         """Closes every connection the relay forwards."""

@@ -1,8 +1,8 @@
 """Swept leases (PostgreSQL, lease form). A table made by create_table keeps
 the claim order of its free rows (lease NULL) in <table>_claim_free and its
 leases in <table>_leased; its subscriptions' claims read the free rows
-alone, and a sweep before a claim, at most a second apart, clears every
-lease run out, so that its row is claimed again. A table without
+alone, and a sweep, at most a second apart, in a claim's statement or
+before it, clears every lease run out, so that its row is claimed again. A table without
 <table>_leased (made before, or by hand) is claimed as it always was: the
 claim takes a row whose lease ran out itself. Both keep the same promises:
 a lease run out gives its row back with its attempt counted, a late
@@ -10,7 +10,12 @@ settlement of it is refused, and a lease kept alive is never taken."""
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 import time
+import urllib.parse
+from collections import Counter
 from typing import Any, Dict
 
 import pytest
@@ -18,6 +23,7 @@ import pytest
 import libqueue
 
 from helpers import POLL_MS, make_table, wait_until
+from relay import Relay, shut_down
 
 pytestmark = [pytest.mark.dialect("postgresql"), pytest.mark.through_pgbouncer]
 
@@ -109,3 +115,76 @@ def test_a_lease_kept_alive_is_never_swept(db, broker, other_broker, swept: bool
         assert second.next(3.5) is None
         mine.ack()
     assert db.count("jobs") == 0
+
+
+class StatementCounter(Relay):
+    """A relay that reads what the client sends (PostgreSQL's protocol: an
+    untyped startup message, after any SSL or GSS encryption requests, then
+    typed messages) and counts the statements run, by their text."""
+
+    ENCRYPTION_REQUESTS = (80877103, 80877104)
+
+    def __init__(self, host: str, port: int) -> None:
+        self.lock = threading.Lock()
+        self.runs: Counter = Counter()
+        super().__init__(host, port)
+
+    def _forward(self, client: socket.socket, server: socket.socket) -> None:
+        threading.Thread(target=self._read_client, args=(client, server), daemon=True).start()
+        threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+
+    def _read_client(self, client: socket.socket, server: socket.socket) -> None:
+        buf, typed, texts = b"", False, {}
+        try:
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                server.sendall(data)
+                buf += data
+                while True:
+                    head = 5 if typed else 4
+                    if len(buf) < head:
+                        break
+                    size = struct.unpack("!i", buf[head - 4:head])[0] + head - 4
+                    if len(buf) < size:
+                        break
+                    message, buf = buf[:size], buf[size:]
+                    if not typed:
+                        typed = struct.unpack("!i", message[4:8])[0] not in self.ENCRYPTION_REQUESTS
+                    elif message[:1] == b"P":  # Parse: name, text
+                        name, text = message[5:].split(b"\0")[:2]
+                        texts[name] = text.decode()
+                    elif message[:1] == b"B":  # Bind: portal, statement
+                        name = message[5:].split(b"\0")[1]
+                        with self.lock:
+                            self.runs[texts.get(name, "")] += 1
+        except OSError:
+            pass
+        shut_down(client, server)
+
+    def counted(self, predicate: Any) -> int:
+        with self.lock:
+            return sum(n for text, n in self.runs.items() if predicate(text))
+
+
+def test_an_idle_subscription_sweeps_within_its_claims(db, broker) -> None:
+    """One statement a poll: a claim that a sweep is due carries it, so an
+    idle subscription sends no sweep of its own."""
+    table = made_by_the_library(db, broker, True)
+    parts = urllib.parse.urlsplit(db.url)
+    relay = StatementCounter(parts.hostname, parts.port)
+    try:
+        with libqueue.Broker(relay.url(db.url)) as own:
+            with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=1000) as sub:
+                sub.run(lambda d: None)
+                # A sweep is due every 250 ms at this lease.
+                wait_until(lambda: relay.counted(lambda text: "lq_swept" in text) >= 3,
+                           what="three claims that swept")
+                # A row whose lease ran out: a claim sweeps it, the next one takes it.
+                db.execute("INSERT INTO jobs (payload, locked_until) VALUES ('x', %s)" % db.past)
+                wait_until(lambda: sub.stat("acked") == 1, what="the row of a lease run out")
+    finally:
+        relay.close()
+    assert relay.counted(lambda text: text.startswith("UPDATE") and "SKIP LOCKED" in text) == 0
+    assert relay.counted(lambda text: "lq_claimed" in text and "lq_swept" not in text) > 0

@@ -438,6 +438,22 @@ static int build_lease_claim(lq__sqlset *set, const lq_table *t) {
 
 static void room_counted(lq__sql *b) { lq__sql_add(b, "(SELECT \"lq_n\" FROM \"lq_room\")"); }
 
+/* The rest of a lease claim that counts something beside its rows, after a
+ * first table `counted` of one row, lq_n: the claim (of no more rows than
+ * `bound` writes, where given), its stamps, and its rows each with that
+ * count one more column, or one row of the count alone where it claims none. */
+static void claim_with_count(lq__sql *b, const char *counted, void (*bound)(lq__sql *b), bool by_array) {
+    lq__sql_add(b, ", \"lq_claimed\" AS (");
+    lq__sql_locking_read(b, true, bound);
+    lq__sql_add(b, ")");
+    stamp_leases(b, b->table, by_array);
+    lq__sql_add(b, " SELECT \"lq_claimed\".*, ");
+    lq__sql_ident(b, counted);
+    lq__sql_add(b, ".\"lq_n\" FROM ");
+    lq__sql_ident(b, counted);
+    lq__sql_add(b, " LEFT JOIN \"lq_claimed\" ON true");
+}
+
 /* The claim that counts its room itself: sent with the queue's lock and the
  * commit in one round trip, it runs after the lock is taken and so counts
  * what every claim before it committed. Its rows are the claim's, in no
@@ -448,12 +464,8 @@ static int pg_build_claim_in_room(lq__stmt *out, const lq_table *t) {
     lq__sql_start(&b, out, &lq__postgres_dialect, t);
     lq__sql_add(&b, "WITH \"lq_room\" AS (SELECT ");
     lq__sql_room_left(&b);
-    lq__sql_add(&b, " AS \"lq_n\"), \"lq_claimed\" AS (");
-    lq__sql_locking_read(&b, true, room_counted);
-    lq__sql_add(&b, ")");
-    stamp_leases(&b, t, true);
-    lq__sql_add(&b, " SELECT \"lq_claimed\".*, \"lq_room\".\"lq_n\" FROM \"lq_room\" "
-                    "LEFT JOIN \"lq_claimed\" ON true");
+    lq__sql_add(&b, " AS \"lq_n\")");
+    claim_with_count(&b, "lq_room", room_counted, true);
     return lq__sql_finish(&b);
 }
 
@@ -610,24 +622,40 @@ static void pg_held_set_source(lq__sql *b, bool tokens) {
  * as after another claim. Rows another transaction holds wait for the next
  * sweep. The rows are found by an array of ids, so that even a generic
  * plan reads <table>_leased rather than joining the whole table. */
-static int build_sweep(lq__sqlset *set, const lq_table *t) {
+static void sweep_leases(lq__sql *b) {
+    lq__sql_add(b, "UPDATE ");
+    lq__sql_table(b);
+    lq__sql_add(b, " SET ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " = NULL WHERE ");
+    lq__sql_id(b);
+    lq__sql_add(b, " = ANY(ARRAY(SELECT ");
+    lq__sql_id(b);
+    lq__sql_add(b, " FROM ");
+    lq__sql_table(b);
+    lq__sql_add(b, " WHERE ");
+    lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
+    lq__sql_add(b, " <= ");
+    lq__sql_param(b, LQ__P_LEASE_NOW);
+    lq__sql_add(b, " FOR UPDATE SKIP LOCKED))");
+}
+
+/* The sweep on its own, and the lease claim with the sweep before it in
+ * one statement, so that an idle subscription sends one statement a poll
+ * rather than one more at every sweep. The claim reads the statement's
+ * snapshot, without the sweep's changes (the two lock rows apart: leased
+ * ones and free ones): the rows swept are the next claim's. */
+static int build_sweeps(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->sweep, &lq__postgres_dialect, t);
-    lq__sql_add(&b, "UPDATE ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " SET ");
-    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(&b, " = NULL WHERE ");
-    lq__sql_id(&b);
-    lq__sql_add(&b, " = ANY(ARRAY(SELECT ");
-    lq__sql_id(&b);
-    lq__sql_add(&b, " FROM ");
-    lq__sql_table(&b);
-    lq__sql_add(&b, " WHERE ");
-    lq__sql_col(&b, LQ_ROLE_LOCKED_UNTIL);
-    lq__sql_add(&b, " <= ");
-    lq__sql_param(&b, LQ__P_LEASE_NOW);
-    lq__sql_add(&b, " FOR UPDATE SKIP LOCKED))");
+    sweep_leases(&b);
+    int rc = lq__sql_finish(&b);
+    if (rc != LQ_OK) return rc;
+    lq__sql_start(&b, &set->claim_swept, &lq__postgres_dialect, t);
+    lq__sql_add(&b, "WITH \"lq_swept\" AS (");
+    sweep_leases(&b);
+    lq__sql_add(&b, " RETURNING 1), \"lq_sweep\" AS (SELECT count(*) AS \"lq_n\" FROM \"lq_swept\")");
+    claim_with_count(&b, "lq_sweep", NULL, false);
     return lq__sql_finish(&b);
 }
 
@@ -637,7 +665,7 @@ static int pg_build_claims(lq__sqlset *set, const lq_table *t) {
     if (strlen(t->name) > 63)
         return lq__error(LQ_DIALECT, "postgresql: table name \"%s\" is over 63 bytes", t->name);
     int rc = t->fifo ? build_fifo_guard(set, t) : LQ_OK;
-    if (rc == LQ_OK && t->leases_swept) rc = build_sweep(set, t);
+    if (rc == LQ_OK && t->leases_swept) rc = build_sweeps(set, t);
     if (rc != LQ_OK) return rc;
     switch (lq_table_form(t)) {
     case LQ_FORM_LEASE: return build_lease_claim(set, t);

@@ -482,7 +482,7 @@ static int prepare_all(lq_subscription *s) {
         {"retry_after", &s->sql.retry_after}, {"dead letter", &s->sql.dead_group},
         {"dead letter", &s->sql.dead_copy}, {"dead letter", &s->sql.dead_clear},
         {"dead letter", &s->sql.dead_delete}, {"lease extension", &s->sql.extend},
-        {"lease sweep", &s->sql.sweep},
+        {"lease sweep", &s->sql.sweep},    {"claim", &s->sql.claim_swept},
     };
     for (size_t i = 0; rc == LQ_OK && i < sizeof all / sizeof all[0]; i++) {
         if (!all[i].stmt->sql) continue;

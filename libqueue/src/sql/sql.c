@@ -1258,7 +1258,7 @@ size_t lq__sqlset_each(lq__sqlset *set, lq__stmt *all[LQ__SQLSET_STATEMENTS]) {
                        &set->key_starts,  &set->key_start_add, &set->key_start_prune,
                        &set->start_at,    &set->start_unused, &set->key_slot,  &set->claim_in_room,
                        &set->ack_set_whole, &set->ack_set_held_whole, &set->pick,
-                       &set->take_picked, &set->sweep};
+                       &set->take_picked, &set->sweep, &set->claim_swept};
     _Static_assert(sizeof each / sizeof each[0] == LQ__SQLSET_STATEMENTS, "every statement, once");
     memcpy(all, each, sizeof each);
     return LQ__SQLSET_STATEMENTS;

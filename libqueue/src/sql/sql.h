@@ -113,6 +113,9 @@ typedef struct lq__sqlset {
     lq__stmt extend;
     lq__stmt sweep;       /* lease, where leases are swept (lq_table.leases_swept, PostgreSQL):
                           * clears every lease run out, or NULL sql */
+    lq__stmt claim_swept; /* and the claim with that sweep before it, in one statement: the
+                          * count of leases swept one more column of its rows (one row of
+                          * it alone where it claims none), or NULL sql */
     lq__stmt in_queue;    /* lease: a row one if still in the queue (its group, not processed),
                           * whoever holds it: a lost lease's row is, a cancelled one not */
     lq__stmt in_work;     /* concurrency, lease form: the queue's rows leased now, anywhere
@@ -358,7 +361,7 @@ LQ__HIDDEN int lq__sqlset_build(lq__sqlset *set, const struct lq__dialect *d, co
 LQ__HIDDEN void lq__sqlset_free(lq__sqlset *set);
 /* Every statement of a set, in `all`, for what is done to each of them
  * (interning, freeing); returns how many. */
-#define LQ__SQLSET_STATEMENTS 37
+#define LQ__SQLSET_STATEMENTS 38
 /* SELECT id FROM t WHERE <dedup_key> = LQ__P_DEDUP: the row holding a key. */
 LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialect *d,
                                           const lq_table *t);

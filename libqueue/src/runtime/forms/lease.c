@@ -216,18 +216,19 @@ static int on_claimed_row(void *arg, const lq__value *cols, int count) {
     return LQ_OK;
 }
 
-typedef struct room_ctx {
+typedef struct counted_ctx {
     claim_ctx *claim;
-    int64_t room;
-} room_ctx;
+    int64_t count;
+} counted_ctx;
 
-/* A row of the claim that counts its room (sqlset.claim_in_room): the room
- * it counted, last, and a claimed row before it unless the claim found none. */
-static int on_row_in_room(void *arg, const lq__value *cols, int count) {
-    room_ctx *ctx = arg;
+/* A row of a claim that counts something beside its rows (sqlset.claim_in_room:
+ * the room; sqlset.claim_swept: the leases swept): the count, last, and a
+ * claimed row before it unless the claim found none. */
+static int on_counted_row(void *arg, const lq__value *cols, int count) {
+    counted_ctx *ctx = arg;
     if (count < 2 || cols[count - 1].type != LQ__V_INT)
-        return lq__error(LQ_BACKEND, "a claim returned no room");
-    ctx->room = cols[count - 1].i;
+        return lq__error(LQ_BACKEND, "a claim returned no count");
+    ctx->count = cols[count - 1].i;
     if (cols[ctx->claim->s->row_at[LQ__COL_ID]].type == LQ__V_NULL) return LQ_OK; /* none */
     return on_claimed_row(ctx->claim, cols, count - 1);
 }
@@ -309,7 +310,7 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
                          lq__value *args, claim_ctx *ctx) {
     int64_t in_work = 0;
     lq__window w = {0};
-    room_ctx in_room = {.claim = ctx};
+    counted_ctx in_room = {.claim = ctx};
     lq__step counts[3];
     int n = 0;
     bool counting = s->concurrency && !s->holds.on; /* holds: drawn before (forms/holds.c) */
@@ -329,7 +330,7 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
     if (*claimed) {
         args[LQ__P_CONCURRENCY] = (lq__value){.type = LQ__V_INT, .i = s->concurrency};
         counts[n++] = (lq__step){.stmt = &s->sql.claim_in_room, .args = args,
-                                 .on_row = on_row_in_room, .ctx = &in_room};
+                                 .on_row = on_counted_row, .ctx = &in_room};
     } else if (counting) {
         counts[n++] = (lq__step){.stmt = &s->sql.in_work, .args = args, .on_row = read_count,
                                  .ctx = &in_work};
@@ -348,7 +349,7 @@ static int limit_to_room(int *limit, bool *locked, bool *claimed, bool *committe
         }
     }
     if ((rc == LQ_OK || *committed) && counting) {
-        int64_t room = *claimed ? in_room.room : s->concurrency - in_work;
+        int64_t room = *claimed ? in_room.count : s->concurrency - in_work;
         atomic_store(&s->room_seen, room);
         out->cut = cut_to(limit, room, acks != NULL);
         atomic_store(&s->at_limit, out->cut);
@@ -443,19 +444,27 @@ static int64_t sweep_every_ms(const lq_subscription *s) {
     return every < 1000 ? every : 1000;
 }
 
-/* Where leases are swept (lq_table.leases_swept), before a claim once the
- * last sweep of any claimer of the subscription is sweep_every_ms old: the
- * leases run out, cleared, so that this claim finds their rows. Its
- * failure costs only that wait: a session lost is the claim's to report. */
-static int sweep_if_due(lq_subscription *s, lq__conn *conn) {
-    if (!s->sql.sweep.sql) return LQ_OK;
+/* Where leases are swept (lq_table.leases_swept), whether this claim
+ * sweeps: the last sweep of any claimer of the subscription is
+ * sweep_every_ms old. The leases run out are cleared, so that the claims
+ * find their rows. */
+static bool sweep_due(lq_subscription *s) {
+    if (!s->sql.sweep.sql) return false;
     /* Paced by the monotonic clock: a wall clock stepped back would hold
      * the sweeps off for as long as the step. */
     int64_t at = lq__mono_ms();
     long long last = atomic_load(&s->swept_at);
-    if ((last && at - last < sweep_every_ms(s)) ||
-        !atomic_compare_exchange_strong(&s->swept_at, &last, (long long)at))
-        return LQ_OK;
+    return !(last && at - last < sweep_every_ms(s)) &&
+           atomic_compare_exchange_strong(&s->swept_at, &last, (long long)at);
+}
+
+static void log_swept(int64_t cleared) {
+    if (cleared) lq__log(LQ_LOG_INFO, "%lld leases had run out: their rows are due again", (long long)cleared);
+}
+
+/* The sweep on its own statement, before a claim that cannot carry it. Its
+ * failure costs only that wait: a session lost is the claim's to report. */
+static int sweep(lq_subscription *s, lq__conn *conn) {
     lq__value args[LQ__P_COUNT] = {0};
     args[LQ__P_LEASE_NOW] = (lq__value){.type = LQ__V_TIME, .i = lq__now_ms()};
     int64_t cleared = 0;
@@ -464,18 +473,23 @@ static int sweep_if_due(lq_subscription *s, lq__conn *conn) {
     if (rc != LQ_OK) {
         lq__log_error(LQ_LOG_WARNING, "sweeping the leases run out");
         lq__error_clear();
-    } else if (cleared) {
-        lq__log(LQ_LOG_INFO, "%lld leases had run out: their rows are due again", (long long)cleared);
+    } else {
+        log_swept(cleared);
     }
     return LQ_OK;
 }
 
 /* A claim; `acks`: the acks it carries (NULL: none). */
 static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *acks) {
+    const lq__dialect *d = s->broker->dialect;
+    bool limited = takes_queue_lock(s), locked = false, broken = false;
+    /* A claim alone in its statement carries a sweep that is due; the
+     * others send it before. */
+    bool alone = d->claim_writes_lease && !s->sql.guard.sql && !limited && !s->holds.on;
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
-    if (rc == LQ_OK && (rc = sweep_if_due(s, conn)) != LQ_OK)
-        lq__pool_release(&s->broker->pool, conn, true);
+    bool sweeps = rc == LQ_OK && sweep_due(s);
+    if (sweeps && !alone && (rc = sweep(s, conn)) != LQ_OK) lq__pool_release(&s->broker->pool, conn, true);
     if (rc != LQ_OK) return rc;
     lq__value args[LQ__P_COUNT] = {0};
     int drawn = 0;
@@ -493,17 +507,19 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     int64_t now = lq__now_ms();
     claim_ctx ctx = {out, s, lq__lease_expiry(s, now)};
     bind_claim(args, s, now, ctx.token, limit);
-    const lq__dialect *d = s->broker->dialect;
-    bool limited = takes_queue_lock(s), locked = false, broken = false;
     int64_t covered = 0; /* holds: the time the claim's transaction wrote */
     bool acks_committed = false;
-    /* Under the queue's lock, so that no two claims count the same room. */
-    if (d->claim_writes_lease && !s->sql.guard.sql && !limited && !s->holds.on) {
+    if (alone && sweeps) {
+        counted_ctx swept = {.claim = &ctx};
+        rc = d->exec(NULL, conn, &s->sql.claim_swept, args, on_counted_row, &swept);
+        if (rc == LQ_OK) log_swept(swept.count);
+    } else if (alone) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     } else {
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
          * the stamps after a locking read. */
         bool guarded = true, claimed = false, committed = false;
+        /* Under the queue's lock, so that no two claims count the same room. */
         rc = limited ? limit_to_room(&limit, &locked, &claimed, &committed, acks, out, s, conn, args,
                                      &ctx)
                      : d->begin(conn, LQ_ISOLATION_READ_COMMITTED);
