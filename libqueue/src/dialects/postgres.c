@@ -212,7 +212,7 @@ static void pg_disconnect(lq__conn *c) {
  * library's log, at debug level, rather than to stderr as libpq's do. An
  * error that comes between statements (a terminate, an idle timeout) is
  * passed here as a notice too: its FATAL marks the session ended. */
-static void log_notice(void *ctx, const PGresult *notice) {
+static void on_notice(void *ctx, const PGresult *notice) {
     lq__conn *c = ctx;
     const char *severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
     if (!severity) severity = PQresultErrorField(notice, PG_DIAG_SEVERITY); /* 9.5: only this */
@@ -278,7 +278,7 @@ static int pg_connect(lq__conn **out, const lq__broker_target *target, const lq_
      * statement_timeout), and the client's stands. */
     c->deadline_ms = statement_ms + 2000;
     PQsetnonblocking(c->pg, 1);
-    PQsetNoticeReceiver(c->pg, log_notice, c);
+    PQsetNoticeReceiver(c->pg, on_notice, c);
     if (!c->pooled) rc = set_statement_timeout(c, statement_ms);
     if (rc != LQ_OK) {
         pg_disconnect(c);
