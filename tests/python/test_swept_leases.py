@@ -10,6 +10,7 @@ settlement of it is refused, and a lease kept alive is never taken."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import threading
@@ -184,7 +185,56 @@ def test_an_idle_subscription_sweeps_within_its_claims(db, broker) -> None:
                 # A row whose lease ran out: a claim sweeps it, the next one takes it.
                 db.execute("INSERT INTO jobs (payload, locked_until) VALUES ('x', %s)" % db.past)
                 wait_until(lambda: sub.stat("acked") == 1, what="the row of a lease run out")
+                # A free row, claimed by a claim that sweeps or not.
+                attempts = []
+                sub.stop()
+            with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=1000) as sub:
+                sub.run(lambda d: attempts.append(d.attempt))
+                swept_before = relay.counted(lambda text: "lq_swept" in text)
+                own.publish_many(table, [b"y"] * 20)
+                wait_until(lambda: sub.stat("acked") == 20, what="the free rows acked")
+                assert relay.counted(lambda text: "lq_swept" in text) > swept_before
     finally:
         relay.close()
     assert relay.counted(lambda text: text.startswith("UPDATE") and "SKIP LOCKED" in text) == 0
     assert relay.counted(lambda text: "lq_claimed" in text and "lq_swept" not in text) > 0
+    assert attempts == [1] * 20
+
+
+def test_a_sweep_that_fails_holds_no_claim_up(db, broker, caplog) -> None:
+    """A sweep that fails (here a trigger refuses it; a sweep past
+    statement_timeout would do the same) is logged, and the claims go on:
+    the free rows are claimed, the lease run out waits."""
+    table = made_by_the_library(db, broker, True)
+    db.execute("CREATE FUNCTION no_sweep() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+               "IF NEW.locked_until IS NULL AND OLD.locked_until IS NOT NULL THEN "
+               "RAISE EXCEPTION 'no sweep here'; END IF; RETURN NEW; END $$")
+    db.execute("CREATE TRIGGER no_sweep BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION no_sweep()")
+    db.execute("INSERT INTO jobs (payload, locked_until) VALUES ('stuck', %s)" % db.past)
+    caplog.set_level(logging.WARNING, logger="libqueue")
+    with libqueue.Broker(db.url) as own:
+        own.publish_many(table, [b"x"] * 20)
+        with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=1000) as sub:
+            sub.run(lambda d: None)
+            wait_until(lambda: sub.stat("acked") == 20, what="the free rows acked")
+            assert sub.stat("acked") == 20
+    assert db.count("jobs") == 1
+    assert any("no sweep here" in r.getMessage() for r in caplog.records if r.name == "libqueue")
+
+
+def test_a_backlog_of_leases_run_out_is_swept_in_bounded_steps(db, broker, caplog) -> None:
+    """After a fleet's crash: 12,000 leases run out. A sweep clears 10,000
+    at most, and the next follows at once; every row is claimed again."""
+    table = made_by_the_library(db, broker, True)
+    db.execute("INSERT INTO jobs (payload, locked_until) SELECT 'x', %s "
+               "FROM generate_series(1, 12000)" % db.past)
+    caplog.set_level(logging.INFO, logger="libqueue")
+    with libqueue.Broker(db.url) as own:
+        with own.subscribe(table, workers=4, poll_interval_ms=POLL_MS, lease_ms=60000) as sub:
+            sub.run(lambda d: None)
+            wait_until(lambda: sub.stat("acked") == 12000, timeout=60, what="every row acked")
+    assert db.count("jobs") == 0
+    swept = [r.getMessage() for r in caplog.records
+             if r.name == "libqueue" and "leases had run out" in r.getMessage()]
+    assert swept[:2] == ["10000 leases had run out: their rows are due again",
+                         "2000 leases had run out: their rows are due again"], swept

@@ -616,12 +616,13 @@ static void pg_held_set_source(lq__sql *b, bool tokens) {
                    "generate_series(1, cardinality(\"lq_a\") / 2) AS \"lq_i\")");
 }
 
-/* Where leases are swept (lq_table.leases_swept): every lease run out,
- * cleared, so that the claims (which read the rows whose lease is NULL)
- * find its row again; a late settlement of it then finds its token gone,
- * as after another claim. Rows another transaction holds wait for the next
- * sweep. The rows are found by an array of ids, so that even a generic
- * plan reads <table>_leased rather than joining the whole table. */
+/* Where leases are swept (lq_table.leases_swept): the leases run out, up
+ * to LQ__SWEEP_MAX, cleared, so that the claims (which read the rows whose
+ * lease is NULL) find their rows again; a late settlement of one then finds
+ * its token gone, as after another claim. Rows another transaction holds
+ * wait for the next sweep. The rows are found by an array of ids, so that
+ * even a generic plan reads <table>_leased rather than joining the whole
+ * table. */
 static void sweep_leases(lq__sql *b) {
     lq__sql_add(b, "UPDATE ");
     lq__sql_table(b);
@@ -637,14 +638,17 @@ static void sweep_leases(lq__sql *b) {
     lq__sql_col(b, LQ_ROLE_LOCKED_UNTIL);
     lq__sql_add(b, " <= ");
     lq__sql_param(b, LQ__P_LEASE_NOW);
-    lq__sql_add(b, " FOR UPDATE SKIP LOCKED))");
+    char limit[48];
+    snprintf(limit, sizeof limit, " LIMIT %d FOR UPDATE SKIP LOCKED))", LQ__SWEEP_MAX);
+    lq__sql_add(b, limit);
 }
 
 /* The sweep on its own, and the lease claim with the sweep before it in
  * one statement, so that an idle subscription sends one statement a poll
  * rather than one more at every sweep. The claim reads the statement's
  * snapshot, without the sweep's changes (the two lock rows apart: leased
- * ones and free ones): the rows swept are the next claim's. */
+ * ones and free ones): the rows swept are the next claim's (forms/lease.c
+ * sends it at once). */
 static int build_sweeps(lq__sqlset *set, const lq_table *t) {
     lq__sql b;
     lq__sql_start(&b, &set->sweep, &lq__postgres_dialect, t);

@@ -82,6 +82,11 @@ enum { LQ__COL_ID, LQ__COL_PAYLOAD, LQ__COL_ATTEMPT, LQ__COL_GROUP, LQ__COL_PKEY
        LQ__COL_EXPIRED, LQ__COL_CREATED, LQ__COL_COUNT };
 
 /* Every statement a subscription runs, built once when it opens. */
+/* The leases a sweep (lq__sqlset.sweep) clears at most, so that after a
+ * fleet's crash it stays within a statement's time: one that clears this
+ * many leaves the next one due at once. */
+#define LQ__SWEEP_MAX 10000
+
 typedef struct lq__sqlset {
     lq__stmt claim;       /* lease: claims and stamps rows; advisory: candidates (id, key) */
     lq__stmt take;        /* advisory: counts the attempt of one candidate and reads it */

@@ -458,8 +458,13 @@ static bool sweep_due(lq_subscription *s) {
            atomic_compare_exchange_strong(&s->swept_at, &last, (long long)at);
 }
 
-static void log_swept(int64_t cleared) {
-    if (cleared) lq__log(LQ_LOG_INFO, "%lld leases had run out: their rows are due again", (long long)cleared);
+/* A sweep's outcome: logged, and where it cleared all it may, the next
+ * sweep due at once, so that a backlog of leases run out (a fleet's crash)
+ * is cleared by sweeps back to back. */
+static void swept(lq_subscription *s, int64_t cleared) {
+    if (!cleared) return;
+    lq__log(LQ_LOG_INFO, "%lld leases had run out: their rows are due again", (long long)cleared);
+    if (cleared >= LQ__SWEEP_MAX) atomic_store(&s->swept_at, 0);
 }
 
 /* The sweep on its own statement, before a claim that cannot carry it. Its
@@ -474,8 +479,35 @@ static int sweep(lq_subscription *s, lq__conn *conn) {
         lq__log_error(LQ_LOG_WARNING, "sweeping the leases run out");
         lq__error_clear();
     } else {
-        log_swept(cleared);
+        swept(s, cleared);
     }
+    return LQ_OK;
+}
+
+/* A claim alone that carries a due sweep (sqlset.claim_swept). The rows it
+ * sweeps are the next claim's, which follows at once rather than at the
+ * next poll. So does a claim alone where the sweep failed the statement (a
+ * sweep past statement_timeout must not hold the claims up), the sweep's
+ * failure logged as that of a sweep on its own is. */
+static int claim_sweeping(bool *broken, lq_subscription *s, lq__conn *conn, lq__value *args, int limit,
+                          claim_ctx *ctx) {
+    const lq__dialect *d = s->broker->dialect;
+    counted_ctx count = {.claim = ctx};
+    int rc = d->exec(NULL, conn, &s->sql.claim_swept, args, on_counted_row, &count);
+    if (rc == LQ_OK) swept(s, count.count);
+    bool failed = rc != LQ_OK && rc != LQ_CONNECT && ctx->out->count == 0;
+    if (failed) {
+        lq__log_error(LQ_LOG_WARNING, "sweeping the leases run out, in a claim");
+        lq__error_clear();
+    }
+    if (!failed && !(rc == LQ_OK && count.count && ctx->out->count < limit)) return rc;
+    args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit - ctx->out->count};
+    int again = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, ctx);
+    if (again == LQ_OK || ctx->out->count == 0) return again;
+    /* The rows the first claimed are this claim's all the same. */
+    *broken = again == LQ_CONNECT;
+    lq__log_error(LQ_LOG_WARNING, "claiming the rows a sweep freed");
+    lq__error_clear();
     return LQ_OK;
 }
 
@@ -510,9 +542,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     int64_t covered = 0; /* holds: the time the claim's transaction wrote */
     bool acks_committed = false;
     if (alone && sweeps) {
-        counted_ctx swept = {.claim = &ctx};
-        rc = d->exec(NULL, conn, &s->sql.claim_swept, args, on_counted_row, &swept);
-        if (rc == LQ_OK) log_swept(swept.count);
+        rc = claim_sweeping(&broken, s, conn, args, limit, &ctx);
     } else if (alone) {
         rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
     } else {
