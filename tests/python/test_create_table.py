@@ -158,6 +158,35 @@ def test_a_schema_that_does_not_exist(db, broker) -> None:
         broker.create_table(table)
 
 
+def test_a_dead_letter_table_that_is_the_table_itself_is_refused(db, broker) -> None:
+    """Dead letters into the queue itself would be counted as both, and a
+    purge of them would delete queued rows."""
+    for table in (lease_table(dead_letter="jobs"),
+                  lease_table(schema="lq_s", dead_letter="lq_s.jobs")):
+        with pytest.raises(libqueue.Misuse, match="dead letters cannot go to the table itself"):
+            broker.create_table(table)
+    assert not table_exists(db, "jobs")
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_name_the_server_would_cut_is_refused(db, broker) -> None:
+    """PostgreSQL keeps 63 bytes of a name: a longer table name would be cut
+    to another table's (its dead-letter table's), and one of 55 to 63 bytes
+    would give its indexes one name. Each is refused, naming the name, and
+    nothing is made or written."""
+    long = "q" * 64
+    table = libqueue.Table(long, payload="payload", attempt="attempt", locked_until="locked_until",
+                           dead_letter=long + "_dead")
+    for call in (lambda: broker.create_table(table), lambda: broker.publish(table, b"x")):
+        with pytest.raises(libqueue.DialectError, match='the name "q{64}" is over 63 bytes'):
+            call()
+    indexed = libqueue.Table("q" * 60, payload="payload", attempt="attempt",
+                             locked_until="locked_until")
+    with pytest.raises(libqueue.DialectError, match='the name "q{60}_claim_order" is over 63 bytes'):
+        broker.create_table(indexed)
+    assert db.scalar("SELECT count(*) FROM pg_class WHERE relname LIKE 'qqqq%'") == 0
+
+
 def test_the_dead_letter_table_is_created_and_used(db, broker) -> None:
     table = lease_table(dead_letter="jobs_dead")
     broker.create_table(table)

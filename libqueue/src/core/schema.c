@@ -230,7 +230,7 @@ static int dead_letter_table(lq_table **out, const lq_table *t) {
     *out = NULL;
     if (!t->dead_letter || lq__has(t, LQ_ROLE_GROUP)) return LQ_OK;
     char *schema, *name;
-    int rc = lq__split_destination(&schema, &name, t->dead_letter);
+    int rc = lq__dead_letter_split(&schema, &name, t);
     if (rc != LQ_OK) return rc;
     lq_table *dead = NULL;
     rc = lq__table_copy(&dead, t);

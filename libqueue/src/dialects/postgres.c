@@ -664,10 +664,6 @@ static int build_sweeps(lq__sqlset *set, const lq_table *t) {
 }
 
 static int pg_build_claims(lq__sqlset *set, const lq_table *t) {
-    if (t->schema && strlen(t->schema) > 63)
-        return lq__error(LQ_DIALECT, "postgresql: schema name \"%s\" is over 63 bytes", t->schema);
-    if (strlen(t->name) > 63)
-        return lq__error(LQ_DIALECT, "postgresql: table name \"%s\" is over 63 bytes", t->name);
     int rc = t->fifo ? build_fifo_guard(set, t) : LQ_OK;
     if (rc == LQ_OK && t->leases_swept) rc = build_sweeps(set, t);
     if (rc != LQ_OK) return rc;
@@ -1424,6 +1420,7 @@ static void pg_advisory_key(lq__sql *b) { key_expression(b, b->table); }
 
 const lq__dialect lq__postgres_dialect = {
     .name = "postgresql",
+    .max_name = 63, /* NAMEDATALEN - 1 */
     .forms = (1u << LQ_FORM_ROW_LOCK) | (1u << LQ_FORM_LEASE) | (1u << LQ_FORM_ADVISORY),
     .single_writer = false,
     .advisory_holds_connection = true,

@@ -44,7 +44,7 @@ static int build_find(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
 
 static int build_to_table(lq__cancel_sql *out, const lq__dialect *d, const lq_table *t) {
     char *schema, *name;
-    int rc = lq__split_destination(&schema, &name, t->dead_letter);
+    int rc = lq__dead_letter_split(&schema, &name, t);
     if (rc != LQ_OK) return rc;
     lq__sql b;
     lq__sql_start(&b, &out->copy, d, t);

@@ -153,7 +153,7 @@ void lq__dead_letters_sql_free(lq__dead_letters_sql *s) {
 int lq__sql_build_dead_letters(lq__dead_letters_sql *out, const lq__dialect *d, const lq_table *t) {
     memset(out, 0, sizeof *out);
     dead_place p = {.in_group = lq__has(t, LQ_ROLE_GROUP)};
-    int rc = p.in_group ? LQ_OK : lq__split_destination(&p.schema, &p.name, t->dead_letter);
+    int rc = p.in_group ? LQ_OK : lq__dead_letter_split(&p.schema, &p.name, t);
     if (rc == LQ_OK) rc = build_reads(out, d, t, &p);
     if (rc == LQ_OK) rc = build_moves(out, d, t, &p);
     free(p.schema);

@@ -88,6 +88,10 @@ struct lq__broker_target {
 
 typedef struct lq__dialect {
     const char *name;
+    /* The bytes of a name the server keeps, or 0: a longer one it would cut
+     * short, and so take for another (a table for its dead-letter table, an
+     * index for another), and a statement that names one is refused. */
+    size_t max_name;
     unsigned forms;     /* bit (1 << lq_form) for each form served */
     bool single_writer; /* one claim in flight at a time, whatever the table */
     /* Advisory deliveries hold the connection their key's lock lives on. */

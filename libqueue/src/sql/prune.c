@@ -138,7 +138,7 @@ int lq__sql_build_prune(lq__prune_sql *out, const lq__dialect *d, const lq_table
     prune_place p = {.dead = dead, .in_group = dead && lq__has(t, LQ_ROLE_GROUP), .by_group = by_group};
     int rc = LQ_OK;
     /* Named as the dead letters' other statements name it. */
-    if (dead && !p.in_group) rc = lq__split_destination(&p.schema, &p.name, t->dead_letter);
+    if (dead && !p.in_group) rc = lq__dead_letter_split(&p.schema, &p.name, t);
     if (rc == LQ_OK) rc = d->held_set_joins ? build_joined(out, d, t, &p) : build_in_subquery(out, d, t, &p);
     free(p.schema);
     free(p.name);

@@ -65,7 +65,7 @@ static int build_later(lq__stmt *out, const lq__dialect *d, const lq_table *t, i
 static int build_dead(lq__stmt *out, const lq__dialect *d, const lq_table *t) {
     bool in_group = lq__has(t, LQ_ROLE_GROUP);
     char *schema = NULL, *name = NULL;
-    int rc = in_group ? LQ_OK : lq__split_destination(&schema, &name, t->dead_letter);
+    int rc = in_group ? LQ_OK : lq__dead_letter_split(&schema, &name, t);
     if (rc != LQ_OK) return rc;
     lq__sql b;
     lq__sql_start(&b, out, d, t);

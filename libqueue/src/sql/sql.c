@@ -5,6 +5,7 @@
 #include "sql/dialect.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,12 +17,19 @@ void lq__sql_start(lq__sql *b, lq__stmt *stmt, const lq__dialect *d, const lq_ta
     b->stmt = stmt;
     b->dialect = d;
     b->table = t;
+    b->too_long[0] = '\0';
 }
 
 int lq__sql_finish(lq__sql *b) {
     if (b->stmt->nparams > LQ__MAX_PARAMS) {
         lq__sb_free(&b->sb);
         return lq__error(LQ_MISUSE, "a statement has more than %d parameters", LQ__MAX_PARAMS);
+    }
+    if (b->too_long[0]) {
+        lq__sb_free(&b->sb);
+        return lq__error(LQ_DIALECT, "%s: the name \"%s\" is over %zu bytes, which the server would "
+                                     "cut short: choose a shorter table or column name",
+                         b->dialect->name, b->too_long, b->dialect->max_name);
     }
     b->stmt->sql = lq__sb_take(&b->sb);
     if (!b->stmt->sql) return lq__error(LQ_NOMEM, "out of memory");
@@ -31,7 +39,14 @@ int lq__sql_finish(lq__sql *b) {
 
 void lq__sql_add(lq__sql *b, const char *text) { lq__sb_add(&b->sb, text); }
 
-void lq__sql_ident(lq__sql *b, const char *name) { lq__sb_add_quoted(&b->sb, name, b->dialect->quote); }
+void lq__sql_ident(lq__sql *b, const char *name) {
+    size_t max = b->dialect->max_name;
+    if (max && strlen(name) > max && !b->too_long[0]) {
+        size_t keep = sizeof b->too_long - 4;
+        snprintf(b->too_long, sizeof b->too_long, "%.*s%s", (int)keep, name, strlen(name) > keep ? "..." : "");
+    }
+    lq__sb_add_quoted(&b->sb, name, b->dialect->quote);
+}
 
 void lq__sql_qualified(lq__sql *b, const char *schema, const char *name) {
     if (schema) {
@@ -699,7 +714,7 @@ static int build_release(lq__sql *b) {
 }
 
 /* Splits "schema.table" or "table"; more parts are refused. */
-int lq__split_destination(char **schema, char **name, const char *dest) {
+static int split_destination(char **schema, char **name, const char *dest) {
     const char *dot = strchr(dest, '.');
     *schema = *name = NULL;
     if (dot && strchr(dot + 1, '.'))
@@ -720,6 +735,20 @@ int lq__split_destination(char **schema, char **name, const char *dest) {
         return lq__error(LQ_NOMEM, "out of memory");
     }
     return LQ_OK;
+}
+
+int lq__dead_letter_split(char **schema, char **name, const lq_table *t) {
+    int rc = split_destination(schema, name, t->dead_letter);
+    if (rc != LQ_OK) return rc;
+    /* Unqualified, it is the table's own schema where the table is made. */
+    bool same_schema = !*schema || (t->schema && strcmp(*schema, t->schema) == 0);
+    if (!same_schema || strcmp(*name, t->name) != 0) return LQ_OK;
+    free(*schema);
+    free(*name);
+    *schema = *name = NULL;
+    char label[256];
+    return lq__error(LQ_MISUSE, "table %s: its dead letters cannot go to the table itself",
+                     lq__table_label(t, label, sizeof label));
 }
 
 int lq__sql_build_dead_clear(lq__stmt *out, const lq__dialect *d, const lq_table *t,
@@ -749,7 +778,7 @@ int lq__sql_build_dead_clear(lq__stmt *out, const lq__dialect *d, const lq_table
  * one transaction. */
 static int build_dead_table(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     char *schema, *name;
-    int rc = lq__split_destination(&schema, &name, t->dead_letter);
+    int rc = lq__dead_letter_split(&schema, &name, t);
     if (rc != LQ_OK) return rc;
     lq__sql b;
     lq__sql_start(&b, &set->dead_copy, d, t);

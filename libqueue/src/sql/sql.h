@@ -155,6 +155,7 @@ typedef struct lq__sql {
     lq__stmt *stmt;
     const struct lq__dialect *dialect;
     const lq_table *table;
+    char too_long[136]; /* the first name past the dialect's max_name, cut for the message */
 } lq__sql;
 
 LQ__HIDDEN void lq__sql_start(lq__sql *b, lq__stmt *stmt, const struct lq__dialect *d, const lq_table *t);
@@ -219,9 +220,10 @@ LQ__HIDDEN void lq__sql_row_columns(lq__sql *b, const char *attempt_expr);
 /* Where each LQ_COL_* column is in a row lq__sql_row_columns returns: its
  * position, or -1 where the table lacks it (the row then leaves it out). */
 LQ__HIDDEN void lq__row_layout(const lq_table *t, int at[LQ__COL_COUNT]);
-/* Splits a destination "schema.table" or "table" (*schema NULL) into copies
- * the caller frees. */
-LQ__HIDDEN int lq__split_destination(char **schema, char **name, const char *dest);
+/* Splits a table's dead-letter destination, "schema.table" or "table",
+ * into parts the caller frees; a destination that is the table itself is
+ * refused. */
+LQ__HIDDEN int lq__dead_letter_split(char **schema, char **name, const lq_table *t);
 /* A string literal in single quotes. */
 LQ__HIDDEN void lq__sql_literal(lq__sql *b, const char *text);
 /* " AND processed_at IS NULL" where the table marks processed rows. */
