@@ -990,3 +990,30 @@ def test_an_idle_queue_under_holds_costs_one_read_a_poll(db, form) -> None:
             assert later is not None and later.payload == b"later"
             later.ack()
     assert db.count("jobs") == 0
+
+
+@pytest.mark.dialect("postgresql")
+def test_a_limited_subscription_opens_beside_an_open_transaction(db, broker) -> None:
+    """The limits count leased rows through <table>_leased, which a table
+    made by the library has: a subscription looks it up rather than running
+    CREATE INDEX IF NOT EXISTS, which would wait for a transaction open on
+    the table (and hold every writer behind it) even where the index is."""
+    import psycopg2
+
+    table = make_table("lease")
+    broker.create_table(table)
+    writer = psycopg2.connect(db.server_url)
+    opened = threading.Event()
+    try:
+        with writer.cursor() as cur:
+            cur.execute("INSERT INTO %s.jobs (payload) VALUES ('x')" % db.quote(db.schema))
+
+        def subscribe() -> None:
+            with broker.subscribe(table, concurrency=2, poll_interval_ms=POLL_MS):
+                opened.set()
+
+        threading.Thread(target=subscribe, daemon=True).start()
+        assert opened.wait(10), "the subscription waited for the open transaction"
+    finally:
+        writer.rollback()
+        writer.close()

@@ -725,11 +725,36 @@ static bool index_made_already(int rc, const lq__dialect *d) {
     return d->ddl->duplicate_index && lq_errcode_native() == d->ddl->duplicate_index;
 }
 
+/* Whether the table has the index <table>_<suffix>, where the dialect can
+ * tell (index_query); elsewhere false. */
+static int index_found(bool *found, lq__conn *conn, const lq__dialect *d, const lq_table *t,
+                       const char *suffix) {
+    *found = false;
+    if (!d->index_query) return LQ_OK;
+    lq__strbuf index = {0};
+    lq__sb_addf(&index, "%s_%s", t->name, suffix);
+    char *name = lq__sb_take(&index);
+    if (!name) return lq__error(LQ_NOMEM, "out of memory");
+    lq__stmt stmt;
+    lq__sql sql;
+    lq__sql_start(&sql, &stmt, d, t);
+    d->index_query(&sql, name);
+    int rc = run_built(conn, d, t, &stmt, lq__sql_finish(&sql), t->name, on_any_row, found);
+    free(name);
+    return rc;
+}
+
 void lq__limit_indexes_create(lq_broker *b, const lq_table *t, bool by_key) {
     const lq__dialect *d = b->dialect;
     lq__conn *conn = NULL;
     int rc = lq__pool_acquire(&conn, &b->pool);
     for (int i = 0; rc == LQ_OK && i < (by_key ? 2 : 1); i++) {
+        /* Looked up first: on PostgreSQL a CREATE INDEX, even of one that
+         * exists, waits for the table's open transactions and holds every
+         * writer behind it meanwhile. */
+        bool found = false;
+        rc = index_found(&found, conn, d, t, i == 1 ? "key_leased" : "leased");
+        if (rc != LQ_OK || found) continue;
         lq__stmt index = {0};
         rc = build_limit_index(&index, d, t, i == 1);
         if (rc == LQ_OK) rc = d->execute(NULL, conn, index.sql, NULL, 0);
@@ -754,24 +779,13 @@ bool lq__leases_sweepable(const lq__dialect *d, const lq_table *t) {
 
 int lq__leases_swept_find(bool *swept, lq_broker *b, const lq_table *t) {
     *swept = false;
-    const lq__dialect *d = b->dialect;
-    if (!lq__leases_sweepable(d, t)) return LQ_OK;
-    lq__strbuf index = {0};
-    lq__sb_addf(&index, "%s_leased", t->name);
-    char *name = lq__sb_take(&index);
-    if (!name) return lq__error(LQ_NOMEM, "out of memory");
+    if (!lq__leases_sweepable(b->dialect, t)) return LQ_OK;
     lq__conn *conn = NULL;
     int rc = lq__pool_acquire(&conn, &b->pool);
     if (rc == LQ_OK) {
-        lq__stmt stmt;
-        lq__sql sql;
-        lq__sql_start(&sql, &stmt, d, t);
-        d->index_query(&sql, name);
-        rc = lq__sql_finish(&sql);
-        rc = run_built(conn, d, t, &stmt, rc, t->name, on_any_row, swept);
+        rc = index_found(swept, conn, b->dialect, t, "leased");
         lq__pool_release(&b->pool, conn, rc == LQ_CONNECT);
     }
-    free(name);
     if (rc != LQ_OK) lq__error_prefix("looking for the index of its leases");
     return rc;
 }
