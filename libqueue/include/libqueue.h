@@ -168,8 +168,8 @@ typedef enum lq_option {
     LQ_OPT_CONCURRENCY = 34,        /* at most n rows of the queue (table, or table and
                                        group) in work at once, counted on the database
                                        across every broker and process that sets it;
-                                       lease form, and row lock form on PostgreSQL;
-                                       default 0 = no limit */
+                                       every form (row lock: a slot lock per row; lease on
+                                       MySQL: counted by holds); default 0 = no limit */
     LQ_OPT_WORKER_CONCURRENCY = 35, /* at most n rows of the queue held by this
                                        subscription at once (in work, waiting for a worker,
                                        or being claimed), counted here without a round
@@ -188,8 +188,8 @@ typedef enum lq_option {
     LQ_OPT_PARTITION_CONCURRENCY = 39, /* at most n rows of one partition key in work at once,
                                        across every broker and process that sets it (1: one
                                        at a time per key, fleet-wide); rows without a key are
-                                       not limited; lease and advisory forms (slot keys per
-                                       key); default 0 = none */
+                                       not limited; every form (row lock: not with batch,
+                                       and at most 16 on MySQL); default 0 = none */
     LQ_OPT_TIMEOUT_MS = 40,         /* a handler still running this long after its delivery
                                        was handed out has failed: its row goes back at once
                                        (a retry, or the dead letters at max_attempts), its
@@ -217,7 +217,8 @@ typedef enum lq_option {
                                        window of partition_rate_period_ms, across every broker
                                        and process that sets it, on the database's clock; a
                                        key at its limit is passed over, the others go on;
-                                       lease and advisory forms; default 0 = none */
+                                       every form (row lock: not with batch); default 0 =
+                                       none */
     LQ_OPT_PARTITION_RATE_PERIOD_MS = 45, /* the window of partition_rate_limit; default
                                        1000 */
     /* Schedule options (lq_schedule_add) */
@@ -484,10 +485,11 @@ LQ_API int lq_publish_on(int64_t *ids_out, lq_broker *broker, void *connection,
  * TIMESTAMP column needs a session in UTC, as libqueue's own sessions are).
  *
  * On PostgreSQL the statement also sends the table's wake-up, pg_notify with
- * the table's qualified name as channel and the group as payload, which the
- * server delivers at the commit: a subscription whose broker listens
+ * the table's name as the description gives it (schema-qualified only where
+ * it names a schema) as channel and the group as payload, which the server
+ * delivers at the commit: a subscription whose broker listens
  * (LQ_OPT_LISTEN_NOTIFY) claims the row at once. LQ_PUBLISH_SQL_NO_NOTIFY
- * leaves it out, as does a qualified name longer than a channel holds (63
+ * leaves it out, as does a channel name longer than PostgreSQL allows (63
  * bytes). The statement then reads
  *   WITH "lq_ins" AS (INSERT .. RETURNING "id") SELECT "lq_ins"."id",
  *   pg_notify($n, COALESCE($m, '')) FROM "lq_ins"
