@@ -320,3 +320,24 @@ def test_cli_doctor_refuses_bad_input(folder: Path, db: Any) -> None:  # noqa: F
     ran = cli(folder, db, "--table", "jobs", "doctor", url="sqlite:///no/such/dir/q.db")
     refused(ran, 1, "LQ_CONNECT")
     assert cli(folder, db, "--table", "jobs", "doctor", "--cap", "1").status == 2
+
+
+@pytest.mark.dialect("postgresql")
+def test_fillfactor_gives_no_advice_where_the_claims_write_an_indexed_column(
+        db: Any, broker: libqueue.Broker) -> None:
+    """A lease table made by the library indexes its lease column
+    (<table>_leased): its claims' updates are never HOT, whatever the
+    fillfactor, so the check says why and advises nothing."""
+    table = jobs()
+    broker.create_table(table)
+    rows = libqueue._lib.LQ_DOCTOR_HOT_UPDATES + 100
+    broker.publish_many(table, [b"x"] * rows)
+    with broker.subscribe(table, workers=4, poll_interval_ms=50) as sub:
+        sub.run(lambda d: None)
+        wait_for = time.monotonic() + 60
+        while sub.stat("acked") < rows and time.monotonic() < wait_for:
+            time.sleep(0.05)
+    found = poll(broker, table, "fillfactor", lambda f: "of 0 updates" not in f.message
+                 and int(f.message.split(" of ")[1].split()[0]) >= rows)
+    assert found.level == "ok" and found.advice == "nothing to do", found
+    assert "no fillfactor makes their updates HOT" in found.message, found

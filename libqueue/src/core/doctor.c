@@ -30,6 +30,7 @@ typedef struct doctor {
     lq__strbuf out;
     int findings;
     char label[256];
+    bool leases_indexed; /* the claims write an indexed column (lq_table.leases_swept) */
 } doctor;
 
 /* ---- findings -------------------------------------------------------------- */
@@ -346,7 +347,11 @@ static void check_fillfactor(doctor *d, const first_row *r) {
     int64_t updates = r->c[6].i, hot = r->c[7].i;
     int64_t percent = updates > 0 ? hot * 100 / updates : 100;
     bool judged = updates >= LQ_DOCTOR_HOT_UPDATES;
-    int level = judged && fillfactor >= 100 && percent < LQ_DOCTOR_HOT_PERCENT ? WARNING : OK;
+    /* Where the claims write an indexed column, no room in the page makes
+     * their updates HOT: the advice would cost room for nothing. */
+    int level = judged && fillfactor >= 100 && percent < LQ_DOCTOR_HOT_PERCENT && !d->leases_indexed
+                    ? WARNING
+                    : OK;
     snprintf(advice, sizeof advice,
              "ALTER TABLE %s SET (fillfactor = 80): claims and settlements update rows in place, "
              "and free room in each page keeps those updates off the indexes (pages written "
@@ -355,7 +360,10 @@ static void check_fillfactor(doctor *d, const first_row *r) {
     finding(d, "fillfactor", level, num(fillfactor), level == OK ? NULL : advice,
             "fillfactor %lld; %lld of %lld updates were HOT (%lld%%)%s", (long long)fillfactor,
             (long long)hot, (long long)updates, (long long)percent,
-            judged ? "" : ", too few updates to judge");
+            d->leases_indexed ? ": the claims write the lease column, which the table's leases' "
+                                "index holds, so no fillfactor makes their updates HOT"
+            : judged          ? ""
+                              : ", too few updates to judge");
 }
 
 /* The oldest holders of snapshots and of transactions that wrote, oldest
@@ -667,6 +675,7 @@ int lq_doctor(char **json_out, lq_broker *b, const lq_table *t) {
         rc = LQ_OK;
     }
     if (rc == LQ_OK) rc = lq__sql_build_doctor(&d.sql, b->dialect, claimed);
+    d.leases_indexed = claimed && claimed->leases_swept;
     lq_table_free(claimed);
     if (rc == LQ_OK) rc = lq__pool_acquire(&d.conn, &b->pool);
     d.args[LQ__P_NAME] = (lq__value){.type = LQ__V_TEXT, .p = t->name, .n = strlen(t->name)};
