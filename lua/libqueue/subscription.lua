@@ -253,12 +253,44 @@ end
 -- The options of run.
 local RUN_OPTIONS = { timeout = true, max = true, retry_delay_ms = true, settlers = true }
 
+-- The most settler threads run starts: the core's cap on a subscription's
+-- workers (LQ_OPT_WORKERS, libqueue/src/base/options.c).
+local SETTLERS_MAX = 4096
+
+-- The latest due time the core writes, 9999-12-31T23:59:59.999Z in ms since
+-- the epoch (LQ__TIME_MAX_MS, libqueue/src/base/clock.h): retry_after refuses
+-- a negative delay, and one past it from now (lq__check_delay).
+local TIME_MAX_MS = 253402300799999
+
+--- Whether the core takes `ms` (an integer) as a delay now: its own check
+-- (lq__check_delay, which lq_delivery_retry_after makes) through
+-- lq_message_set_delay_ms, as the bound falls while time passes. A number
+-- beyond both bounds never reaches it (nor its int64_t). Also returns the
+-- core's message when it refuses.
+local function delay_fits(ms)
+  if ms < 0 or ms > TIME_MAX_MS then return false end
+  local ptr = core.lq_message_new()
+  if not ptr then return true end -- out of memory: left to retry_after
+  local ok, m = core.lq_message_set_delay_ms(ptr, ms)
+  core.lq_message_free(ptr)
+  return ok == true, m
+end
+
+--- The longest delay now, in ms, as the core reports it in refusing
+-- TIME_MAX_MS (as text, or nil when it cannot be had).
+local function longest_delay()
+  local _, m = delay_fits(TIME_MAX_MS)
+  return type(m) == "string" and m:match("longest delay now is (%d+) ms") or nil
+end
+
 --- sub:run(fn [, { timeout = seconds, max = n, retry_delay_ms = ms, settlers = n }])
 -- Pulls deliveries and calls fn(delivery) for each, on the calling thread.
 -- Returning normally acks the delivery unless fn settled it; an error()
 -- (with its traceback) is logged at level "error" and the delivery is retried
--- (retry_after(retry_delay_ms) when given). Those acks and retries run on
--- `settlers` threads of the module while run pulls the next delivery. In the
+-- (retry_after(retry_delay_ms) when given: from 0 to the delay that puts the
+-- row's due time at 9999-12-31T23:59:59.999Z). Those acks and retries run on
+-- `settlers` threads of the module (at most 4096, as the core's workers)
+-- while run pulls the next delivery. In the
 -- lease form (and the advisory form on SQLite) a thread acks what queued
 -- meanwhile together (lq_deliveries_ack: one statement and one commit), and
 -- the default is one thread; elsewhere each settles on its own, and the
@@ -271,7 +303,8 @@ local RUN_OPTIONS = { timeout = true, max = true, retry_delay_ms = true, settler
 -- delivery it pulled is settled.
 -- Returns the number of deliveries handled and a table of counts
 -- { acked, retried, failed (fn raised), settled_by_handler, settle_errors },
--- or nil, message, code if pulling failed.
+-- or nil, message, code if pulling failed. A bad option raises before
+-- anything is claimed.
 function Subscription:run(fn, opts)
   check_type(fn, "function", 1, "run")
   if opts ~= nil then check_type(opts, "table", 2, "run") end
@@ -279,14 +312,29 @@ function Subscription:run(fn, opts)
   for k in pairs(opts) do
     if not RUN_OPTIONS[k] then raise(format("run: unknown option '%s'", tostring(k))) end
   end
+  -- Every option is checked before anything is claimed: a value the loop
+  -- could not use would fail every delivery (a retry delay the core
+  -- refuses leaves each row unsettled, its attempt unspent, so it comes
+  -- back for good).
   local timeout, max, retry_delay = opts.timeout, opts.max, opts.retry_delay_ms
-  if timeout ~= nil and type(timeout) ~= "number" then
-    raise("run: timeout must be a number of seconds")
+  if timeout ~= nil and not (type(timeout) == "number" and timeout >= 0) then -- also NaN
+    raise(format("run: timeout must be a number of seconds >= 0, or nil for no limit; got %s",
+                 tostring(timeout)))
   end
-  if max ~= nil and not tointeger(max) then raise("run: max must be an integer") end
+  if max ~= nil then
+    max = type(max) == "number" and tointeger(max)
+    if not max or max < 0 then
+      raise(format("run: max must be an integer >= 0, or nil for no limit; got %s",
+                   tostring(opts.max)))
+    end
+  end
   if retry_delay ~= nil then
     retry_delay = type(retry_delay) == "number" and tointeger(retry_delay)
-    if not retry_delay then raise("run: retry_delay_ms must be an integer") end
+    if not (retry_delay and delay_fits(retry_delay)) then
+      raise(format("run: retry_delay_ms must be an integer from 0 to %s (ms: a retry is due by "
+                   .. "9999-12-31T23:59:59.999Z at the latest); got %s",
+                   longest_delay() or "the longest delay now", tostring(opts.retry_delay_ms)))
+    end
   end
   -- Acks share a statement where a delivery holds no connection: the lease
   -- form, and the advisory form on SQLite (its keys live in the process).
@@ -298,7 +346,10 @@ function Subscription:run(fn, opts)
   local settlers = opts.settlers
   if settlers == nil then settlers = together and 1 or self.workers or 1 end
   settlers = type(settlers) == "number" and tointeger(settlers)
-  if not settlers or settlers < 0 then raise("run: settlers must be an integer >= 0") end
+  if not settlers or settlers < 0 or settlers > SETTLERS_MAX then
+    raise(format("run: settlers must be an integer from 0 to %d; got %s", SETTLERS_MAX,
+                 tostring(opts.settlers)))
+  end
   -- Nil (settle here) with no settlers or no thread to be had.
   local settler = settlers > 0 and start_settler(settlers, self.table.name, together) or nil
   -- The settler is closed (every handed-over delivery settled) however the

@@ -273,6 +273,69 @@ H.case("run: wrong argument types raise", function(db)
   H.raises("timeout must be a number", sub.run, sub, function() end, { timeout = "1" })
 end)
 
+-- A value run cannot use is refused before anything is claimed. A retry
+-- delay retry_after refuses (negative, or past 9999-12-31T23:59:59.999Z from
+-- now) used to fail every retry: each row went back unsettled, its attempt
+-- unspent, past max_attempts and for good (run never returned without max);
+-- 20000 settlers started 20000 threads.
+H.case("run: option values out of range raise before anything is claimed", function(db)
+  local tbl = H.make_table("lease", { retry_after = "retry_after", dead_letter = "jobs_dead" })
+  db:create(tbl)
+  db:create(H.dead_letter_table(tbl))
+  local broker = H.open(db)
+  ok(broker:publish(tbl, "x"))
+  local sub = H.subscribe(broker, tbl, { max_attempts = 2 })
+  local calls = 0
+  local function fail() calls = calls + 1; error("boom") end
+  local TIME_MAX_MS = 253402300799999 -- 9999-12-31T23:59:59.999Z
+  local YEAR_MS = 365 * 24 * 3600 * 1000
+  local delay = "run: retry_delay_ms must be an integer from 0 to "
+  for _, case in ipairs({
+    { "retry_delay_ms", -1, delay },
+    { "retry_delay_ms", 2^62, delay },
+    { "retry_delay_ms", TIME_MAX_MS + 1, delay },
+    { "retry_delay_ms", TIME_MAX_MS, delay }, -- past 9999-12-31 from now: the core's bound
+    { "retry_delay_ms", 10000 * YEAR_MS, delay },
+    { "retry_delay_ms", 0.5, delay },
+    { "settlers", 4097, "run: settlers must be an integer from 0 to 4096" },
+    { "settlers", 20000, "run: settlers must be an integer from 0 to 4096" },
+    { "settlers", -1, "run: settlers must be an integer from 0 to 4096" },
+    { "max", -1, "run: max must be an integer >= 0" },
+    { "timeout", -1, "run: timeout must be a number of seconds >= 0" },
+    { "timeout", 0 / 0, "run: timeout must be a number of seconds >= 0" },
+  }) do
+    local name, value, want = case[1], case[2], case[3]
+    local opts = { timeout = 0.3, max = 3 }
+    opts[name] = value
+    local err = H.raises(want, sub.run, sub, fail, opts)
+    H.truthy(err:find("got " .. tostring(value), 1, true), "the value in: " .. err)
+    if name == "retry_delay_ms" then
+      -- The range's end: the longest delay now, as the core counts it.
+      local longest = tonumber(err:match("from 0 to (%d+) %(ms"))
+      H.truthy(longest and longest > 7900 * YEAR_MS and longest < TIME_MAX_MS,
+               "the longest delay now in: " .. err)
+      H.truthy(err:find("9999-12-31T23:59:59.999Z", 1, true), "the latest time in: " .. err)
+    end
+  end
+  eq(calls, 0, "handler calls")
+  eq(sub:stat("delivered"), 0, "delivered")
+  eq(db:count("jobs", "locked_until IS NULL"), 1, "the row unclaimed")
+  -- A long delay that fits is taken, and the row's first attempt is its first.
+  local attempts = {}
+  local handled, counts
+  H.capture_log(function()
+    handled, counts = ok(sub:run(function(d)
+      attempts[#attempts + 1] = d.attempt
+      error("later")
+    end, { timeout = 0.3, retry_delay_ms = 1000 * YEAR_MS }))
+  end)
+  eq(handled, 1, "handled once: the row is hidden for a thousand years")
+  H.same_list(attempts, { 1 }, "attempts")
+  eq(counts.retried, 1, "retried")
+  eq(counts.settle_errors, 0, "settle errors")
+  eq(db:count("jobs", "retry_after > " .. db.past), 1, "a retry_after set")
+end)
+
 H.case("deliveries: each delivery is released when the loop moves on or ends", function(db)
   local tbl = H.make_table("lease")
   db:create(tbl)
