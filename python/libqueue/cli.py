@@ -250,7 +250,15 @@ def cmd_stats(broker: Broker, table: Table, args: argparse.Namespace) -> int:
 
 def _stats_loop(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     while True:
-        stats = broker.stats(table, group=args.group, cap=args.cap)
+        try:
+            stats = broker.stats(table, group=args.group, cap=args.cap)
+        except Error as e:
+            if not args.watch:
+                raise
+            # An outage: say so, and watch on until the database is back.
+            print("libqueue: %s" % " ".join(str(e).split()), file=sys.stderr, flush=True)
+            time.sleep(1.0)
+            continue
         if args.json:
             _print_json(stats.as_dict())
         elif args.watch and sys.stdout.isatty():
@@ -423,7 +431,9 @@ class _Tally:
 class _Idle:
     """How long a subscription has had nothing to do: no row in work or
     waiting, and a claim that came back empty since the last delivery (or
-    its queue paused)."""
+    its queue paused). An outage is not an empty queue: while claims fail
+    (they count as empty claims too) it is not idle, and after one it is
+    idle only from an empty claim that reached the database."""
 
     def __init__(self, sub: Any) -> None:
         self.sub = sub
@@ -436,6 +446,8 @@ class _Idle:
         if delivered != self.delivered:
             self.delivered, self.empty_claims, self.since = delivered, empty, time.monotonic()
         busy = self.sub.stat("in_work") or self.sub.stat("waiting")
+        if self.sub.health() is not None:
+            busy, self.empty_claims = True, empty
         if busy or (empty == self.empty_claims and not self.sub.stat("paused")):
             self.since = time.monotonic()
         return time.monotonic() - self.since
@@ -447,6 +459,8 @@ def _serve_metrics(sub: Any, address: str) -> Any:
     host, _, port = address.rpartition(":")
     if not port.isdigit():
         raise UsageError("--metrics takes PORT or HOST:PORT, got %r" % address)
+    if not 1 <= int(port) <= 65535:  # bind() raises OverflowError past it; 0 is a port unknown
+        raise UsageError("--metrics %s: cannot listen: a port is 1 to 65535" % address)
     try:
         import libqueue.prometheus as exporter
         from prometheus_client import CollectorRegistry
@@ -612,7 +626,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--lease-ms", type=int)
     w.add_argument("--poll-interval-ms", type=int)
     w.add_argument("--until-idle", type=float, metavar="SECONDS",
-                   help="stop once nothing came for this long")
+                   help="stop once nothing came for this long; time the database "
+                        "cannot be reached does not count")
     w.add_argument("--metrics", metavar="[HOST:]PORT",
                    help="serve the subscription's metrics to Prometheus on this port "
                         "(127.0.0.1 unless HOST; needs python3-prometheus-client)")
@@ -633,6 +648,29 @@ def _verify(broker: Broker, table: Table) -> None:
         raise SchemaError("%s; %s" % (e.message, hint), e.status) from None
 
 
+#: The names of positional arguments, as the usage line shows them.
+_SHOWN_AS = {"payloads": "PAYLOAD", "ids": "ID", "handler": "MODULE:FUNCTION"}
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Arguments the library would refuse with a traceback: an integer past
+    the int64_t of its C calls, or text that is not UTF-8 (argv of another
+    encoding reaches Python as lone surrogates, which cannot be encoded)."""
+    for key, value in vars(args).items():
+        name = _SHOWN_AS.get(key, "--" + key.replace("_", "-"))
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool) \
+                    and not -2**63 <= item < 2**63:
+                raise UsageError("%s: %d does not fit in 64 bits" % (name, item))
+            if isinstance(item, str):
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    hint = "; give bytes as lines on stdin" if key == "payloads" else ""
+                    raise UsageError("%s %r is not valid UTF-8%s" % (
+                        name, item.encode(errors="surrogateescape"), hint)) from None
+
+
 def _check_usage(args: argparse.Namespace, url: str) -> None:
     """What is bad usage before the database is asked anything."""
     if getattr(args, "cap", 1) < 1:
@@ -650,6 +688,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        _check_arguments(args)
         table = _table_of(args)
         url = _url_of(args)
         _check_usage(args, url)

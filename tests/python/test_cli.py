@@ -15,11 +15,13 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any, List, Optional
+from urllib.parse import urlsplit
 
 import pytest
 
 import libqueue
 from helpers import wait_until
+from relay import Relay
 from test_create_table import table_exists
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,6 +125,29 @@ def test_enqueue_takes_arguments_or_lines_and_its_options(folder: Path, db: Any)
     assert (stats["due"], stats["delayed"]) == (2, 2)
 
 
+def test_enqueue_refuses_numbers_and_text_the_library_cannot_take(folder: Path, db: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    huge = "99999999999999999999"
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "--delay-ms", huge, "x"), 2,
+            "--delay-ms", huge)
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "--priority", "-" + huge, "x"), 2,
+            "--priority")
+    refused(cli(folder, db, "--table", "jobs", "cancel", huge), 2, "ID")
+    # Bytes that are not UTF-8 in argv reach Python as lone surrogates.
+    not_utf8 = os.fsdecode(b"\xff\xfe")
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "ok", not_utf8), 2,
+            "PAYLOAD", "not valid UTF-8", "stdin")
+    refused(cli(folder, db, "--table", "jobs", "enqueue", "--dedup-key", not_utf8, "x"), 2,
+            "--dedup-key", "not valid UTF-8")
+    assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 0
+    # As stdin says: there the bytes are taken as they are.
+    proc = subprocess.run([sys.executable, "-m", "libqueue", "--table", "jobs", "enqueue"],
+                          cwd=folder, env=dict(os.environ, LIBQUEUE_URL=db.url),
+                          input=b"\xff\xfe\n", capture_output=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc
+    assert cli(folder, db, "--table", "jobs", "stats", "--json").json()["due"] == 1
+
+
 def test_enqueue_refuses_an_unknown_table_and_creates_nothing(folder: Path, db: Any) -> None:
     refused(cli(folder, db, "--table", "jobs", "enqueue", "a"), 1, "does not exist",
             "libqueue init")
@@ -167,6 +192,44 @@ def test_stats_watch_redraws_until_interrupted(folder: Path, db: Any) -> None:
     assert out.count("queue  ") >= 2
 
 
+@pytest.fixture
+def relay(db: Any) -> Any:
+    """A TCP relay to the test server, to cut for an outage."""
+    parts = urlsplit(db.url)
+    r = Relay(parts.hostname, parts.port)
+    yield r
+    r.close()
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+def test_stats_watch_goes_on_through_an_outage(folder: Path, db: Any, relay: Any) -> None:
+    cli(folder, db, "--table", "jobs", "init")
+    out, err = folder / "out", folder / "err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "stats",
+                                 "--watch", "--json"], cwd=folder,
+                                env=dict(os.environ, LIBQUEUE_URL=relay.url(db.url)),
+                                stdout=stdout, stderr=stderr, text=True)
+    try:
+        def figures() -> List[Any]:
+            return [json.loads(line) for line in out.read_text().splitlines()]
+        wait_until(figures, what="the first figures")
+        relay.cut()
+        wait_until(lambda: err.read_text(), what="the failed read said")
+        cli(folder, db, "--table", "jobs", "enqueue", "a")  # straight to the server
+        time.sleep(1.5)  # more failed reads
+        assert proc.poll() is None, err.read_text()
+        relay.restore()
+        wait_until(lambda: figures()[-1]["due"] == 1, what="the figures once the server is back")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err.read_text()
+    assert figures()[0]["due"] == 0
+    lines = err.read_text().splitlines()
+    assert lines and all(line.startswith("libqueue: ") for line in lines), lines
+
+
 def test_stats_refuses_a_cap_below_one_as_bad_usage(folder: Path, db: Any) -> None:
     refused(cli(folder, db, "--table", "jobs", "stats", "--cap", "0"), 2, "--cap")
 
@@ -209,6 +272,37 @@ def test_pause_stops_every_worker_until_resume(folder: Path, db: Any) -> None:
     assert ran.status == 0 and ran.json()["done"] == 1, ran
     refused(cli(folder, db, "--table", "jbos", "pause"), 1, "jbos")
     refused(cli(folder, db, "--table", "jobs", "--group", "a", "pause"), 1, "group")
+
+
+@pytest.mark.dialect("postgresql", "mysql")
+def test_worker_until_idle_does_not_count_an_outage_as_idle(folder: Path, db: Any,
+                                                            relay: Any) -> None:
+    """Claims that fail are not an empty queue: the worker waits the outage
+    out, then works what came meanwhile, then ends once idle."""
+    (folder / "marking.py").write_text(MARKING_HANDLER)
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "first")
+    proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "worker",
+                             "marking:mark", "--until-idle", "2", "--poll-interval-ms", "100",
+                             "--json"], cwd=folder,
+                            env=dict(os.environ, LIBQUEUE_URL=relay.url(db.url)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: db.count("jobs") == 0, what="the first row acked")
+        relay.cut()  # before the 2 s idle end
+        cli(folder, db, "--table", "jobs", "enqueue", "second")  # straight to the server
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)  # claims fail: not idle
+        relay.restore()
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert (folder / "handled-second").exists(), err
+    assert json.loads(out.splitlines()[-1])["done"] == 2, out
+    assert db.count("jobs") == 0
 
 
 def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path, db: Any) -> None:
@@ -444,6 +538,9 @@ def test_worker_metrics_refuses_a_bad_address(folder: Path, db: Any) -> None:
     cli(folder, db, "--table", "jobs", "init")
     refused(cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
                 "--metrics", "here"), 2, "--metrics", "PORT")
+    for address in ("1.2.3.4:99999", "99999", "0"):  # past a port, or none known
+        refused(cli(folder, db, "--table", "jobs", "worker", "examples.handlers:resize",
+                    "--metrics", address), 2, "--metrics %s" % address, "65535")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
