@@ -209,7 +209,9 @@ def test_stats_watch_goes_on_through_an_outage(folder: Path, db: Any, relay: Any
         proc = subprocess.Popen([sys.executable, "-m", "libqueue", "--table", "jobs", "stats",
                                  "--watch", "--json"], cwd=folder,
                                 env=dict(os.environ, LIBQUEUE_URL=relay.url(db.url)),
-                                stdout=stdout, stderr=stderr, text=True)
+                                stdout=stdout, stderr=stderr, text=True,
+                                # SIGINT as a terminal gives it (see above)
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         def figures() -> List[Any]:
             return [json.loads(line) for line in out.read_text().splitlines()]
