@@ -130,6 +130,7 @@ class StatementCounter(Relay):
     def __init__(self, host: str, port: int) -> None:
         self.lock = threading.Lock()
         self.runs: Counter = Counter()
+        self.parses: Counter = Counter()
         self.error: Any = None
         super().__init__(host, port)
 
@@ -171,15 +172,19 @@ class StatementCounter(Relay):
             elif message[:1] == b"P":  # Parse: name, text
                 name, text = message[5:].split(b"\0")[:2]
                 texts[name] = text.decode()
+                with self.lock:
+                    self.parses[texts[name]] += 1
             elif message[:1] in (b"B", b"Q"):  # Bind: portal, statement; Query: text
                 fields = message[5:].split(b"\0")
                 text = texts.get(fields[1], "") if message[:1] == b"B" else fields[0].decode()
                 with self.lock:
                     self.runs[text] += 1
 
-    def counted(self, predicate: Any) -> int:
+    def counted(self, predicate: Any, of: str = "runs") -> int:
+        """The statements run (or, with of="parses", parsed) whose text
+        meets ``predicate``."""
         with self.lock:
-            return sum(n for text, n in self.runs.items() if predicate(text))
+            return sum(n for text, n in getattr(self, of).items() if predicate(text))
 
 
 def test_an_idle_subscription_sweeps_within_its_claims(db, broker) -> None:
@@ -213,6 +218,31 @@ def test_an_idle_subscription_sweeps_within_its_claims(db, broker) -> None:
     assert relay.counted(lambda text: text.startswith("UPDATE") and "SKIP LOCKED" in text) == 0
     assert relay.counted(lambda text: "lq_claimed" in text and "lq_swept" not in text) > 0
     assert attempts == [1] * 20
+
+
+@pytest.mark.parametrize("limit", [{}, {"concurrency": 2}, {"fifo": True}], ids=["alone", "concurrency", "fifo"])
+def test_only_a_claim_alone_prepares_the_claim_that_sweeps(db, broker, limit) -> None:
+    """A limited or FIFO subscription sends its sweep before its claim, in
+    the claim's transaction: it never runs the claim that carries a sweep,
+    and does not prepare it either."""
+    fifo = limit.pop("fifo", False)
+    table = made_by_the_library(db, broker, True, group="grp", fifo=fifo)
+    parts = urllib.parse.urlsplit(db.url)
+    relay = StatementCounter(parts.hostname, parts.port)
+    try:
+        with libqueue.Broker(relay.url(db.url)) as own:
+            own.publish_many(table, [dict(payload=b"x", group="g") for _ in range(5)])
+            with own.subscribe(table, workers=2, group="g", poll_interval_ms=POLL_MS, lease_ms=1000,
+                               **limit) as sub:
+                sub.run(lambda d: None)
+                wait_until(lambda: sub.stat("acked") == 5, what="the rows acked")
+                time.sleep(0.6)  # sweeps are due every 250 ms at this lease
+    finally:
+        relay.close()
+    assert relay.error is None
+    assert relay.counted(lambda text: 'SET "locked_until" = NULL' in text) > 0, "no sweep ran"
+    prepared = relay.counted(lambda text: "lq_swept" in text, of="parses")
+    assert (prepared == 0) == bool(limit or fifo)
 
 
 def test_a_sweep_that_fails_holds_no_claim_up(db, broker, caplog) -> None:

@@ -375,6 +375,10 @@ typedef struct lq__claimed {
 } lq__claimed;
 LQ__HIDDEN int lq__row_lock_claim(lq__claimed *out, lq_subscription *s, int limit);
 LQ__HIDDEN int lq__lease_claim(lq__claimed *out, lq_subscription *s, int limit);
+/* Whether s's claims run alone in their statement (the lease form with no
+ * queue-wide limit, FIFO guard or holds): only those carry a due sweep
+ * (sqlset.claim_swept). */
+LQ__HIDDEN bool lq__lease_claims_alone(const lq_subscription *s);
 LQ__HIDDEN int lq__lease_extend(lq_subscription *s);
 /* The lease form's clock of s->lease_ms, shared with the process's other
  * subscriptions of that length; dropped when s is freed. */

@@ -486,6 +486,8 @@ static int prepare_all(lq_subscription *s) {
     };
     for (size_t i = 0; rc == LQ_OK && i < sizeof all / sizeof all[0]; i++) {
         if (!all[i].stmt->sql) continue;
+        /* Built for the table, run only by claims alone. */
+        if (all[i].stmt == &s->sql.claim_swept && !lq__lease_claims_alone(s)) continue;
         rc = s->broker->dialect->prepare(conn, all[i].stmt);
         if (rc != LQ_OK) lq__error_prefix("the %s statement", all[i].what);
     }

@@ -422,6 +422,11 @@ static bool takes_queue_lock(const lq_subscription *s) {
            (!s->holds.on || s->rate_limit || s->partition_concurrency || s->key_rate_limit);
 }
 
+bool lq__lease_claims_alone(const lq_subscription *s) {
+    return s->form == LQ_FORM_LEASE && s->broker->dialect->claim_writes_lease && !s->sql.guard.sql &&
+           !takes_queue_lock(s) && !s->holds.on;
+}
+
 /* The claim's arguments: rows due at `now`, leased until `token`. */
 static void bind_claim(lq__value *args, lq_subscription *s, int64_t now, int64_t token, int limit) {
     if (s->group) args[LQ__P_GROUP] = (lq__value){.type = LQ__V_TEXT, .p = s->group, .n = strlen(s->group)};
@@ -495,12 +500,13 @@ static int claim_sweeping(bool *broken, lq_subscription *s, lq__conn *conn, lq__
     counted_ctx count = {.claim = ctx};
     int rc = d->exec(NULL, conn, &s->sql.claim_swept, args, on_counted_row, &count);
     if (rc == LQ_OK) swept(s, count.count);
-    bool failed = rc != LQ_OK && rc != LQ_CONNECT && ctx->out->count == 0;
-    if (failed) {
+    bool sweep_failed = rc != LQ_OK && rc != LQ_CONNECT && ctx->out->count == 0;
+    bool freed_left = rc == LQ_OK && count.count > 0 && ctx->out->count < limit;
+    if (sweep_failed) {
         lq__log_error(LQ_LOG_WARNING, "sweeping the leases run out, in a claim");
         lq__error_clear();
     }
-    if (!failed && !(rc == LQ_OK && count.count && ctx->out->count < limit)) return rc;
+    if (!sweep_failed && !freed_left) return rc;
     args[LQ__P_LIMIT] = (lq__value){.type = LQ__V_INT, .i = limit - ctx->out->count};
     int again = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, ctx);
     if (again == LQ_OK || ctx->out->count == 0) return again;
@@ -517,7 +523,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     bool limited = takes_queue_lock(s), locked = false, broken = false;
     /* A claim alone in its statement carries a sweep that is due; the
      * others send it before. */
-    bool alone = d->claim_writes_lease && !s->sql.guard.sql && !limited && !s->holds.on;
+    bool alone = lq__lease_claims_alone(s);
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     bool sweeps = rc == LQ_OK && sweep_due(s);
