@@ -298,10 +298,12 @@ class Broker:
                                  "native handles get; on this %s connection a held key fails "
                                  "the insert with the driver's integrity error"
                                  % type(connection).__module__.split(".")[0])
+            payload_text = self.dialect == "postgresql" and rendered.payload_is_text(
+                runner, paramstyle, table)
             ids = []
             for message in batch:
                 built = _build_message(table, message)
-                statement = rendered.render(self.dialect, table, built)
+                statement = rendered.render(self.dialect, table, built, payload_text=payload_text)
                 ids.append(rendered.execute(runner, paramstyle, statement, message.get("id")))
         return ids if many else ids[0]
 

@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from libqueue._ffi import ffi, lib
 from libqueue.errors import check, make_error
 
-__all__ = ["Rendered", "render", "convert", "connection_kind", "execute", "PARAMSTYLES"]
+__all__ = ["Rendered", "render", "convert", "connection_kind", "execute", "payload_is_text",
+           "PARAMSTYLES"]
 
 #: The DB-API paramstyles a rendered statement converts to, and ``None``: as
 #: the C library renders it ($n on PostgreSQL, ? elsewhere).
@@ -55,9 +56,12 @@ def _value(handle: Any, i: int) -> Any:
     return None
 
 
-def render(dialect: str, table: Any, message: Any, notify: bool = True) -> Rendered:
+def render(dialect: str, table: Any, message: Any, notify: bool = True,
+           payload_text: bool = False) -> Rendered:
     """The insert of ``message`` (an ``lq_message *``) into ``table`` for
-    ``dialect``, as ``lq_publish_sql`` renders it."""
+    ``dialect``, as ``lq_publish_sql`` renders it; with ``payload_text``, the
+    payload as str (its UTF-8 decoded), for a text column
+    (``payload_is_text``)."""
     out = ffi.new("lq_rendered_sql **")
     flags = 0 if notify else lib.LQ_PUBLISH_SQL_NO_NOTIFY
     check(lib.lq_publish_sql(out, dialect.encode(), table._ptr, message, flags),
@@ -65,12 +69,56 @@ def render(dialect: str, table: Any, message: Any, notify: bool = True) -> Rende
     handle = ffi.gc(out[0], lib.lq_rendered_sql_free)
     try:
         count = lib.lq_rendered_sql_param_count(handle)
-        return Rendered(ffi.string(lib.lq_rendered_sql_text(handle)),
-                        [_value(handle, i) for i in range(count)],
+        values = [_value(handle, i) for i in range(count)]
+        if payload_text:  # the payload is the one bytes value
+            values = [_as_text(table, v) if isinstance(v, bytes) else v for v in values]
+        return Rendered(ffi.string(lib.lq_rendered_sql_text(handle)), values,
                         [int(lib.lq_rendered_sql_param_offset(handle, i)) for i in range(count)],
                         bool(lib.lq_rendered_sql_returns_id(handle)))
     finally:
         ffi.release(handle)
+
+
+def _as_text(table: Any, payload: bytes) -> str:
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise make_error(lib.LQ_MISUSE, "publish_on: %s's payload column %r keeps text, and this "
+                         "payload is not UTF-8 (%s); a BYTEA column keeps any bytes"
+                         % (table.name, table.columns["payload"], e.reason)) from None
+
+
+def _quoted(name: str) -> str:
+    return '"%s"' % name.replace('"', '""')
+
+
+def payload_is_text(connection: Any, paramstyle: str, table: Any) -> bool:
+    """PostgreSQL: whether ``table``'s payload column keeps text rather than
+    bytes, read from the catalog on the caller's connection. A driver sends
+    a bytes value as BYTEA, which the server writes into a text column as
+    its hex form (``\\x616263`` for ``abc``): such a column gets the payload
+    as str instead, the text ``publish`` writes. False where the table or
+    the column is not there: the insert then says so."""
+    if "payload" not in table.columns:
+        return False
+    relation = (_quoted(table.schema) + "." if table.schema else "") + _quoted(table.name)
+    sql = ("SELECT COALESCE(NULLIF(t.typbasetype, 0), t.oid) <> 'bytea'::regtype "
+           "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+           "WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND NOT a.attisdropped"
+           % (_placeholder(paramstyle, 1), _placeholder(paramstyle, 2)))
+    values = (relation, table.columns["payload"])
+    params: Params = ({"p1": values[0], "p2": values[1]} if paramstyle in ("named", "pyformat")
+                      else values)
+    if hasattr(connection, "exec_driver_sql"):
+        row = connection.exec_driver_sql(sql, params).fetchone()
+    else:
+        cursor = connection.cursor()
+        try:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+    return bool(row and row[0])
 
 
 def _placeholder(style: str, number: int) -> str:

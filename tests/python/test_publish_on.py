@@ -270,6 +270,33 @@ def test_a_column_of_the_wrong_type_is_refused_on_the_native_path(db, broker) ->
     assert [r[0] for r in db.query("SELECT id FROM jobs")] == [good]
 
 
+@pytest.mark.dialect("postgresql")
+def test_a_text_payload_column_keeps_the_payloads_text(db, broker, caller) -> None:
+    """A payload column of text takes the payload's text on every path: a
+    driver's bytes value would go as BYTEA, which the server writes there as
+    its hex form (\\x616263 for abc). A payload that is not UTF-8 is
+    refused, and nothing is written."""
+    if caller._publish:
+        pytest.skip("publish_sql run by hand: the caller's driver sends what it is given")
+    db.execute("CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload TEXT, "
+               "attempt INTEGER NOT NULL DEFAULT 0, locked_until TIMESTAMPTZ)")
+    table = libqueue.Table("jobs", payload="payload", attempt="attempt", locked_until="locked_until")
+    ids = [caller.publish(broker, table, p) for p in (b"abc", "\u00e9t\u00e9".encode(), "text")]
+    with pytest.raises((libqueue.Misuse, libqueue.BackendError), match="UTF-?8"):
+        caller.publish(broker, table, b"\xff\xfe")
+    caller.rollback()
+    ids = [caller.publish(broker, table, p) for p in (b"abc", "\u00e9t\u00e9".encode(), "text")]
+    caller.commit()
+    assert db.query("SELECT payload FROM jobs ORDER BY id") == [("abc",), ("\u00e9t\u00e9",), ("text",)]
+    with broker.subscribe(table, poll_interval_ms=100) as sub:
+        got = []
+        for _ in ids:
+            d = sub.next(10)
+            got.append(d.payload)
+            d.ack()
+    assert sorted(got) == sorted([b"abc", "\u00e9t\u00e9".encode(), b"text"])
+
+
 def test_publish_sql_paramstyles(tmp_path) -> None:
     """Placeholders become the driver's, a % doubles where the driver reads
     one; nothing of a quoted name is taken for a placeholder."""
