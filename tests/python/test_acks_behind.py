@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
+import urllib.parse
 from typing import Any, Dict
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 import libqueue
 
 from helpers import POLL_MS, Recorder, far_future, make_table, run_then_stop, wait_until
+from statement_counter import StatementCounter
 
 
 @pytest.mark.forms("lease")
@@ -117,3 +120,81 @@ def test_advisory_acks_go_behind_where_keys_live_in_the_process(db, form, caplog
         blocker.close()
     assert len(runs.snapshot()) == 2
     assert not any("settling after the handler" in r.getMessage() for r in caplog.records)
+
+
+def _carried(text: str) -> bool:
+    """The acks' statement a claim carries (sqlset.ack_set_whole)."""
+    return '"lq_acked"' in text and "CAST(CASE" in text
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("lease")
+def test_a_claim_alone_carries_the_acks_behind_its_handlers(db, form) -> None:
+    """On PostgreSQL a claim alone (no limit, FIFO group or holds) sends the
+    acks queued behind the handlers in its own round trip and commit: a
+    drain keeps one session busy, not a claimer's and an acker's. Every row
+    is acked once."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 400
+    seen = Recorder()
+    parts = urllib.parse.urlsplit(db.url)
+    relay = StatementCounter(parts.hostname, parts.port)
+    try:
+        with libqueue.Broker(relay.url(db.url)) as broker:
+            broker.publish_many(table, [b"%d" % i for i in range(rows)])
+            with broker.subscribe(table, workers=4, poll_interval_ms=POLL_MS) as sub:
+                sub.run(lambda d: seen.add(d.payload))
+                wait_until(lambda: sub.stat("acked") == rows, what="every row acked")
+    finally:
+        relay.close()
+    assert relay.error is None
+    assert sorted(seen.snapshot()) == sorted(b"%d" % i for i in range(rows))
+    assert db.count("jobs") == 0
+    carried = relay.counted(_carried)
+    assert carried > 0, "no claim carried an ack"
+
+
+@pytest.mark.dialect("postgresql")
+@pytest.mark.forms("lease")
+def test_acks_a_failed_claim_carried_go_on_their_own(db, form) -> None:
+    """The claims start to fail (a trigger refuses every lease) while the
+    handlers of rows already claimed run: the acks the failing claims carry
+    roll back with them, then run on their own. Every row is acked, none
+    comes back."""
+    table = make_table(form)
+    db.create_table(table)
+    rows = 8
+    release = threading.Event()
+    started = Recorder()
+    parts = urllib.parse.urlsplit(db.url)
+    relay = StatementCounter(parts.hostname, parts.port)
+    try:
+        with libqueue.Broker(relay.url(db.url)) as broker:
+            broker.publish_many(table, [b"%d" % i for i in range(rows)])
+            # No poll: the claims after the first are those the runs' ends wake.
+            with broker.subscribe(table, workers=rows, poll_interval_ms=60000) as sub:
+                def handle(d: libqueue.Delivery) -> None:
+                    started.add(d.id)
+                    release.wait(30)
+
+                sub.run(handle)
+                wait_until(lambda: len(started.snapshot()) == rows, what="every row started")
+                db.execute("CREATE FUNCTION no_lease() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                           "BEGIN IF NEW.locked_until IS NOT NULL AND OLD.locked_until IS NULL "
+                           "THEN RAISE EXCEPTION 'no lease here'; END IF; RETURN NEW; END $$")
+                db.execute("CREATE TRIGGER no_lease BEFORE UPDATE ON jobs FOR EACH ROW "
+                           "EXECUTE FUNCTION no_lease()")
+                # Rows the failing claims meet, written past the broker (whose
+                # publish would wake a claim at once).
+                db.execute("INSERT INTO jobs (payload) VALUES ('later'), ('later'), ('later'), ('later')")
+                release.set()
+                wait_until(lambda: sub.stat("acked") == rows, what="every started row acked")
+                carried = relay.counted(_carried)
+    finally:
+        release.set()
+        relay.close()
+    assert relay.error is None
+    assert carried > 0, "no claim carried an ack"
+    assert db.count("jobs") == 4  # the rows published after, never leased
+    assert db.count("jobs", "locked_until IS NOT NULL") == 0

@@ -1282,6 +1282,16 @@ static int pg_exec_commit(bool *committed, lq__conn *c, const lq__step *steps, i
     return run_pieces(c, pieces, count + 1);
 }
 
+/* One sync at the end: the steps run in the implicit transaction it ends,
+ * which commits them all at once or, after a failure, none. */
+static int pg_exec_together(bool *committed, lq__conn *c, const lq__step *steps, int count) {
+    pg_piece pieces[PG_PIPE_STEPS];
+    int rc = add_steps(pieces, 0, steps, count);
+    if (rc == LQ_OK) rc = run_pieces(c, pieces, count);
+    *committed = rc == LQ_OK;
+    return rc;
+}
+
 static int on_unlocked(void *arg, const lq__value *cols, int count) {
     bool *confirmed = arg;
     *confirmed = count == 3;
@@ -1476,6 +1486,7 @@ const lq__dialect lq__postgres_dialect = {
 #ifdef LIBPQ_HAS_PIPELINING
     .begin_locked = pg_begin_locked,
     .exec_commit = pg_exec_commit,
+    .exec_together = pg_exec_together,
     .exec_unlock = pg_exec_unlock,
 #endif
     .take_slots = pg_take_slots,

@@ -170,6 +170,10 @@ struct lq_subscription {
     bool key_space_held; /* the advisory form's, where keys live in the process: the file's
                             key space is this process's while it is open (hold_key_space) */
     bool carries_acks;      /* its claims carry the acks behind its handlers (lq__acks_carry) */
+    /* Its claims run alone and carry those acks (forms/lease.c, exec_alone),
+     * and come: the acker leaves the acks to them. False while the queue is
+     * paused or the subscription stops, when no claim comes soon. */
+    atomic_bool alone_carries;
     atomic_llong room_seen; /* the room its last count found under concurrency: where that
                                is ample, its claims leave the acks to the acker
                                (forms/lease.c) */

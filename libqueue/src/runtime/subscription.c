@@ -388,8 +388,12 @@ static void plan_leases_counted(lq_subscription *s) {
 }
 
 static int plan_limits(lq_subscription *s) {
+    const lq__dialect *d = s->broker->dialect;
+    /* With none, a claim alone may carry the acks (forms/lease.c). */
     if (!s->concurrency && !s->rate_limit && !s->partition_concurrency && !s->key_rate_limit)
-        return LQ_OK;
+        return lq__lease_claims_alone(s) && d->exec_together && lq__acker_wanted(s)
+                   ? lq__sqlset_build_acks_whole(&s->sql, d, s->table)
+                   : LQ_OK;
     if (!(s->limit_key = queue_name(s, "concurrency:"))) return lq__error(LQ_NOMEM, "out of memory");
     if ((s->rate_limit || s->key_rate_limit) && !(s->starts_key = queue_name(s, "")))
         return lq__error(LQ_NOMEM, "out of memory");
@@ -617,6 +621,14 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
                       s->sql.ack_set.sql && lq__acker_wanted(s) &&
                       (dialect->begin_locked || dialect->single_writer);
     if (s->carries_acks) s->acker.carried = &s->at_limit;
+    /* A claim alone carries them too where the database runs the two in
+     * one round trip and one commit. */
+    bool alone = rc == LQ_OK && lq__lease_claims_alone(s) && dialect->exec_together &&
+                 s->sql.ack_set_whole.sql && lq__acker_wanted(s);
+    if (alone) {
+        s->carries_acks = true;
+        s->acker.carried = &s->alone_carries;
+    }
     s->coalescer.ack = &s->sql.ack;
     s->coalescer.ack_set = &s->sql.ack_set;
     s->coalescer.tokens = s->form == LQ_FORM_LEASE;
@@ -976,6 +988,7 @@ static void forgo_claim(lq_subscription *s, int limit, int extra) {
     s->held += kept; /* counted in held again until drop_chained forgets it */
     s->woken = false;
     atomic_store(&s->at_limit, false); /* no claim comes soon: the acker waits for none */
+    atomic_store(&s->alone_carries, false);
     s->rest_until = lq__mono_ms() + s->poll_ms;
     bool room_freed = account_room(s);
     if (!kept && !room_freed) return;
@@ -1375,7 +1388,8 @@ void lq__subscription_let_go_early(lq_subscription *s, lq_delivery *d) {
 void lq__subscription_acks_queued(lq_subscription *s) {
     if (!s->carries_acks) return;
     atomic_fetch_add(&s->room_events, 1); /* before the marks are read: rest_at_limit */
-    if (!atomic_load(&s->at_limit) && !atomic_load(&s->limit_rests)) return;
+    if (!atomic_load(&s->at_limit) && !atomic_load(&s->limit_rests) && !atomic_load(&s->alone_carries))
+        return;
     pthread_mutex_lock(&s->mu);
     s->woken = true;
     wake_a_claimer(s);
@@ -1869,6 +1883,7 @@ static void stop_threads(lq_subscription *s) {
 
     for (int i = 0; started && i < s->claimer_count; i++) pthread_join(s->claimers[i], NULL);
     atomic_store(&s->at_limit, false); /* no claim carries the acks of the runs still ending */
+    atomic_store(&s->alone_carries, false);
     for (int i = 0; i < s->thread_count; i++) pthread_join(s->threads[i], NULL);
     lq__acker_stop(&s->acker); /* after the workers: it runs every ack they left */
 

@@ -282,6 +282,12 @@ typedef struct lq__dialect {
     int (*begin_locked)(lq__conn *conn, const char *key, int64_t wait_ms, const lq__step *steps,
                         int count, bool *committed);
     int (*exec_commit)(bool *committed, lq__conn *conn, const lq__step *steps, int count);
+    /* A claim alone with the acks it carries: the steps (at most 4) in one
+     * round trip and one implicit transaction, with no BEGIN or COMMIT of
+     * their own. The first failure is the result, the steps after it do
+     * nothing, and none of them commits; *committed says that all did.
+     * NULL where the database does not pipeline. */
+    int (*exec_together)(bool *committed, lq__conn *conn, const lq__step *steps, int count);
     /* Gives it back after the transaction ended (false: not confirmed, and
      * the connection must not be reused); NULL where it ends with it. */
     bool (*unlock_queue)(lq__conn *conn, const char *key);

@@ -1265,12 +1265,18 @@ int lq__sqlset_build_limits(lq__sqlset *set, const lq__dialect *d, const lq_tabl
         rc = build_count_leased(&set->key_in_work, d, t, LQ_ROLE_PARTITION_KEY, LQ__P_PKEY);
     if (rc == LQ_OK && concurrency && d->build_claim_in_room && lq_table_form(t) == LQ_FORM_LEASE)
         rc = d->build_claim_in_room(&set->claim_in_room, t);
+    if (rc == LQ_OK && set->claim_in_room.sql) rc = lq__sqlset_build_acks_whole(set, d, t);
+    return rc;
+}
+
+int lq__sqlset_build_acks_whole(lq__sqlset *set, const lq__dialect *d, const lq_table *t) {
     lq__sql b;
-    if (rc == LQ_OK && set->claim_in_room.sql && set->ack_set.sql) {
+    int rc = LQ_OK;
+    if (set->ack_set.sql) {
         lq__sql_start(&b, &set->ack_set_whole, d, t);
         rc = build_ack_set_whole(&b, false);
     }
-    if (rc == LQ_OK && set->claim_in_room.sql && set->ack_set_held.sql) {
+    if (rc == LQ_OK && set->ack_set_held.sql) {
         lq__sql_start(&b, &set->ack_set_held_whole, d, t);
         rc = build_ack_set_whole(&b, true);
     }

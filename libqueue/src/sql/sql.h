@@ -145,8 +145,8 @@ typedef struct lq__sqlset {
                              * less the queue's rows leased now), that room one more column
                              * of its rows (one row of it alone where it claims none), or
                              * NULL sql */
-    lq__stmt ack_set_whole;      /* where there is claim_in_room: ack_set (and ack_set_held,  */
-    lq__stmt ack_set_held_whole; /* below) that fails unless it acked all LQ__P_ACKS rows */
+    lq__stmt ack_set_whole;      /* where claims carry acks: ack_set (and ack_set_held, below) */
+    lq__stmt ack_set_held_whole; /* that fails unless it acked all LQ__P_ACKS rows */
 } lq__sqlset;
 
 /* A statement under construction. */
@@ -376,6 +376,9 @@ LQ__HIDDEN int lq__sql_build_dedup_lookup(lq__stmt *out, const struct lq__dialec
  * concurrency, the starts for a rate limit. */
 LQ__HIDDEN int lq__sqlset_build_limits(lq__sqlset *set, const struct lq__dialect *d,
                                        const lq_table *t, bool concurrency, bool rate);
+/* ack_set_whole and ack_set_held_whole, for claims that carry acks. */
+LQ__HIDDEN int lq__sqlset_build_acks_whole(lq__sqlset *set, const struct lq__dialect *d,
+                                           const lq_table *t);
 /* The table rate limits keep their starts in, beside the queue's table. */
 #define LQ__STARTS_TABLE "lq_starts"
 #define LQ__KEY_STARTS_TABLE "lq_key_starts"

@@ -489,16 +489,38 @@ static int sweep(lq_subscription *s, lq__conn *conn) {
     return LQ_OK;
 }
 
+/* A claim alone in its statement (`stmt`: sqlset.claim, or claim_swept),
+ * with the acks `acks` carries (may be NULL) before it in the same round
+ * trip and the same commit, on one session: a process that drains keeps
+ * one session busy rather than a claimer's and an acker's. *acked says the
+ * acks committed. The acks' statement fails unless it acked every row it
+ * names, and the claim with it: then a lease was lost, the acks go on
+ * their own after the claim (to tell which), and the claim runs again,
+ * alone. */
+static int exec_alone(bool *acked, lq_subscription *s, lq__conn *conn, const lq__stmt *stmt,
+                      lq__value *args, lq__row_fn on_row, void *ctx, lq__carried *acks) {
+    const lq__dialect *d = s->broker->dialect;
+    lq__step steps[2] = {{0}, {.stmt = stmt, .args = args, .on_row = on_row, .ctx = ctx}};
+    *acked = false;
+    if (acks && lq__acks_carry(acks, s, &steps[0], true) != LQ_OK) lq__error_clear(); /* acked after */
+    if (!steps[0].stmt) return d->exec(NULL, conn, stmt, args, on_row, ctx);
+    int rc = d->exec_together(acked, conn, steps, 2);
+    if (*acked) acks->changes = (int64_t)acks->n;
+    if (rc == LQ_OK || !acks_not_whole()) return rc;
+    lq__error_clear();
+    return d->exec(NULL, conn, stmt, args, on_row, ctx);
+}
+
 /* A claim alone that carries a due sweep (sqlset.claim_swept). The rows it
  * sweeps are the next claim's, which follows at once rather than at the
  * next poll. So does a claim alone where the sweep failed the statement (a
  * sweep past statement_timeout must not hold the claims up), the sweep's
  * failure logged as that of a sweep on its own is. */
-static int claim_sweeping(bool *broken, lq_subscription *s, lq__conn *conn, lq__value *args, int limit,
-                          claim_ctx *ctx) {
+static int claim_sweeping(bool *broken, bool *acked, lq_subscription *s, lq__conn *conn, lq__value *args,
+                          int limit, claim_ctx *ctx, lq__carried *acks) {
     const lq__dialect *d = s->broker->dialect;
     counted_ctx count = {.claim = ctx};
-    int rc = d->exec(NULL, conn, &s->sql.claim_swept, args, on_counted_row, &count);
+    int rc = exec_alone(acked, s, conn, &s->sql.claim_swept, args, on_counted_row, &count, acks);
     if (rc == LQ_OK) swept(s, count.count);
     bool sweep_failed = rc != LQ_OK && rc != LQ_CONNECT && ctx->out->count == 0;
     bool freed_left = rc == LQ_OK && count.count > 0 && ctx->out->count < limit;
@@ -517,6 +539,19 @@ static int claim_sweeping(bool *broken, lq_subscription *s, lq__conn *conn, lq__
     return LQ_OK;
 }
 
+/* Nothing was leased, or whether it was is not known: the rows are not
+ * handed out (a lease that was written runs out, and its row comes back). */
+static void drop_claimed(lq__claimed *out) {
+    lq_delivery *dv = out->head;
+    while (dv) {
+        lq_delivery *next = dv->queue_next;
+        dv->settled = true;
+        lq__delivery_unref(dv);
+        dv = next;
+    }
+    memset(out, 0, sizeof *out);
+}
+
 /* A claim; `acks`: the acks it carries (NULL: none). */
 static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *acks) {
     const lq__dialect *d = s->broker->dialect;
@@ -524,6 +559,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     /* A claim alone in its statement carries a sweep that is due; the
      * others send it before. */
     bool alone = lq__lease_claims_alone(s);
+    if (alone && acks) atomic_store(&s->alone_carries, true); /* claims come again */
     lq__conn *conn;
     int rc = lq__pool_acquire(&conn, &s->broker->pool);
     bool sweeps = rc == LQ_OK && sweep_due(s);
@@ -547,10 +583,11 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
     bind_claim(args, s, now, ctx.token, limit);
     int64_t covered = 0; /* holds: the time the claim's transaction wrote */
     bool acks_committed = false;
-    if (alone && sweeps) {
-        rc = claim_sweeping(&broken, s, conn, args, limit, &ctx);
-    } else if (alone) {
-        rc = d->exec(NULL, conn, &s->sql.claim, args, on_claimed_row, &ctx);
+    if (alone) {
+        rc = sweeps ? claim_sweeping(&broken, &acks_committed, s, conn, args, limit, &ctx, acks)
+                    : exec_alone(&acks_committed, s, conn, &s->sql.claim, args, on_claimed_row, &ctx, acks);
+        /* Rows read before the round trip failed (its commit unknown). */
+        if (rc != LQ_OK) drop_claimed(out);
     } else {
         /* A transaction: for a queue-wide limit, for the FIFO guard, or for
          * the stamps after a locking read. */
@@ -589,16 +626,7 @@ static int claim(lq__claimed *out, lq_subscription *s, int limit, lq__carried *a
          * sent): the rows read are the claim's, as after an autocommit claim. */
         if (rc != LQ_OK && !committed) {
             d->rollback(conn);
-            /* Nothing was leased: the rows are free as they were, and none
-             * of them is handed out. */
-            lq_delivery *dv = out->head;
-            while (dv) {
-                lq_delivery *next = dv->queue_next;
-                dv->settled = true;
-                lq__delivery_unref(dv);
-                dv = next;
-            }
-            memset(out, 0, sizeof *out);
+            drop_claimed(out);
         }
         /* A lock not given back would keep every other claim out: its
          * session ends instead. */
