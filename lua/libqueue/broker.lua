@@ -10,8 +10,8 @@ local table_ptr = require("libqueue.table").table_ptr
 local new_subscription = require("libqueue.subscription").new
 
 local core = C.core
-local raise, argerror, check_type, misuse, closed, own =
-      C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own
+local raise, argerror, check_type, misuse, closed, own, check_fields =
+      C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own, C.check_fields
 local drain_log, done = log.drain_log, log.done
 
 local type, pairs, ipairs, setmetatable, tostring, assert =
@@ -81,6 +81,8 @@ function Broker:create_table(tbl, opts)
     for k in pairs(opts) do
       if k ~= "verify_only" then return misuse(format("create_table: unknown option '%s'", tostring(k))) end
     end
+    local fits, m, c = check_fields(opts, { verify_only = "boolean" }, "create_table: option")
+    if not fits then return nil, m, c end
     if opts.verify_only then flags = core.LQ_CREATE_VERIFY_ONLY end
   end
   local ptr = self._ptr
@@ -91,26 +93,12 @@ end
 ---------------------------------------------------------------------------
 -- Publishing
 
-local MESSAGE_FIELDS = { payload = true, id = true, group = true, partition_key = true,
-                         priority = true, delay_ms = true, headers = true, dedup_key = true,
-                         on_duplicate = true, expires_in_ms = true }
+-- Each message field and the Lua type it takes (C.check_fields).
+local MESSAGE_FIELDS = { payload = "string", id = "integer", group = "string",
+                         partition_key = "string", priority = "integer", delay_ms = "integer",
+                         headers = "table", dedup_key = "string", on_duplicate = "string",
+                         expires_in_ms = "integer" }
 local ON_DUPLICATE = { refuse = 0, existing = 1 }
-
-local function integer_field(value, name)
-  local n = type(value) == "number" and tointeger(value)
-  if not n then
-    raise(format("message field '%s' must be an integer, got %s", name,
-                 math_type(value) or type(value)))
-  end
-  return n
-end
-
-local function string_field(value, name)
-  if type(value) ~= "string" then
-    raise(format("message field '%s' must be a string, got %s", name, type(value)))
-  end
-  return value
-end
 
 --- An Owned lq_message with `fields` set, or nil, message, code.
 local function build_message(tbl, fields)
@@ -119,6 +107,8 @@ local function build_message(tbl, fields)
       return misuse(format("unknown message field '%s'", tostring(key)))
     end
   end
+  local fits, m0, c0 = check_fields(fields, MESSAGE_FIELDS, "message field")
+  if not fits then return nil, m0, c0 end
   local ptr, msg, code = core.lq_message_new()
   if not ptr then return nil, msg, code end
   local message = own(ptr, core.lq_message_free)
@@ -133,7 +123,6 @@ local function build_message(tbl, fields)
   local ok, m, c, s, n = true, nil, nil, nil, nil
   local payload = fields.payload
   if payload ~= nil then
-    string_field(payload, "payload")
     -- An empty payload is written only to a table with a payload column, so
     -- a table without one takes publish(tbl) or publish(tbl, "").
     if #payload > 0 or tbl.columns.payload then
@@ -141,27 +130,27 @@ local function build_message(tbl, fields)
     end
   end
   if ok and fields.id ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_id, integer_field(fields.id, "id"))
+    ok, m, c, s, n = set(core.lq_message_set_id, tointeger(fields.id))
   end
   if ok and fields.group ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_group, string_field(fields.group, "group"))
+    ok, m, c, s, n = set(core.lq_message_set_group, fields.group)
   end
   if ok and fields.partition_key ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_partition_key,
-                         string_field(fields.partition_key, "partition_key"))
+                         fields.partition_key)
   end
   if ok and fields.priority ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_priority, integer_field(fields.priority, "priority"))
+    ok, m, c, s, n = set(core.lq_message_set_priority, tointeger(fields.priority))
   end
   if ok and fields.delay_ms ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_delay_ms, integer_field(fields.delay_ms, "delay_ms"))
+    ok, m, c, s, n = set(core.lq_message_set_delay_ms, tointeger(fields.delay_ms))
   end
   if ok and fields.expires_in_ms ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_expires_in_ms,
-                         integer_field(fields.expires_in_ms, "expires_in_ms"))
+                         tointeger(fields.expires_in_ms))
   end
   if ok and fields.dedup_key ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_dedup_key, string_field(fields.dedup_key, "dedup_key"))
+    ok, m, c, s, n = set(core.lq_message_set_dedup_key, fields.dedup_key)
   end
   if ok and fields.on_duplicate ~= nil then
     local policy = ON_DUPLICATE[fields.on_duplicate]
@@ -173,10 +162,6 @@ local function build_message(tbl, fields)
     ok, m, c, s, n = set(core.lq_message_set_on_duplicate, policy)
   end
   if ok and fields.headers ~= nil then
-    if type(fields.headers) ~= "table" then
-      message:free()
-      raise(format("message field 'headers' must be a table, got %s", type(fields.headers)))
-    end
     for name, value in pairs(fields.headers) do
       if type(name) ~= "string" or type(value) ~= "string" then
         message:free()
@@ -268,6 +253,9 @@ local function publish_sql(dialect, tbl, payload, opts, fname, first)
     for k, v in pairs(opts) do fields[k] = v end
     if fields.payload ~= nil then return misuse("the payload is " .. fname .. "'s own argument") end
     -- Two distinct bits, each added once (Lua 5.1 has no "|").
+    local fits, m, c = check_fields(fields, { notify = "boolean", returning = "boolean" },
+                                    fname .. ": option")
+    if not fits then return nil, m, c end
     if fields.notify == false then flags = flags + core.LQ_PUBLISH_SQL_NO_NOTIFY end
     if fields.returning == false then flags = flags + core.LQ_PUBLISH_SQL_NO_RETURNING end
     fields.notify, fields.returning = nil, nil
@@ -377,13 +365,9 @@ function Broker:stats(tbl, opts)
     for k in pairs(opts) do
       if k ~= "group" and k ~= "cap" then return misuse(format("stats: unknown option '%s'", tostring(k))) end
     end
-    group, cap = opts.group, opts.cap or cap
-    if group ~= nil and type(group) ~= "string" then
-      raise(format("stats: option 'group' must be a string, got %s", type(group)))
-    end
-    if math_type(cap) ~= "integer" then
-      raise(format("stats: option 'cap' must be an integer, got %s", math_type(cap) or type(cap)))
-    end
+    local fits, m, c = check_fields(opts, { group = "string", cap = "integer" }, "stats: option")
+    if not fits then return nil, m, c end
+    group, cap = opts.group, tointeger(opts.cap or cap)
   end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
@@ -406,6 +390,8 @@ function Broker:stats(tbl, opts)
   return done(nil, stats)
 end
 
+local GROUP_OPTION = { group = "string" }
+
 -- A pause's call, with the group of its opts ({group = name} or nil).
 local function control(self, what, call, tbl, opts)
   local tptr = table_ptr(tbl, 1, what)
@@ -415,10 +401,9 @@ local function control(self, what, call, tbl, opts)
     for k in pairs(opts) do
       if k ~= "group" then return misuse(format("%s: unknown option '%s'", what, tostring(k))) end
     end
+    local fits, m, c = check_fields(opts, GROUP_OPTION, what .. ": option")
+    if not fits then return nil, m, c end
     group = opts.group
-    if group ~= nil and type(group) ~= "string" then
-      raise(format("%s: option 'group' must be a string, got %s", what, type(group)))
-    end
   end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
@@ -451,15 +436,16 @@ end
 ---------------------------------------------------------------------------
 -- Dead letters
 
+-- The opts of a dead-letter or prune call, whose fields `known` gives with
+-- their types: opts ({} for nil), or nil, message, code.
 local function dead_letter_options(opts, fname, known)
   if opts == nil then return {} end
   check_type(opts, "table", 3, fname)
   for k in pairs(opts) do
     if not known[k] then raise(format("%s: unknown option '%s'", fname, tostring(k))) end
   end
-  if opts.group ~= nil and type(opts.group) ~= "string" then
-    raise(format("%s: option 'group' must be a string, got %s", fname, type(opts.group)))
-  end
+  local fits, m, c = check_fields(opts, known, fname .. ": option")
+  if not fits then return nil, m, c end
   return opts
 end
 
@@ -468,11 +454,10 @@ end
 -- opts.group where the table has groups. Or nil, message, code.
 function Broker:dead_letters(tbl, opts)
   local tptr = table_ptr(tbl, 1, "dead_letters")
-  local o = dead_letter_options(opts, "dead_letters", { group = true, after = true, limit = true })
-  local after, limit = o.after or 0, o.limit or 20
-  if math_type(after) ~= "integer" or math_type(limit) ~= "integer" then
-    raise("dead_letters: options 'after' and 'limit' must be integers")
-  end
+  local o, m, c = dead_letter_options(opts, "dead_letters",
+                                      { group = "string", after = "integer", limit = "integer" })
+  if not o then return nil, m, c end
+  local after, limit = tointeger(o.after or 0), tointeger(o.limit or 20)
   local ptr = self._ptr
   if not ptr then return closed("broker") end
   return done(nil, core.lq_dead_letters_list(ptr, tptr, o.group, after, limit))
@@ -480,7 +465,8 @@ end
 
 local function move_dead_letters(self, tbl, ids, opts, fname, c_move)
   local tptr = table_ptr(tbl, 1, fname)
-  local o = dead_letter_options(opts, fname, { group = true })
+  local o, m, c = dead_letter_options(opts, fname, GROUP_OPTION)
+  if not o then return nil, m, c end
   if ids ~= nil then check_type(ids, "table", 2, fname) end
   if ids ~= nil and #ids == 0 then return 0 end
   local ptr = self._ptr
@@ -507,7 +493,8 @@ end
 local function prune(self, tbl, older_than_ms, opts, fname, c_prune)
   local tptr = table_ptr(tbl, 1, fname)
   if math_type(older_than_ms) ~= "integer" then argerror(2, fname, "integer", older_than_ms) end
-  local o = dead_letter_options(opts, fname, { group = true })
+  local o, m, c = dead_letter_options(opts, fname, GROUP_OPTION)
+  if not o then return nil, m, c end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
   return done(nil, c_prune(ptr, tptr, o.group, older_than_ms))

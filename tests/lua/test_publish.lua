@@ -147,7 +147,8 @@ H.case("wrong Lua types raise", function(db)
   db:create(tbl)
   local broker = H.open(db)
   H.raises("string expected", broker.publish, broker, tbl, 42)
-  H.raises("must be an integer", broker.publish, broker, tbl, "x", { priority = 1.5 })
+  H.eq(fails("LQ_MISUSE", broker:publish(tbl, "x", { priority = 1.5 })),
+       "message 1: message field 'priority' takes an integer, got float")
   H.raises("libqueue.table expected", broker.publish, broker, "jobs", "x")
   H.raises("names and values are strings", broker.publish, broker, tbl, "x", { headers = { a = 1 } })
   -- A list with a hole: ipairs would stop at it and drop the rest.

@@ -30,7 +30,7 @@ H.case("each state of a queue is counted", { forms = H.FORMS }, function(db, for
   fails("LQ_MISUSE", broker:stats(tbl, { group = "g" }))
   fails("LQ_MISUSE", broker:stats(tbl, { cap = 0 }))
   fails("LQ_MISUSE", broker:stats(tbl, { colour = 1 }))
-  H.raises("must be an integer", function() broker:stats(tbl, { cap = 1.5 }) end)
+  H.eq(fails("LQ_MISUSE", broker:stats(tbl, { cap = 1.5 })), "stats: option 'cap' takes an integer, got float")
   broker:close()
   fails("LQ_CLOSED", broker:stats(tbl))
 end)
