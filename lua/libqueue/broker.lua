@@ -536,12 +536,13 @@ function Broker:schedule(tbl, name, opts)
   for k, v in pairs(opts) do
     if SCHEDULE_OPTIONS[k] then timing[k] = v else fields[k] = v end
   end
+  -- Its errors name the schedule, as the core's do.
   local ok, options, code = build_options(timing, "schedule")
-  if not ok then return nil, options, code end
+  if not ok then return nil, format("schedule %s: %s", name, options), code end
   local message, m, c, s, n = build_message(tbl, fields)
   if not message then
     if options then options:free() end
-    return nil, m, c, s, n
+    return nil, format("schedule %s: %s", name, m), c, s, n
   end
   local ptr = self._ptr
   local r1, r2, r3, r4, r5

@@ -65,7 +65,7 @@ H.case("loose option values are refused, naming the option and its type", functi
   refused("option 'workers' takes an integer, got boolean", broker:subscribe(tbl, { workers = true }))
   -- A flag takes a boolean as well as 0 or 1.
   ok(broker:subscribe(tbl, { transactional = false })):close()
-  refused("option 'every_ms' takes an integer, got string",
+  refused("schedule beat: option 'every_ms' takes an integer, got string",
           broker:schedule(tbl, "beat", { every_ms = "100" }))
   refused("create_table: option 'verify_only' takes a boolean, got string",
           broker:create_table(tbl, { verify_only = "yes" }))
