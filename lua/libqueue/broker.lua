@@ -467,7 +467,20 @@ local function move_dead_letters(self, tbl, ids, opts, fname, c_move)
   local tptr = table_ptr(tbl, 1, fname)
   local o, m, c = dead_letter_options(opts, fname, GROUP_OPTION)
   if not o then return nil, m, c end
-  if ids ~= nil then check_type(ids, "table", 2, fname) end
+  if ids ~= nil then
+    check_type(ids, "table", 2, fname)
+    -- Checked here, so that a bad id is the module's argument error, raised
+    -- at the caller's line, and not the C wrapper's.
+    local list = {}
+    for i = 1, #ids do
+      list[i] = type(ids[i]) == "number" and tointeger(ids[i]) or nil
+      if not list[i] then
+        raise(format("bad argument #2 to '%s' (a list of integer ids expected, ids[%d] is %s)",
+                     fname, i, math_type(ids[i]) or type(ids[i])))
+      end
+    end
+    ids = list
+  end
   if ids ~= nil and #ids == 0 then return 0 end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
