@@ -187,7 +187,8 @@ local function publish(self, tbl, batch, fname)
     local message, m, c, s, n = build_message(tbl, fields)
     if not message then
       free_all()
-      return nil, format("message %d: %s", i, m), c, s, n
+      -- Counted from 0, as the core's errors of the same publish count them.
+      return nil, format("message %d: %s", i - 1, m), c, s, n
     end
     messages[i] = message
     pointers[i] = message.ptr
@@ -316,14 +317,14 @@ function Broker:publish_many(tbl, list)
   for i = 1, count do
     local message = list[i]
     if message == nil then
-      raise(format("bad argument #2 to 'publish_many' (message %d of %d is nil: a list "
-                   .. "without holes expected)", i, count))
+      raise(format("bad argument #2 to 'publish_many' (a list without holes expected, "
+                   .. "list[%d] of %d is nil)", i, count))
     elseif type(message) == "string" then
       batch[i] = { payload = message }
     elseif type(message) == "table" then
       batch[i] = message
     else
-      raise(format("bad message %d to 'publish_many' (string or table expected, got %s)",
+      raise(format("bad argument #2 to 'publish_many' (list[%d]: string or table expected, got %s)",
                    i, type(message)))
     end
   end

@@ -70,7 +70,7 @@ H.case("loose option values are refused, naming the option and its type", functi
   refused("create_table: option 'verify_only' takes a boolean, got string",
           broker:create_table(tbl, { verify_only = "yes" }))
   refused("dead_letters: option 'limit' takes an integer, got string", broker:dead_letters(tbl, { limit = "5" }))
-  refused("message 1: message field 'group' takes a string, got integer", broker:publish(tbl, "x", { group = 1 }))
+  refused("message 0: message field 'group' takes a string, got integer", broker:publish(tbl, "x", { group = 1 }))
   refused("publish_sql: option 'notify' takes a boolean, got integer",
           broker:publish_sql(tbl, "x", { notify = 0 }))
   eq(db:count("jobs"), 0, "rows")
