@@ -1406,6 +1406,14 @@ static void pg_columns_query(lq__sql *b) {
     lq__sql_add(b, " ORDER BY a.attnum");
 }
 
+/* Materialized views too: neither takes a queue's updates. */
+static void pg_view_query(lq__sql *b) {
+    lq__sql_add(b, "SELECT 1 FROM pg_catalog.pg_class c "
+                   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                   "WHERE c.relkind IN ('v', 'm') AND");
+    pg_named_table(b);
+}
+
 static void pg_index_query(lq__sql *b, const char *index) {
     lq__sql_add(b, "SELECT 1 FROM pg_catalog.pg_index x "
                    "JOIN pg_catalog.pg_class c ON c.oid = x.indrelid "
@@ -1506,6 +1514,7 @@ const lq__dialect lq__postgres_dialect = {
     .ddl = &pg_ddl,
     .schema_query = pg_schema_query,
     .columns_query = pg_columns_query,
+    .view_query = pg_view_query,
     .index_query = pg_index_query,
     .type_kinds = pg_type_kinds,
     .byte_length = pg_byte_length,
