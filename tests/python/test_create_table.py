@@ -180,6 +180,17 @@ def test_a_view_is_refused_by_name(db, broker, qualified: bool) -> None:
     assert not table_exists(db, "queue")  # nothing made, on MySQL too
 
 
+def test_a_template_column_the_table_lacks_is_added_and_left_empty(db, broker) -> None:
+    """What the README warns of: create_table adds the column of an advisory
+    key template, nullable, and no publish fills it, so every row renders one
+    key."""
+    table = libqueue.Table("jobs", payload="payload", advisory_lock="acct-{account}")
+    broker.create_table(table)
+    assert "account" in columns_of(db, "jobs")
+    broker.publish_many(table, [b"a", b"b", b"c"])
+    assert db.count("jobs", "account IS NULL") == 3
+
+
 def test_a_dead_letter_table_that_is_the_table_itself_is_refused(db, broker) -> None:
     """Dead letters into the queue itself would be counted as both, and a
     purge of them would delete queued rows."""
