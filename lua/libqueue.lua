@@ -15,7 +15,8 @@
 -- with code_name the C status name ("LQ_LEASE_LOST", "LQ_SCHEMA", ...), like
 -- luasocket and luv. Arguments of the wrong Lua type (a number for a table
 -- name, a table for a payload) are programming errors and raise with error(),
--- as the standard library does. Two places cannot return nil, message: the
+-- as the standard library does; a field of an option table of the wrong type
+-- (fifo = "yes") fails with LQ_MISUSE, naming the field and its type. Two places cannot return nil, message: the
 -- `deliveries` iterator raises on failures other than a timeout or a stopped
 -- subscription, and reading a field of a released delivery raises.
 --

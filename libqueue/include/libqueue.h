@@ -338,7 +338,10 @@ LQ_API int lq_table_set_fifo(lq_table *table, int fifo);
 /* Selects the advisory lock form, with a key template of literal text and
  * {column} parts, e.g. "accounts-{account}". "{{" and "}}" are literal braces.
  * A malformed template fails here with LQ_MISUSE; an unknown column fails when
- * a subscription opens, with LQ_SCHEMA. */
+ * a subscription opens, with LQ_SCHEMA. But lq_table_create adds a template's
+ * column the table lacks (nullable text) and no publish fills it: a NULL
+ * renders as "", so every row shares one key and they run one at a time.
+ * Name columns the rows carry (the id, partition_key, or one you write). */
 LQ_API int lq_table_set_advisory_lock(lq_table *table, const char *key_template);
 /* The isolation level of claim and handler transactions. */
 LQ_API int lq_table_set_isolation(lq_table *table, int isolation);

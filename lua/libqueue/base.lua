@@ -145,6 +145,56 @@ function C.misuse(message)
   return nil, message, "LQ_MISUSE"
 end
 
+---------------------------------------------------------------------------
+-- Option values: every option table of the module (a table description's
+-- fields, open's, subscribe's and schedule's options, a method's opts, a
+-- message's fields) is type-checked here, so a loose value (fifo = "yes",
+-- pool_size = true) is refused rather than read as something else.
+
+local KINDS = {
+  string = function(value) return type(value) == "string" end,
+  integer = function(value) return type(value) == "number" and C.tointeger(value) ~= nil end,
+  boolean = function(value) return type(value) == "boolean" end,
+  table = function(value) return type(value) == "table" end,
+}
+local ARTICLES = { integer = "an integer" }
+
+--- Whether `value` is of type `expected`: "string", "integer" (a float of
+-- integer value too, 5000.0), "boolean", "table", or several joined by "|"
+-- ("string|integer"); nil is not.
+local function fits(value, expected)
+  for kind in expected:gmatch("[^|]+") do
+    if KINDS[kind](value) then return true end
+  end
+  return false
+end
+
+--- Checks one option value: true, or nil, a message naming the option
+-- (`label`, such as "option 'fifo'") and the type it takes, and "LQ_MISUSE".
+local function check_value(value, expected, label)
+  if fits(value, expected) then return true end
+  local names = {}
+  for kind in expected:gmatch("[^|]+") do names[#names + 1] = ARTICLES[kind] or "a " .. kind end
+  return nil, format("%s takes %s, got %s", label, table.concat(names, " or "),
+                     math_type(value) or type(value)), "LQ_MISUSE"
+end
+C.check_value = check_value
+
+--- Checks the fields of option table `values` named in `types` (name ->
+-- type, as check_value takes it): `what` names them in the message ("table
+-- field", "option"). Nil fields and names not in `types` are left to the
+-- caller. Returns true, or nil, message, "LQ_MISUSE".
+function C.check_fields(values, types, what)
+  for name, value in pairs(values) do
+    local expected = types[name]
+    if expected ~= nil then
+      local ok, message, code = check_value(value, expected, format("%s '%s'", what, tostring(name)))
+      if not ok then return nil, message, code end
+    end
+  end
+  return true
+end
+
 function C.closed(what)
   return nil, what .. " is closed", "LQ_CLOSED"
 end

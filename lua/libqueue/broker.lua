@@ -10,8 +10,8 @@ local table_ptr = require("libqueue.table").table_ptr
 local new_subscription = require("libqueue.subscription").new
 
 local core = C.core
-local raise, argerror, check_type, misuse, closed, own =
-      C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own
+local raise, argerror, check_type, misuse, closed, own, check_fields =
+      C.raise, C.argerror, C.check_type, C.misuse, C.closed, C.own, C.check_fields
 local drain_log, done = log.drain_log, log.done
 
 local type, pairs, ipairs, setmetatable, tostring, assert =
@@ -81,6 +81,8 @@ function Broker:create_table(tbl, opts)
     for k in pairs(opts) do
       if k ~= "verify_only" then return misuse(format("create_table: unknown option '%s'", tostring(k))) end
     end
+    local fits, m, c = check_fields(opts, { verify_only = "boolean" }, "create_table: option")
+    if not fits then return nil, m, c end
     if opts.verify_only then flags = core.LQ_CREATE_VERIFY_ONLY end
   end
   local ptr = self._ptr
@@ -91,26 +93,12 @@ end
 ---------------------------------------------------------------------------
 -- Publishing
 
-local MESSAGE_FIELDS = { payload = true, id = true, group = true, partition_key = true,
-                         priority = true, delay_ms = true, headers = true, dedup_key = true,
-                         on_duplicate = true, expires_in_ms = true }
+-- Each message field and the Lua type it takes (C.check_fields).
+local MESSAGE_FIELDS = { payload = "string", id = "integer", group = "string",
+                         partition_key = "string", priority = "integer", delay_ms = "integer",
+                         headers = "table", dedup_key = "string", on_duplicate = "string",
+                         expires_in_ms = "integer" }
 local ON_DUPLICATE = { refuse = 0, existing = 1 }
-
-local function integer_field(value, name)
-  local n = type(value) == "number" and tointeger(value)
-  if not n then
-    raise(format("message field '%s' must be an integer, got %s", name,
-                 math_type(value) or type(value)))
-  end
-  return n
-end
-
-local function string_field(value, name)
-  if type(value) ~= "string" then
-    raise(format("message field '%s' must be a string, got %s", name, type(value)))
-  end
-  return value
-end
 
 --- An Owned lq_message with `fields` set, or nil, message, code.
 local function build_message(tbl, fields)
@@ -119,6 +107,8 @@ local function build_message(tbl, fields)
       return misuse(format("unknown message field '%s'", tostring(key)))
     end
   end
+  local fits, m0, c0 = check_fields(fields, MESSAGE_FIELDS, "message field")
+  if not fits then return nil, m0, c0 end
   local ptr, msg, code = core.lq_message_new()
   if not ptr then return nil, msg, code end
   local message = own(ptr, core.lq_message_free)
@@ -133,7 +123,6 @@ local function build_message(tbl, fields)
   local ok, m, c, s, n = true, nil, nil, nil, nil
   local payload = fields.payload
   if payload ~= nil then
-    string_field(payload, "payload")
     -- An empty payload is written only to a table with a payload column, so
     -- a table without one takes publish(tbl) or publish(tbl, "").
     if #payload > 0 or tbl.columns.payload then
@@ -141,27 +130,27 @@ local function build_message(tbl, fields)
     end
   end
   if ok and fields.id ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_id, integer_field(fields.id, "id"))
+    ok, m, c, s, n = set(core.lq_message_set_id, tointeger(fields.id))
   end
   if ok and fields.group ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_group, string_field(fields.group, "group"))
+    ok, m, c, s, n = set(core.lq_message_set_group, fields.group)
   end
   if ok and fields.partition_key ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_partition_key,
-                         string_field(fields.partition_key, "partition_key"))
+                         fields.partition_key)
   end
   if ok and fields.priority ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_priority, integer_field(fields.priority, "priority"))
+    ok, m, c, s, n = set(core.lq_message_set_priority, tointeger(fields.priority))
   end
   if ok and fields.delay_ms ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_delay_ms, integer_field(fields.delay_ms, "delay_ms"))
+    ok, m, c, s, n = set(core.lq_message_set_delay_ms, tointeger(fields.delay_ms))
   end
   if ok and fields.expires_in_ms ~= nil then
     ok, m, c, s, n = set(core.lq_message_set_expires_in_ms,
-                         integer_field(fields.expires_in_ms, "expires_in_ms"))
+                         tointeger(fields.expires_in_ms))
   end
   if ok and fields.dedup_key ~= nil then
-    ok, m, c, s, n = set(core.lq_message_set_dedup_key, string_field(fields.dedup_key, "dedup_key"))
+    ok, m, c, s, n = set(core.lq_message_set_dedup_key, fields.dedup_key)
   end
   if ok and fields.on_duplicate ~= nil then
     local policy = ON_DUPLICATE[fields.on_duplicate]
@@ -173,10 +162,6 @@ local function build_message(tbl, fields)
     ok, m, c, s, n = set(core.lq_message_set_on_duplicate, policy)
   end
   if ok and fields.headers ~= nil then
-    if type(fields.headers) ~= "table" then
-      message:free()
-      raise(format("message field 'headers' must be a table, got %s", type(fields.headers)))
-    end
     for name, value in pairs(fields.headers) do
       if type(name) ~= "string" or type(value) ~= "string" then
         message:free()
@@ -202,7 +187,8 @@ local function publish(self, tbl, batch, fname)
     local message, m, c, s, n = build_message(tbl, fields)
     if not message then
       free_all()
-      return nil, format("message %d: %s", i, m), c, s, n
+      -- Counted from 0, as the core's errors of the same publish count them.
+      return nil, format("message %d: %s", i - 1, m), c, s, n
     end
     messages[i] = message
     pointers[i] = message.ptr
@@ -268,6 +254,9 @@ local function publish_sql(dialect, tbl, payload, opts, fname, first)
     for k, v in pairs(opts) do fields[k] = v end
     if fields.payload ~= nil then return misuse("the payload is " .. fname .. "'s own argument") end
     -- Two distinct bits, each added once (Lua 5.1 has no "|").
+    local fits, m, c = check_fields(fields, { notify = "boolean", returning = "boolean" },
+                                    fname .. ": option")
+    if not fits then return nil, m, c end
     if fields.notify == false then flags = flags + core.LQ_PUBLISH_SQL_NO_NOTIFY end
     if fields.returning == false then flags = flags + core.LQ_PUBLISH_SQL_NO_RETURNING end
     fields.notify, fields.returning = nil, nil
@@ -328,14 +317,14 @@ function Broker:publish_many(tbl, list)
   for i = 1, count do
     local message = list[i]
     if message == nil then
-      raise(format("bad argument #2 to 'publish_many' (message %d of %d is nil: a list "
-                   .. "without holes expected)", i, count))
+      raise(format("bad argument #2 to 'publish_many' (a list without holes expected, "
+                   .. "list[%d] of %d is nil)", i, count))
     elseif type(message) == "string" then
       batch[i] = { payload = message }
     elseif type(message) == "table" then
       batch[i] = message
     else
-      raise(format("bad message %d to 'publish_many' (string or table expected, got %s)",
+      raise(format("bad argument #2 to 'publish_many' (list[%d]: string or table expected, got %s)",
                    i, type(message)))
     end
   end
@@ -377,13 +366,9 @@ function Broker:stats(tbl, opts)
     for k in pairs(opts) do
       if k ~= "group" and k ~= "cap" then return misuse(format("stats: unknown option '%s'", tostring(k))) end
     end
-    group, cap = opts.group, opts.cap or cap
-    if group ~= nil and type(group) ~= "string" then
-      raise(format("stats: option 'group' must be a string, got %s", type(group)))
-    end
-    if math_type(cap) ~= "integer" then
-      raise(format("stats: option 'cap' must be an integer, got %s", math_type(cap) or type(cap)))
-    end
+    local fits, m, c = check_fields(opts, { group = "string", cap = "integer" }, "stats: option")
+    if not fits then return nil, m, c end
+    group, cap = opts.group, tointeger(opts.cap or cap)
   end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
@@ -406,6 +391,8 @@ function Broker:stats(tbl, opts)
   return done(nil, stats)
 end
 
+local GROUP_OPTION = { group = "string" }
+
 -- A pause's call, with the group of its opts ({group = name} or nil).
 local function control(self, what, call, tbl, opts)
   local tptr = table_ptr(tbl, 1, what)
@@ -415,10 +402,9 @@ local function control(self, what, call, tbl, opts)
     for k in pairs(opts) do
       if k ~= "group" then return misuse(format("%s: unknown option '%s'", what, tostring(k))) end
     end
+    local fits, m, c = check_fields(opts, GROUP_OPTION, what .. ": option")
+    if not fits then return nil, m, c end
     group = opts.group
-    if group ~= nil and type(group) ~= "string" then
-      raise(format("%s: option 'group' must be a string, got %s", what, type(group)))
-    end
   end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
@@ -451,15 +437,16 @@ end
 ---------------------------------------------------------------------------
 -- Dead letters
 
+-- The opts of a dead-letter or prune call, whose fields `known` gives with
+-- their types: opts ({} for nil), or nil, message, code.
 local function dead_letter_options(opts, fname, known)
   if opts == nil then return {} end
   check_type(opts, "table", 3, fname)
   for k in pairs(opts) do
     if not known[k] then raise(format("%s: unknown option '%s'", fname, tostring(k))) end
   end
-  if opts.group ~= nil and type(opts.group) ~= "string" then
-    raise(format("%s: option 'group' must be a string, got %s", fname, type(opts.group)))
-  end
+  local fits, m, c = check_fields(opts, known, fname .. ": option")
+  if not fits then return nil, m, c end
   return opts
 end
 
@@ -468,11 +455,10 @@ end
 -- opts.group where the table has groups. Or nil, message, code.
 function Broker:dead_letters(tbl, opts)
   local tptr = table_ptr(tbl, 1, "dead_letters")
-  local o = dead_letter_options(opts, "dead_letters", { group = true, after = true, limit = true })
-  local after, limit = o.after or 0, o.limit or 20
-  if math_type(after) ~= "integer" or math_type(limit) ~= "integer" then
-    raise("dead_letters: options 'after' and 'limit' must be integers")
-  end
+  local o, m, c = dead_letter_options(opts, "dead_letters",
+                                      { group = "string", after = "integer", limit = "integer" })
+  if not o then return nil, m, c end
+  local after, limit = tointeger(o.after or 0), tointeger(o.limit or 20)
   local ptr = self._ptr
   if not ptr then return closed("broker") end
   return done(nil, core.lq_dead_letters_list(ptr, tptr, o.group, after, limit))
@@ -480,8 +466,22 @@ end
 
 local function move_dead_letters(self, tbl, ids, opts, fname, c_move)
   local tptr = table_ptr(tbl, 1, fname)
-  local o = dead_letter_options(opts, fname, { group = true })
-  if ids ~= nil then check_type(ids, "table", 2, fname) end
+  local o, m, c = dead_letter_options(opts, fname, GROUP_OPTION)
+  if not o then return nil, m, c end
+  if ids ~= nil then
+    check_type(ids, "table", 2, fname)
+    -- Checked here, so that a bad id is the module's argument error, raised
+    -- at the caller's line, and not the C wrapper's.
+    local list = {}
+    for i = 1, #ids do
+      list[i] = type(ids[i]) == "number" and tointeger(ids[i]) or nil
+      if not list[i] then
+        raise(format("bad argument #2 to '%s' (a list of integer ids expected, ids[%d] is %s)",
+                     fname, i, math_type(ids[i]) or type(ids[i])))
+      end
+    end
+    ids = list
+  end
   if ids ~= nil and #ids == 0 then return 0 end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
@@ -507,7 +507,8 @@ end
 local function prune(self, tbl, older_than_ms, opts, fname, c_prune)
   local tptr = table_ptr(tbl, 1, fname)
   if math_type(older_than_ms) ~= "integer" then argerror(2, fname, "integer", older_than_ms) end
-  local o = dead_letter_options(opts, fname, { group = true })
+  local o, m, c = dead_letter_options(opts, fname, GROUP_OPTION)
+  if not o then return nil, m, c end
   local ptr = self._ptr
   if not ptr then return closed("broker") end
   return done(nil, c_prune(ptr, tptr, o.group, older_than_ms))
@@ -549,12 +550,13 @@ function Broker:schedule(tbl, name, opts)
   for k, v in pairs(opts) do
     if SCHEDULE_OPTIONS[k] then timing[k] = v else fields[k] = v end
   end
+  -- Its errors name the schedule, as the core's do.
   local ok, options, code = build_options(timing, "schedule")
-  if not ok then return nil, options, code end
+  if not ok then return nil, format("schedule %s: %s", name, options), code end
   local message, m, c, s, n = build_message(tbl, fields)
   if not message then
     if options then options:free() end
-    return nil, m, c, s, n
+    return nil, format("schedule %s: %s", name, m), c, s, n
   end
   local ptr = self._ptr
   local r1, r2, r3, r4, r5

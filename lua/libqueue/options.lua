@@ -5,10 +5,10 @@ local C = require("libqueue.base")
 C.internal()
 
 local core = C.core
-local raise, check_type, own = C.raise, C.check_type, C.own
+local raise, check_type, own, check_value = C.raise, C.check_type, C.own, C.check_value
 
 local type, pairs, tostring, next = type, pairs, tostring, next
-local math_type, tointeger = C.math_type, C.tointeger
+local tointeger = C.tointeger
 local format = string.format
 
 local O = {}
@@ -19,6 +19,26 @@ local READERS = {
   [core.LQ_SCOPE_SUBSCRIPTION] = "subscribe",
   [core.LQ_SCOPE_SCHEDULE] = "schedule",
 }
+
+--- The Lua type of each integer option: a flag (one the core refuses 2 for:
+-- listen_notify, transactional, coalesce) takes a boolean too, any other an
+-- integer alone (pool_size = true is no pool size). Asked of the core once
+-- per option, on a set kept for the asking.
+local INT_TYPES, probe = {}, nil
+local function int_type(option)
+  local known = INT_TYPES[option]
+  if known then return known end
+  if not probe then
+    local ptr = core.lq_options_new()
+    if not ptr then return "integer" end
+    probe = own(ptr, core.lq_options_free)
+  end
+  local flag = core.lq_options_set_int(probe.ptr, option, 1)
+               and not core.lq_options_set_int(probe.ptr, option, 2)
+  known = flag and "integer|boolean" or "integer"
+  INT_TYPES[option] = known
+  return known
+end
 
 --- An lq_options set (Owned) from an option table, or nil for none, for the
 -- call `fname` ("open", "subscribe" or "schedule"). Names go through
@@ -47,23 +67,17 @@ function O.build_options(opts, fname)
       options:free()
       return nil, format("option %s belongs to %s, not to %s", name, reader, fname), "LQ_MISUSE"
     end
-    local ok, m, c
+    local expected = kind == core.LQ_OPTION_STRING and "string" or int_type(option)
+    local ok, m, c = check_value(value, expected, format("option '%s'", name))
+    if not ok then
+      options:free()
+      return nil, m, c
+    end
     if kind == core.LQ_OPTION_STRING then
-      if type(value) ~= "string" then
-        options:free()
-        raise(format("option '%s' takes a string, got %s", name, type(value)))
-      end
       ok, m, c = core.lq_options_set_str(options.ptr, option, value)
     else
-      local number = value
-      if type(value) == "boolean" then number = value and 1 or 0 end
-      number = type(number) == "number" and tointeger(number) or nil
-      if not number then
-        options:free()
-        raise(format("option '%s' takes an integer, got %s", name,
-                     math_type(value) or type(value)))
-      end
-      ok, m, c = core.lq_options_set_int(options.ptr, option, number)
+      if type(value) == "boolean" then value = value and 1 or 0 end
+      ok, m, c = core.lq_options_set_int(options.ptr, option, tointeger(value))
     end
     if not ok then
       options:free()

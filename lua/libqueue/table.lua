@@ -7,7 +7,8 @@ C.internal()
 local done = require("libqueue.log").done
 
 local core = C.core
-local raise, argerror, check_type, misuse = C.raise, C.argerror, C.check_type, C.misuse
+local raise, argerror, check_type, misuse, check_fields =
+      C.raise, C.argerror, C.check_type, C.misuse, C.check_fields
 local ROLES, ISOLATIONS, FORMS = C.ROLES, C.ISOLATIONS, C.FORMS
 
 local type, pairs, setmetatable, getmetatable, tostring =
@@ -22,9 +23,11 @@ Table.__index = Table
 Table.__name = "libqueue.table"
 T.Table = Table
 
-local TABLE_FIELDS = { name = true, schema = true, id = true, id_generated = true, fifo = true,
-                       advisory_lock = true, isolation = true, dead_letter = true }
-for role in pairs(ROLES) do TABLE_FIELDS[role] = true end
+-- Each field and the Lua type it takes (C.check_fields); a role names a column.
+local TABLE_FIELDS = { name = "string", schema = "string", id = "string",
+                       id_generated = "boolean", fifo = "boolean", advisory_lock = "string",
+                       isolation = "string|integer", dead_letter = "string" }
+for role in pairs(ROLES) do TABLE_FIELDS[role] = "string" end
 
 local function isolation_value(isolation)
   if math_type(isolation) == "integer" then return isolation end
@@ -54,14 +57,15 @@ function T.new(spec, more)
     check_type(spec, "table", 1, "table")
     name = spec.name
   end
-  if type(name) ~= "string" then
-    raise("bad argument to 'table' (the name must be a string)")
-  end
   for key in pairs(spec) do
     if not TABLE_FIELDS[key] then
       return misuse(format("unknown table field '%s'", tostring(key)))
     end
   end
+  local fits, m0, c0 = check_fields(spec, TABLE_FIELDS, "table field")
+  if not fits then return nil, m0, c0 end
+  -- Required: the one field whose nil is refused too.
+  if name == nil then return C.check_value(name, "string", "table field 'name'") end
   local ptr, msg, code = core.lq_table_new(name)
   if not ptr then return nil, msg, code end
   local self = new_object({ _ptr = ptr, name = name, schema = spec.schema,
@@ -74,7 +78,6 @@ function T.new(spec, more)
   end
   local ok, m, c
   if spec.schema ~= nil then
-    check_type(spec.schema, "string", 1, "table")
     ok, m, c = core.lq_table_set_schema(ptr, spec.schema)
     if not ok then return fail(m, c) end
   end
@@ -85,10 +88,6 @@ function T.new(spec, more)
   for role, value in pairs(ROLES) do
     local column = spec[role]
     if column ~= nil then
-      if type(column) ~= "string" then
-        self:close()
-        raise(format("table field '%s' must name a column (a string), got %s", role, type(column)))
-      end
       ok, m, c = core.lq_table_set_column(ptr, value, column)
       if not ok then return fail(m, c) end
       self.columns[role] = column

@@ -36,11 +36,45 @@ H.case("table descriptions", function()
                      dead_letter = "dead", payload = "p", attempt = "a", locked_until = "l",
                      partition_key = "k", priority = "pr", retry_after = "r",
                      processed_at = "pa", headers = "h" })
-  H.raises("must be a string", libqueue.table, { payload = "p" })
-  H.raises("must name a column", libqueue.table, { name = "jobs", payload = 3 })
+  eq(fails("LQ_MISUSE", libqueue.table{ payload = "p" }), "table field 'name' takes a string, got nil")
+  eq(fails("LQ_MISUSE", libqueue.table{ name = "jobs", payload = 3 }),
+     "table field 'payload' takes a string, got integer")
   lease:close()
   lease:close() -- idempotent
   H.raises("closed", lease.create_sql, lease, "sqlite")
+end)
+
+H.case("loose option values are refused, naming the option and its type", function(db)
+  local function refused(want, ...)
+    eq(fails("LQ_MISUSE", ...), want)
+  end
+  refused("table field 'fifo' takes a boolean, got string", libqueue.table{ name = "jobs", fifo = "yes" })
+  refused("table field 'id_generated' takes a boolean, got string",
+          libqueue.table{ name = "jobs", id_generated = "x" })
+  refused("table field 'dead_letter' takes a string, got integer",
+          libqueue.table{ name = "jobs", dead_letter = 5 })
+  refused("table field 'isolation' takes a string or an integer, got table",
+          libqueue.table{ name = "jobs", isolation = {} })
+  refused("table field 'schema' takes a string, got boolean", libqueue.table("jobs", { schema = true }))
+  eq(ok(libqueue.table{ name = "jobs", fifo = true }).fifo, true, "fifo = true reads back")
+  refused("option 'pool_size' takes an integer, got boolean", libqueue.open(db.url, { pool_size = true }))
+  refused("option 'listen_url' takes a string, got integer", libqueue.open(db.url, { listen_url = 1 }))
+  local tbl = H.make_table("lease")
+  db:create(tbl)
+  local broker = H.open(db)
+  refused("option 'workers' takes an integer, got boolean", broker:subscribe(tbl, { workers = true }))
+  -- A flag takes a boolean as well as 0 or 1.
+  ok(broker:subscribe(tbl, { transactional = false })):close()
+  refused("schedule beat: option 'every_ms' takes an integer, got string",
+          broker:schedule(tbl, "beat", { every_ms = "100" }))
+  refused("create_table: option 'verify_only' takes a boolean, got string",
+          broker:create_table(tbl, { verify_only = "yes" }))
+  refused("dead_letters: option 'limit' takes an integer, got string", broker:dead_letters(tbl, { limit = "5" }))
+  refused("message 0: message field 'group' takes a string, got integer", broker:publish(tbl, "x", { group = 1 }))
+  refused("publish_sql: option 'notify' takes a boolean, got integer",
+          broker:publish_sql(tbl, "x", { notify = 0 }))
+  eq(db:count("jobs"), 0, "rows")
+  broker:close()
 end)
 
 H.case("URLs are shown without their passwords", function()
@@ -52,8 +86,10 @@ end)
 H.case("open: errors are nil, message, code", function(db)
   fails("LQ_DIALECT", libqueue.open("oracle://nowhere"))
   fails("LQ_MISUSE", libqueue.open(db.url, { pool_sise = 4 }))
-  H.raises("takes an integer", libqueue.open, db.url, { pool_size = "four" })
-  H.raises("takes an integer", libqueue.open, db.url, { pool_size = 1.5 })
+  eq(fails("LQ_MISUSE", libqueue.open(db.url, { pool_size = "four" })),
+     "option 'pool_size' takes an integer, got string")
+  eq(fails("LQ_MISUSE", libqueue.open(db.url, { pool_size = 1.5 })),
+     "option 'pool_size' takes an integer, got float")
   local broker = ok(libqueue.open(db.url, { pool_size = 2, acquire_timeout_ms = 5000.0 }))
   eq(broker.dialect, db.dialect, "dialect")
   broker:close()
@@ -107,7 +143,7 @@ H.case("subscribe: schema errors name what is missing", function(db)
   -- A value out of range: the core's message, once.
   message = fails("LQ_MISUSE", broker:subscribe(tbl, { workers = 0 }))
   H.eq(message, "option workers must be between 1 and 4096, not 0")
-  H.raises("takes a string", broker.subscribe, broker, tbl, { group = 5 })
+  eq(fails("LQ_MISUSE", broker:subscribe(tbl, { group = 5 })), "option 'group' takes a string, got integer")
   H.raises("unknown stat", function()
     local sub = H.subscribe(broker, tbl)
     return sub:stat("bogus")

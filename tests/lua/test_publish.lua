@@ -133,6 +133,21 @@ H.case("publish_many is all or nothing", function(db)
   eq(db:count("jobs"), 0, "rows")
 end)
 
+H.case("one publish's errors count its messages alike, from 0", function(db)
+  local tbl = H.make_table("lease", { dedup_key = "dedup_key" }) -- no group column
+  db:create(tbl)
+  local broker = H.open(db)
+  -- The second message, refused by the module and by the core.
+  local by_module = fails("LQ_MISUSE", broker:publish_many(tbl, { "a", { payload = "b", priority = "1" } }))
+  H.truthy(by_module:find("^message 1: message field 'priority'"), by_module)
+  local by_core = fails("LQ_SCHEMA", broker:publish_many(tbl, { "a", { payload = "b", group = "g" } }))
+  H.truthy(by_core:find("message 1 carries a group", 1, true), by_core)
+  local duplicate = fails("LQ_DUPLICATE", broker:publish_many(tbl, {
+    { payload = "a", dedup_key = "x" }, { payload = "b", dedup_key = "x" } }))
+  H.truthy(duplicate:find('message 1: dedup key "x" is held by message 0 of this publish', 1, true), duplicate)
+  eq(db:count("jobs"), 0, "rows")
+end)
+
 H.case("a field without a column fails with LQ_SCHEMA", function(db)
   local tbl = H.make_table("lease")
   db:create(tbl)
@@ -147,11 +162,13 @@ H.case("wrong Lua types raise", function(db)
   db:create(tbl)
   local broker = H.open(db)
   H.raises("string expected", broker.publish, broker, tbl, 42)
-  H.raises("must be an integer", broker.publish, broker, tbl, "x", { priority = 1.5 })
+  H.eq(fails("LQ_MISUSE", broker:publish(tbl, "x", { priority = 1.5 })),
+       "message 0: message field 'priority' takes an integer, got float")
   H.raises("libqueue.table expected", broker.publish, broker, "jobs", "x")
   H.raises("names and values are strings", broker.publish, broker, tbl, "x", { headers = { a = 1 } })
   -- A list with a hole: ipairs would stop at it and drop the rest.
-  H.raises("message 2 of 2 is nil", broker.publish_many, broker, tbl, { "a", nil, "c" })
+  H.raises("list[2] of 2 is nil", broker.publish_many, broker, tbl, { "a", nil, "c" })
+  H.raises("list[2]: string or table expected, got number", broker.publish_many, broker, tbl, { "a", 5 })
   H.raises("a list expected, found key x", broker.publish_many, broker, tbl, { "a", x = "b" })
   eq(db:count("jobs"), 0, "rows")
 end)

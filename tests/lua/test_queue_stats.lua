@@ -30,7 +30,7 @@ H.case("each state of a queue is counted", { forms = H.FORMS }, function(db, for
   fails("LQ_MISUSE", broker:stats(tbl, { group = "g" }))
   fails("LQ_MISUSE", broker:stats(tbl, { cap = 0 }))
   fails("LQ_MISUSE", broker:stats(tbl, { colour = 1 }))
-  H.raises("must be an integer", function() broker:stats(tbl, { cap = 1.5 }) end)
+  H.eq(fails("LQ_MISUSE", broker:stats(tbl, { cap = 1.5 })), "stats: option 'cap' takes an integer, got float")
   broker:close()
   fails("LQ_CLOSED", broker:stats(tbl))
 end)
@@ -52,7 +52,12 @@ H.case("dead letters are listed, replayed and purged", { forms = H.FORMS }, func
   eq(ok(broker:purge_dead_letters(tbl)), 2, "purged")
   eq(ok(broker:stats(tbl)).dead_letters, 0, "none left")
   eq(ok(broker:replay_dead_letters(tbl, {})), 0, "nothing named")
-  H.raises("not an integer", function() broker:replay_dead_letters(tbl, { "x" }) end)
+  -- A bad id is an argument error at the caller's line, naming the argument.
+  local err = H.raises("bad argument #2 to 'replay_dead_letters' (a list of integer ids expected, ids[2] is string)",
+                       function() broker:replay_dead_letters(tbl, { 1, "x" }) end)
+  H.truthy(not tostring(err):find("broker.lua", 1, true), err)
+  H.raises("bad argument #2 to 'purge_dead_letters' (a list of integer ids expected, ids[1] is float)",
+           function() broker:purge_dead_letters(tbl, { 1.5 }) end)
   H.raises("unknown option", function() broker:purge_dead_letters(tbl, nil, { colour = 1 }) end)
   local plain = H.make_table(form, { name = "plain" })
   ok(broker:create_table(plain))

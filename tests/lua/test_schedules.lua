@@ -52,7 +52,13 @@ H.case("a bad timing is refused, naming the field", { forms = { "lease" } }, fun
   _, message, code = broker:schedule(tbl, "bad", { payload = "x" })
   eq(code, "LQ_MISUSE", "code")
   H.truthy(message:find("needs cron or every_ms", 1, true), message)
-  fails("LQ_MISUSE", broker:schedule(tbl, "bad", { every_ms = 0 }))
+  -- A field's error names the schedule too, as the core's do.
+  eq(fails("LQ_MISUSE", broker:schedule(tbl, "bad", { every_ms = 0 })),
+     "schedule bad: option every_ms must be between 1 and 1099511627776, not 0")
+  eq(fails("LQ_MISUSE", broker:schedule(tbl, "bad", { every_ms = 100, priority = "x" })),
+     "schedule bad: message field 'priority' takes an integer, got string")
+  eq(fails("LQ_MISUSE", broker:schedule(tbl, "bad", { every_ms = 100, colour = "red" })),
+     "schedule bad: unknown message field 'colour'")
   eq(db:count("jobs"), 0, "rows")
   broker:close()
 end)

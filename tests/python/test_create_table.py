@@ -158,6 +158,39 @@ def test_a_schema_that_does_not_exist(db, broker) -> None:
         broker.create_table(table)
 
 
+@pytest.mark.parametrize("qualified", [False, True])
+def test_a_view_is_refused_by_name(db, broker, qualified: bool) -> None:
+    """A view of the name is no queue's table: create_table says so rather
+    than pass on the server's error (or check the view's columns)."""
+    broker.create_table(lease_table("jobs_rows"))
+    db.execute("CREATE VIEW jobs AS SELECT * FROM jobs_rows")
+    schema = None
+    if qualified:
+        schema = {"sqlite": "main", "postgresql": "current_schema()", "mysql": "DATABASE()"}
+        schema = "main" if db.dialect == "sqlite" else db.scalar("SELECT " + schema[db.dialect])
+    label = "%s.jobs" % schema if schema else "jobs"
+    for flags in ({}, {"verify_only": True}):
+        with pytest.raises(libqueue.SchemaError) as err:
+            broker.create_table(lease_table(schema=schema), **flags)
+        assert "%s is a view, not a table" % label in str(err.value)
+        assert err.value.status_name == "LQ_SCHEMA"
+    # As a dead-letter table too.
+    with pytest.raises(libqueue.SchemaError, match="jobs is a view, not a table"):
+        broker.create_table(lease_table("queue", dead_letter="jobs"))
+    assert not table_exists(db, "queue")  # nothing made, on MySQL too
+
+
+def test_a_template_column_the_table_lacks_is_added_and_left_empty(db, broker) -> None:
+    """What the README warns of: create_table adds the column of an advisory
+    key template, nullable, and no publish fills it, so every row renders one
+    key."""
+    table = libqueue.Table("jobs", payload="payload", advisory_lock="acct-{account}")
+    broker.create_table(table)
+    assert "account" in columns_of(db, "jobs")
+    broker.publish_many(table, [b"a", b"b", b"c"])
+    assert db.count("jobs", "account IS NULL") == 3
+
+
 def test_a_dead_letter_table_that_is_the_table_itself_is_refused(db, broker) -> None:
     """Dead letters into the queue itself would be counted as both, and a
     purge of them would delete queued rows."""

@@ -66,6 +66,24 @@ def test_a_url_of_no_scheme_taken_is_refused_without_its_password(url: str, says
     assert MARK not in str(raised.value)
 
 
+@pytest.mark.dialect("postgresql")
+@pytest.mark.parametrize("query, name", [
+    ("sslmdoe=disable", "sslmdoe"),
+    ("connect_timeout=5&colour=%s&application_name=x" % MARK, "colour"),
+])
+def test_an_unknown_postgresql_parameter_is_named(db, query: str, name: str) -> None:
+    """libpq refuses a URL with a parameter it does not know: the error names
+    the parameter (and neither its value nor the password)."""
+    url = with_password(db.url.split("?")[0]) + "?" + query
+    with pytest.raises(libqueue.Misuse) as raised:
+        libqueue.Broker(url)
+    assert 'the URL\'s parameter "%s" is not one libpq knows' % name in str(raised.value)
+    assert MARK not in str(raised.value)
+    # Known parameters still read.
+    with libqueue.Broker(db.url + "&connect_timeout=5&application_name=lq") as broker:
+        assert broker.url
+
+
 @pytest.mark.dialect("postgresql", "mysql")
 def test_no_path_shows_the_password(db, caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="libqueue")

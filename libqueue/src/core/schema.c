@@ -475,6 +475,24 @@ int lq__table_check_columns(bool *found, lq_broker *b, const lq_table *t, bool i
 
 /* ---- creating ----------------------------------------------------------- */
 
+/* A view of the name is refused by name: a queue's claims, acks and
+ * retries write its rows, and the server's own error (a relation that
+ * exists, an index on a view) would not say why. Its schema is checked
+ * first (SQLite would name a missing one's catalog instead). */
+static int refuse_view(lq__conn *conn, const lq__dialect *d, const lq_table *t) {
+    found_table f;
+    int rc = read_table(&f, conn, d, t);
+    found_free(&f);
+    bool view = false;
+    if (rc == LQ_OK) rc = run_query(conn, d, t, d->view_query, t->name, on_any_row, &view);
+    if (rc != LQ_OK || !view) return rc;
+    char label[512];
+    return lq__error(LQ_SCHEMA, "%s is a view, not a table: a queue's rows are claimed, "
+                                "updated and deleted in a table of its own; name a table "
+                                "(create_table makes it where none exists)",
+                     lq__table_label(t, label, sizeof label));
+}
+
 /* Creates the table if it is missing, then checks it. */
 static int ensure(lq__conn *conn, const lq__dialect *d, const lq_table *t, int flags,
                   bool unique_keys) {
@@ -528,6 +546,9 @@ int lq_table_create(lq_broker *b, const lq_table *t, int flags) {
     if (rc == LQ_OK) rc = d->begin(conn, LQ_ISOLATION_DEFAULT);
     if (rc == LQ_OK) begun = true;
     if (rc == LQ_OK) rc = take_turn(conn, d, t);
+    /* Both names before either is made: MySQL commits each CREATE. */
+    if (rc == LQ_OK) rc = refuse_view(conn, d, t);
+    if (rc == LQ_OK && dead) rc = refuse_view(conn, d, dead);
     if (rc == LQ_OK) rc = ensure(conn, d, t, flags, true);
     if (rc == LQ_OK && dead) rc = ensure(conn, d, dead, flags, false);
     if (rc == LQ_OK) rc = d->commit(conn);

@@ -2015,6 +2015,14 @@ static void my_columns_query(lq__sql *b) {
     lq__sql_add(b, " ORDER BY ORDINAL_POSITION");
 }
 
+static void my_view_query(lq__sql *b) {
+    lq__sql_add(b, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_TYPE = 'VIEW' "
+                   "AND TABLE_SCHEMA = COALESCE(");
+    lq__sql_param(b, LQ__P_SCHEMA);
+    lq__sql_add(b, ", DATABASE()) AND TABLE_NAME = ");
+    lq__sql_param(b, LQ__P_NAME);
+}
+
 static void my_byte_length(lq__sql *b, int role) {
     lq__sql_add(b, "LENGTH(");
     lq__sql_col(b, role);
@@ -2097,6 +2105,7 @@ const lq__dialect lq__mysql_dialect = {
     .ddl = &my_ddl,
     .schema_query = my_schema_query,
     .columns_query = my_columns_query,
+    .view_query = my_view_query,
     .columns_fold_case = true,
     .type_kinds = my_type_kinds,
     .byte_length = my_byte_length,

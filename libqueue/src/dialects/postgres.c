@@ -144,18 +144,23 @@ static int not_broken(const lq__conn *c) {
 
 static int pg_check_version(lq__conn *c, const lq_table *table);
 
+/* The URL's query ('?' included), or NULL. It begins after the user info,
+ * whose password may hold a '?': as libpq reads it, the user info ends at an
+ * '@' before any '/'. */
+static char *url_query(char *url) {
+    char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    size_t info = strcspn(host, "@/");
+    if (host[info] == '@') host += info + 1;
+    return strchr(host, '?');
+}
+
 /* PgBouncer's transaction pooling, asked for in the URL as other PostgreSQL
  * clients spell it (?pgbouncer=transaction). libpq knows no such parameter,
  * so it leaves the URL before libpq reads it. */
 static int take_pooler_parameter(lq__broker_target *t) {
     static const char name[] = "pgbouncer=";
-    /* The query begins after the user info, whose password may hold a '?':
-     * as libpq reads it, the user info ends at an '@' before any '/'. */
-    char *host = strstr(t->url, "://");
-    host = host ? host + 3 : t->url;
-    size_t info = strcspn(host, "@/");
-    if (host[info] == '@') host += info + 1;
-    char *query = strchr(host, '?');
+    char *query = url_query(t->url);
     for (char *p = query ? query + 1 : NULL; p && *p;) {
         size_t len = strcspn(p, "&");
         char *next = p + len + (p[len] == '&');
@@ -179,6 +184,39 @@ static int take_pooler_parameter(lq__broker_target *t) {
     return LQ_OK;
 }
 
+/* Whether libpq knows connection parameter `key` (of `len` bytes). "ssl" is
+ * the one its URIs take beyond its keywords (ssl=true, sslmode=require). */
+static bool known_parameter(const PQconninfoOption *keywords, const char *key, size_t len) {
+    if (len == 3 && strncmp(key, "ssl", 3) == 0) return true;
+    for (const PQconninfoOption *o = keywords; o->keyword; o++)
+        if (strlen(o->keyword) == len && strncmp(o->keyword, key, len) == 0) return true;
+    return false;
+}
+
+/* After libpq refused the URL: the error naming a query parameter it does
+ * not know, or LQ_OK when each is known (or one is percent-encoded, which
+ * this does not decode). Only the name is quoted, never a value: libpq's own
+ * reason may quote the password, so it is not passed on. */
+static int unknown_parameter(char *url) {
+    char *query = url_query(url);
+    if (!query) return LQ_OK;
+    PQconninfoOption *keywords = PQconndefaults();
+    if (!keywords) return lq__error(LQ_NOMEM, "out of memory");
+    int rc = LQ_OK;
+    for (const char *p = query + 1; *p && rc == LQ_OK;) {
+        size_t len = strcspn(p, "&");
+        size_t key = strcspn(p, "=&");
+        if (p[key] == '=' && key > 0 && !memchr(p, '%', key) && !known_parameter(keywords, p, key))
+            rc = lq__error(LQ_MISUSE, "postgresql: the URL's parameter \"%.*s\" is not one libpq "
+                                      "knows (its connection parameters, such as connect_timeout, "
+                                      "sslmode or application_name, and pgbouncer=transaction)",
+                           (int)(key > 64 ? 64 : key), p);
+        p += len + (p[len] == '&');
+    }
+    PQconninfoFree(keywords);
+    return rc;
+}
+
 static int pg_parse_url(lq__broker_target *t, const char *url, const char *rest) {
     (void)rest;
     /* libpq parses the URL itself, with its parameters and environment; the
@@ -191,6 +229,7 @@ static int pg_parse_url(lq__broker_target *t, const char *url, const char *rest)
     PQconninfoOption *options = PQconninfoParse(t->url, &why);
     /* libpq's reason may quote the URL's password: it is not repeated. */
     if (why) PQfreemem(why);
+    if (!options && (rc = unknown_parameter(t->url)) != LQ_OK) return rc;
     if (!options)
         return lq__error(LQ_MISUSE, "postgresql: the URL cannot be read (libpq's URI syntax: "
                                     "postgresql://user:password@host:port/database?parameters, "
@@ -1377,6 +1416,14 @@ static void pg_columns_query(lq__sql *b) {
     lq__sql_add(b, " ORDER BY a.attnum");
 }
 
+/* Materialized views too: neither takes a queue's updates. */
+static void pg_view_query(lq__sql *b) {
+    lq__sql_add(b, "SELECT 1 FROM pg_catalog.pg_class c "
+                   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                   "WHERE c.relkind IN ('v', 'm') AND");
+    pg_named_table(b);
+}
+
 static void pg_index_query(lq__sql *b, const char *index) {
     lq__sql_add(b, "SELECT 1 FROM pg_catalog.pg_index x "
                    "JOIN pg_catalog.pg_class c ON c.oid = x.indrelid "
@@ -1477,6 +1524,7 @@ const lq__dialect lq__postgres_dialect = {
     .ddl = &pg_ddl,
     .schema_query = pg_schema_query,
     .columns_query = pg_columns_query,
+    .view_query = pg_view_query,
     .index_query = pg_index_query,
     .type_kinds = pg_type_kinds,
     .byte_length = pg_byte_length,

@@ -534,6 +534,31 @@ static void sqlite_columns_query(lq__sql *b) {
     lq__sql_add(b, ")");
 }
 
+/* A schema's own catalog (its name quoted: no parameter names a schema);
+ * an unqualified name is temp's where temp has it, else main's. Names
+ * compare without case, as SQLite's identifiers do. */
+static void sqlite_view_query(lq__sql *b) {
+    const char *schema = b->table->schema;
+    if (schema) {
+        lq__sql_add(b, "SELECT 1 FROM ");
+        lq__sql_ident(b, schema);
+        lq__sql_add(b, ".sqlite_master WHERE type = 'view' AND name = ");
+        lq__sql_param(b, LQ__P_NAME);
+        lq__sql_add(b, " COLLATE NOCASE");
+        return;
+    }
+    static const char *const catalogs[] = {"temp", "main"};
+    lq__sql_add(b, "SELECT 1 WHERE COALESCE(");
+    for (int i = 0; i < 2; i++) {
+        lq__sql_add(b, i ? ", (SELECT type FROM " : "(SELECT type FROM ");
+        lq__sql_add(b, catalogs[i]);
+        lq__sql_add(b, ".sqlite_master WHERE type IN ('table', 'view') AND name = ");
+        lq__sql_param(b, LQ__P_NAME);
+        lq__sql_add(b, " COLLATE NOCASE)");
+    }
+    lq__sql_add(b, ") = 'view'");
+}
+
 /* Bytes, also of a text value (length() of text counts characters). */
 static void sqlite_byte_length(lq__sql *b, int role) {
     lq__sql_add(b, "length(CAST(");
@@ -605,6 +630,7 @@ const lq__dialect lq__sqlite_dialect = {
     .ddl = &sqlite_ddl,
     .schema_query = sqlite_schema_query,
     .columns_query = sqlite_columns_query,
+    .view_query = sqlite_view_query,
     .columns_fold_case = true,
     .type_kinds = sqlite_type_kinds,
     .byte_length = sqlite_byte_length,

@@ -239,6 +239,10 @@ typedef struct lq__dialect {
      * LQ__P_NAME in schema LQ__P_SCHEMA, or where an unqualified name resolves
      * when that is NULL; no row when there is no such table. */
     void (*columns_query)(lq__sql *b);
+    /* A statement returning a row when LQ__P_NAME (in LQ__P_SCHEMA, or where
+     * an unqualified name resolves when that is NULL) is a view: create_table
+     * refuses it by name rather than leave it to the server's error. */
+    void (*view_query)(lq__sql *b);
     /* A statement returning a row when table LQ__P_NAME (in LQ__P_SCHEMA, or
      * where an unqualified name resolves when that is NULL) has an index
      * named `index`. NULL where the lease form's claims do not sweep expired
