@@ -383,10 +383,11 @@ class Broker:
         nothing (a batch or transactional run is not entered)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
-        status = lib.lq_cancel(self._live(), table._ptr, int(id))
+        row = int_argument("cancel: id", id)
+        status = lib.lq_cancel(self._live(), table._ptr, row)
         if status == lib.LQ_NOT_FOUND:
             return False
-        check(status, "cancel row %d of %r" % (id, table.name))
+        check(status, "cancel row %d of %r" % (row, table.name))
         return True
 
     def stats(self, table: Table, *, group: Optional[str] = None,
@@ -399,6 +400,7 @@ class Broker:
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         what = "stats of %r" % table.name
+        cap = int_argument("stats: cap", cap)
         cgroup = _cgroup(group)
         values = ffi.new("int64_t[]", lib.LQ_QUEUE_STAT_COUNT)
         check(lib.lq_queue_stats(values, lib.LQ_QUEUE_STAT_COUNT, self._live(), table._ptr,
@@ -479,9 +481,11 @@ class Broker:
         and ``payload`` (bytes)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        after = int_argument("dead_letters: after", after)
+        limit = int_argument("dead_letters: limit", limit)
         out = ffi.new("char **")
-        check(lib.lq_dead_letters_list(out, self._live(), table._ptr, _cgroup(group), int(after),
-                                       int(limit)), "dead letters of %r" % table.name)
+        check(lib.lq_dead_letters_list(out, self._live(), table._ptr, _cgroup(group), after,
+                                       limit), "dead letters of %r" % table.name)
         try:
             rows = json.loads(text(out[0]))
         finally:
@@ -501,7 +505,7 @@ class Broker:
         if ids is None:
             status = c_call(moved, self._live(), table._ptr, _cgroup(group), ffi.NULL, 0)
         else:
-            wanted = [int(i) for i in ids]
+            wanted = [int_argument("%s: ids" % what, i) for i in ids]
             if not wanted:
                 return 0
             status = c_call(moved, self._live(), table._ptr, _cgroup(group),

@@ -31,7 +31,10 @@ def int_argument(name: str, value: Any) -> int:
     try:
         number = operator.index(value)
     except TypeError:
-        raise TypeError("%s takes an int, got %s" % (name, type(value).__name__)) from None
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise TypeError("%s takes an int, got %s %s" % (name, type(value).__name__, shown)) \
+            from None
     if not -2**63 <= number < 2**63:  # the C calls take int64_t
         raise OverflowError("%s: %d does not fit in 64 bits" % (name, number))
     return number
