@@ -21,6 +21,8 @@ import importlib
 import json
 import math
 import os
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -639,13 +641,30 @@ _COMMANDS = {"init": cmd_init, "enqueue": cmd_enqueue, "stats": cmd_stats,
              "pause": cmd_pause, "resume": cmd_pause, "doctor": cmd_doctor, "prune": cmd_prune}
 
 
-def _verify(broker: Broker, table: Table) -> None:
+def _init_command(args: argparse.Namespace) -> str:
+    """The `init` that makes the table these arguments describe."""
+    if args.table_file:
+        return "libqueue --table-file %s init" % shlex.quote(args.table_file)
+    form = "" if args.form == "lease" else " --form " + args.form
+    return "libqueue --table %s%s init" % (shlex.quote(args.table), form)
+
+
+def _verify(broker: Broker, table: Table, args: argparse.Namespace) -> None:
     try:
         broker.create_table(table, verify_only=True)
     except SchemaError as e:
-        hint = ("`libqueue init` creates it" if "does not exist" in e.message
-                else "--table-file describes a table of other columns")
-        raise SchemaError("%s; %s" % (e.message, hint), e.status) from None
+        # The core's words name create_table's verify_only, which no command
+        # line user set: say what is missing and which command makes it.
+        missing = re.search(r".*table (.+?) does not exist \(and verify_only creates none\)",
+                            e.message)
+        if missing:  # the table, or its dead letters' table: init makes both
+            name = missing.group(1)
+            raise SchemaError("table %s does not exist: create it with `%s`"
+                              % (name, _init_command(args)), e.status) from None
+        if "does not exist" in e.message:  # a schema: init makes tables, not schemas
+            raise
+        raise SchemaError("%s; --table-file describes a table of other columns" % e.message,
+                          e.status) from None
 
 
 #: The names of positional arguments, as the usage line shows them.
@@ -694,7 +713,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _check_usage(args, url)
         with Broker(url, listen_notify=1 if args.notify else None) as broker:
             if args.command != "init":
-                _verify(broker, table)
+                _verify(broker, table, args)
             return _COMMANDS[args.command](broker, table, args)
     except UsageError as e:
         print("libqueue: %s" % e, file=sys.stderr)

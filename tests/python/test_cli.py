@@ -150,9 +150,38 @@ def test_enqueue_refuses_numbers_and_text_the_library_cannot_take(folder: Path, 
 
 def test_enqueue_refuses_an_unknown_table_and_creates_nothing(folder: Path, db: Any) -> None:
     refused(cli(folder, db, "--table", "jobs", "enqueue", "a"), 1, "does not exist",
-            "libqueue init")
+            "libqueue --table jobs init")
     with pytest.raises(Exception):
         db.scalar("SELECT count(*) FROM %s" % db.quote("jobs"))
+
+
+ON_A_TABLE = [["enqueue", "a"], ["stats"], ["cancel", "1"], ["pause"], ["resume"], ["doctor"],
+              ["dead-letters", "list"], ["dead-letters", "purge", "--all"],
+              ["prune", "--older-than", "1d"],
+              ["worker", "examples.handlers:resize", "--until-idle", "0"]]
+
+
+def test_a_missing_table_is_named_with_the_init_that_makes_it(folder: Path, db: Any) -> None:
+    """In the command line's words: the library's verify_only is no option
+    of the command line."""
+    for command in ON_A_TABLE:
+        ran = cli(folder, db, "--table", "jobs", *command)
+        refused(ran, 1, "table jobs does not exist: create it with `libqueue --table jobs init`")
+        assert "verify_only" not in ran.err and "create table" not in ran.err, ran
+    ran = cli(folder, db, "--table", "jobs", "--form", "advisory", "stats")
+    refused(ran, 1, "create it with `libqueue --table jobs --form advisory init`")
+    (folder / "t.json").write_text('{"name": "other", "payload": "body"}')
+    ran = cli(folder, db, "--table-file", "t.json", "stats")
+    refused(ran, 1, "table other does not exist: create it with "
+                    "`libqueue --table-file t.json init`")
+    assert not table_exists(db, "jobs") and not table_exists(db, "other")
+    # Its dead letters' table, which init makes too.
+    cli(folder, db, "--table", "jobs", "init")
+    db.execute("DROP TABLE %s" % db.quote("jobs_dead"))
+    refused(cli(folder, db, "--table", "jobs", "stats"), 1,
+            "table jobs_dead does not exist: create it with `libqueue --table jobs init`")
+    assert cli(folder, db, "--table", "jobs", "init").status == 0
+    assert cli(folder, db, "--table", "jobs", "stats").status == 0
 
 
 def test_enqueue_refuses_a_field_the_table_lacks(folder: Path, db: Any) -> None:
