@@ -51,11 +51,11 @@ def folder(tmp_path: Path) -> Path:
 
 
 def cli(folder: Path, db: Any, *args: str, stdin: str = "", url: Optional[str] = None,
-        script: bool = False) -> Ran:
+        script: bool = False, timeout: float = TIMEOUT_S) -> Ran:
     argv: List[str] = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "libqueue"]
     env = dict(os.environ, LIBQUEUE_URL=url or db.url)
     proc = subprocess.run(argv + list(args), cwd=folder, env=env, input=stdin, text=True,
-                          capture_output=True, timeout=TIMEOUT_S)
+                          capture_output=True, timeout=timeout)
     return Ran(proc)
 
 
@@ -345,6 +345,74 @@ def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path
     assert ran.json() == {"table": "jobs", "done": 1, "failed": 2, "unsettled": 0}, ran
     stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
     assert (stats["due"], stats["dead_letters"]) == (0, 1)
+
+
+QUITTING = """
+import sys
+import time
+
+def ran(delivery):
+    sys.stdout.write("ran %d attempt %d\\n" % (delivery.id, delivery.attempt))
+    sys.stdout.flush()
+
+def bye(delivery):
+    ran(delivery)
+    sys.exit(3)
+
+def bye_why(delivery):
+    ran(delivery)
+    sys.exit("the disk is full")
+
+def interrupted(delivery):
+    ran(delivery)
+    raise KeyboardInterrupt
+
+def done_then_bye(delivery):
+    ran(delivery)
+    delivery.ack()
+    sys.exit()
+"""
+
+
+def test_a_handler_that_exits_fails_its_attempt_and_stops_the_worker(folder: Path,
+                                                                   db: Any) -> None:
+    """sys.exit or KeyboardInterrupt in a handler asks the process to end: the
+    row goes back as a failed attempt, under the retry policy, and the
+    worker stops as on SIGTERM with the status Python would exit with."""
+    (folder / "quitting.py").write_text(QUITTING)
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "x")
+    worker = ["--table", "jobs", "worker", "--workers", "1"]  # the poll: 1 s, past the stop
+
+    def work(handler: str, *more: str) -> Ran:
+        return cli(folder, db, *worker, "quitting:" + handler, *more, timeout=20)
+
+    for attempt, (handler, status, said) in enumerate([
+            ("bye", 3, "handler bye called sys.exit(3) on row 1"),
+            ("interrupted", 130, "handler interrupted raised KeyboardInterrupt on row 1"),
+            ("bye_why", 1, "handler bye_why called sys.exit('the disk is full') on row 1")],
+            start=1):
+        ran = work(handler)
+        assert ran.status == status, ran
+        assert ran.out.splitlines() == ["ran 1 attempt %d" % attempt,  # once, not again and again
+                                        "jobs: 0 done, 1 failed"], ran
+        assert said + ": the row goes back to the queue (a failed attempt" in ran.err, ran
+        assert "Traceback" not in ran.err, ran
+        stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+        assert (stats["due"], stats["in_work"] or 0, stats["dead_letters"]) == (1, 0, 0), ran
+    assert "the disk is full\n" in ran.err
+    # Under the retry policy: at --max-attempts the failed attempt dead-letters it.
+    ran = work("bye", "--max-attempts", "4", "--json")
+    assert ran.status == 3 and ran.json()["failed"] == 1, ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (0, 1), ran
+    # A handler that settled its row first: the settlement stands.
+    cli(folder, db, "--table", "jobs", "enqueue", "y")
+    ran = work("done_then_bye")
+    assert ran.status == 0 and "called sys.exit() on row" in ran.err, ran
+    assert "goes back" not in ran.err, ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (0, 1), ran
 
 
 def test_dead_letters_are_listed_replayed_and_purged(folder: Path, db: Any) -> None:
