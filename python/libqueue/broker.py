@@ -18,6 +18,9 @@ from libqueue.table import Table
 
 __all__ = ["Broker", "Message", "Payload", "redact_url"]
 
+#: A payload: bytes, or any other object of the buffer protocol (bytearray,
+#: memoryview, array.array, ...: its bytes, as ``bytes(x)`` reads them), or a
+#: str, written as UTF-8. Typing names no buffer type before Python 3.12.
 Payload = Union[bytes, bytearray, memoryview, str]
 #: A message for ``publish_many``: a payload alone, or a dict of the keyword
 #: arguments of ``Broker.publish`` (``{"payload": b"..", "group": "g"}``).
@@ -61,12 +64,30 @@ def _age_ms(age: Age) -> int:
     return int(min(seconds * 1000.0, 2.0 ** 62))  # past any time: nothing is that old
 
 
+def _is_payload(value: Any) -> bool:
+    """Whether ``value`` is one payload (a str or a buffer), rather than a
+    list of messages, which would be split up."""
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return True
+    try:
+        with memoryview(value):  # released at once: a bytearray may be resized again
+            return True
+    except TypeError:
+        return False
+
+
 def _payload_buffer(payload: Payload) -> Any:
     if isinstance(payload, str):
         payload = payload.encode("utf-8")
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise TypeError("payload must be bytes-like or str, got %s" % type(payload).__name__)
-    return ffi.from_buffer(payload)
+    try:
+        view = memoryview(payload)
+    except TypeError:
+        raise TypeError("payload takes bytes, a str (written as UTF-8) or another object of the "
+                        "buffer protocol (bytearray, memoryview, array.array, ...), got %s"
+                        % type(payload).__name__) from None
+    if not view.c_contiguous:  # a strided view: its bytes in order, as bytes(view) reads them
+        return ffi.from_buffer(view.tobytes())
+    return ffi.from_buffer(view)
 
 
 def _build_message(table: Table, fields: Mapping[str, Any]) -> Any:
@@ -201,7 +222,8 @@ class Broker:
                 headers: Optional[Mapping[str, str]] = None,
                 id: Optional[int] = None, dedup_key: Optional[str] = None,
                 on_duplicate: Optional[str] = None, expires_in_ms: Optional[int] = None) -> int:
-        """Write one message into ``table``; returns its id.
+        """Write one message into ``table``; returns its id. ``payload`` is
+        bytes, a str (UTF-8) or any object of the buffer protocol (its bytes).
 
         A field the table has no column for raises ``SchemaError`` and writes
         nothing. Wakes this process's subscriptions of the table at once.
@@ -220,7 +242,7 @@ class Broker:
         """Write many messages in one transaction (all or none); returns their
         ids in order. Each message is a payload or a dict of ``publish``'s
         keyword arguments."""
-        if isinstance(messages, (str, bytes, bytearray, memoryview)):  # would be split up
+        if _is_payload(messages):  # would be split up
             raise TypeError("publish_many takes a list of messages, not one payload (%s): "
                             "use publish" % type(messages).__name__)
         batch: List[Mapping[str, Any]] = []
@@ -261,7 +283,7 @@ class Broker:
         fields = dict(group=group, partition_key=partition_key, priority=priority,
                       delay_ms=delay_ms, headers=headers, id=id, dedup_key=dedup_key,
                       on_duplicate=on_duplicate, expires_in_ms=expires_in_ms)
-        many = payload is not None and not isinstance(payload, (bytes, bytearray, memoryview, str))
+        many = payload is not None and not _is_payload(payload)
         if many:
             if any(v is not None for v in fields.values()):
                 raise TypeError("publish_on: a list of messages carries its fields itself; "
@@ -363,10 +385,11 @@ class Broker:
         nothing (a batch or transactional run is not entered)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
-        status = lib.lq_cancel(self._live(), table._ptr, int(id))
+        row = int_argument("cancel: id", id)
+        status = lib.lq_cancel(self._live(), table._ptr, row)
         if status == lib.LQ_NOT_FOUND:
             return False
-        check(status, "cancel row %d of %r" % (id, table.name))
+        check(status, "cancel row %d of %r" % (row, table.name))
         return True
 
     def stats(self, table: Table, *, group: Optional[str] = None,
@@ -379,6 +402,7 @@ class Broker:
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
         what = "stats of %r" % table.name
+        cap = int_argument("stats: cap", cap)
         cgroup = _cgroup(group)
         values = ffi.new("int64_t[]", lib.LQ_QUEUE_STAT_COUNT)
         check(lib.lq_queue_stats(values, lib.LQ_QUEUE_STAT_COUNT, self._live(), table._ptr,
@@ -459,9 +483,11 @@ class Broker:
         and ``payload`` (bytes)."""
         if not isinstance(table, Table):
             raise TypeError("table must be a libqueue.Table, got %s" % type(table).__name__)
+        after = int_argument("dead_letters: after", after)
+        limit = int_argument("dead_letters: limit", limit)
         out = ffi.new("char **")
-        check(lib.lq_dead_letters_list(out, self._live(), table._ptr, _cgroup(group), int(after),
-                                       int(limit)), "dead letters of %r" % table.name)
+        check(lib.lq_dead_letters_list(out, self._live(), table._ptr, _cgroup(group), after,
+                                       limit), "dead letters of %r" % table.name)
         try:
             rows = json.loads(text(out[0]))
         finally:
@@ -481,7 +507,7 @@ class Broker:
         if ids is None:
             status = c_call(moved, self._live(), table._ptr, _cgroup(group), ffi.NULL, 0)
         else:
-            wanted = [int(i) for i in ids]
+            wanted = [int_argument("%s: ids" % what, i) for i in ids]
             if not wanted:
                 return 0
             status = c_call(moved, self._live(), table._ptr, _cgroup(group),

@@ -21,6 +21,8 @@ import importlib
 import json
 import math
 import os
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -408,24 +410,70 @@ def _load_handler(spec: str) -> Callable[[Delivery], Any]:
     return handler  # type: ignore[return-value]
 
 
+def _exit_status(e: BaseException) -> int:
+    """The status Python would exit with: sys.exit's code, 130 for Ctrl-C."""
+    if isinstance(e, KeyboardInterrupt):
+        return 130
+    code = getattr(e, "code", None)
+    if code is None:
+        return EXIT_OK
+    return code if isinstance(code, int) else EXIT_FAILED
+
+
 class _Tally:
-    """What the worker's handlers did, for its progress line and summary."""
+    """What the worker's handlers did, for its progress line and summary; and
+    the exit a handler asked for (sys.exit, KeyboardInterrupt), which stops
+    the worker."""
 
     def __init__(self) -> None:
         self.done = 0
         self.failed = 0
+        self.exit_status: Optional[int] = None
+        self.exit_asked = threading.Event()
+        #: The subscription's stop, which a handler's thread may start.
+        self.stop: Optional[Callable[[], None]] = None
 
     def wrap(self, handler: Callable[[Delivery], Any]) -> Callable[[Delivery], Any]:
+        name = getattr(handler, "__qualname__", repr(handler))
+
         @functools.wraps(handler)  # the log names the handler, not this wrapper
         def counted(delivery: Delivery) -> Any:
             try:
                 result = handler(delivery)
+            except (SystemExit, KeyboardInterrupt) as e:
+                # The process is asked to end, which a worker thread cannot
+                # do: a failed attempt (retried, or dead-lettered at
+                # max_attempts), and the worker stops as on SIGTERM. Not
+                # re-raised, where it would only retry the row, for ever.
+                self.failed += 1
+                settled = delivery.settled
+                self._exit(e, name, delivery.id, settled)
+                if not settled:
+                    delivery.retry()
+                return None
             except BaseException:
                 self.failed += 1
                 raise
             self.done += 1
             return result
         return counted
+
+    def _exit(self, e: BaseException, name: str, row: int, settled: bool) -> None:
+        code = getattr(e, "code", None)
+        if isinstance(e, KeyboardInterrupt):
+            what = "raised KeyboardInterrupt"
+        else:
+            what = "called sys.exit(%s)" % ("" if code is None else repr(code))
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)  # as Python prints sys.exit("why")
+        print("libqueue: handler %s %s on row %d: %sthe worker stops" % (
+            name, what, row, "" if settled else "the row goes back to the queue (a failed "
+            "attempt, dead-lettered at --max-attempts) and "), file=sys.stderr, flush=True)
+        if self.exit_status is None:  # the first one says how the worker exits
+            self.exit_status = _exit_status(e)
+            if self.stop:  # claims end now, before the row goes back to be claimed again
+                self.stop()
+        self.exit_asked.set()
 
 
 class _Idle:
@@ -499,10 +547,10 @@ def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
     try:
         with broker.subscribe(table, **options) as sub:
             server = _serve_metrics(sub, args.metrics) if args.metrics else None
+            tally.stop = sub.stop
             sub.run(tally.wrap(handler))
             idle = _Idle(sub)
-            while not stopping:
-                time.sleep(0.1)
+            while not stopping and not tally.exit_asked.wait(0.1):
                 if live:
                     sys.stderr.write("\r%s: %d done, %d failed, %d in work " % (
                         table.name, tally.done, tally.failed, sub.stat("in_work")))
@@ -527,7 +575,7 @@ def cmd_worker(broker: Broker, table: Table, args: argparse.Namespace) -> int:
         print("%s: %d done, %d failed%s" % (
             table.name, tally.done, tally.failed,
             "; %d not settled, to run again" % unsettled if unsettled else ""))
-    return EXIT_OK
+    return EXIT_OK if tally.exit_status is None else tally.exit_status
 
 
 # -- the parser -----------------------------------------------------------------
@@ -566,7 +614,8 @@ def _parser() -> argparse.ArgumentParser:
                "The database URL comes from --url-file, --url, $LIBQUEUE_URL or "
                "$LIBQUEUE_URL_FILE, in that order; a file (mode 0600) keeps a password out "
                "of the process list and the environment. Printed URLs show it as ***.\n\n"
-               "exit status:\n" + codes)
+               "exit status:\n" + codes + "\n  a worker whose handler called sys.exit or "
+               "raised KeyboardInterrupt: the status Python gives it (sys.exit(n): n; 130)")
     _add_common(p, None)
     common = argparse.ArgumentParser(add_help=False)
     _add_common(common, argparse.SUPPRESS)
@@ -639,13 +688,30 @@ _COMMANDS = {"init": cmd_init, "enqueue": cmd_enqueue, "stats": cmd_stats,
              "pause": cmd_pause, "resume": cmd_pause, "doctor": cmd_doctor, "prune": cmd_prune}
 
 
-def _verify(broker: Broker, table: Table) -> None:
+def _init_command(args: argparse.Namespace) -> str:
+    """The `init` that makes the table these arguments describe."""
+    if args.table_file:
+        return "libqueue --table-file %s init" % shlex.quote(args.table_file)
+    form = "" if args.form == "lease" else " --form " + args.form
+    return "libqueue --table %s%s init" % (shlex.quote(args.table), form)
+
+
+def _verify(broker: Broker, table: Table, args: argparse.Namespace) -> None:
     try:
         broker.create_table(table, verify_only=True)
     except SchemaError as e:
-        hint = ("`libqueue init` creates it" if "does not exist" in e.message
-                else "--table-file describes a table of other columns")
-        raise SchemaError("%s; %s" % (e.message, hint), e.status) from None
+        # The core's words name create_table's verify_only, which no command
+        # line user set: say what is missing and which command makes it.
+        missing = re.search(r".*table (.+?) does not exist \(and verify_only creates none\)",
+                            e.message)
+        if missing:  # the table, or its dead letters' table: init makes both
+            name = missing.group(1)
+            raise SchemaError("table %s does not exist: create it with `%s`"
+                              % (name, _init_command(args)), e.status) from None
+        if "does not exist" in e.message:  # a schema: init makes tables, not schemas
+            raise
+        raise SchemaError("%s; --table-file describes a table of other columns" % e.message,
+                          e.status) from None
 
 
 #: The names of positional arguments, as the usage line shows them.
@@ -694,7 +760,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _check_usage(args, url)
         with Broker(url, listen_notify=1 if args.notify else None) as broker:
             if args.command != "init":
-                _verify(broker, table)
+                _verify(broker, table, args)
             return _COMMANDS[args.command](broker, table, args)
     except UsageError as e:
         print("libqueue: %s" % e, file=sys.stderr)

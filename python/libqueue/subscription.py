@@ -137,6 +137,10 @@ class Subscription:
         self._handle: Any = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        # One stop at a time: the core's stop returns at once while another
+        # thread's is under way, before the handlers that one waits for have
+        # returned, and their handle must outlive them.
+        self._stopping = threading.Lock()
         # Calls in C on the pointer right now; close() waits for them. The
         # pulls of asyncio take the lock alone (a C call, not Condition's
         # Python one) and notify only once a close waits (_closing).
@@ -529,16 +533,17 @@ class Subscription:
         self._stop()
 
     def _stop(self) -> None:
-        if self._ptr is None:
-            return
-        with self._using() as pointer:
-            check(lib.lq_subscription_stop(pointer), "stop")
-        # Only now may the handle (the C userdata) go.
-        self._handler = None
-        self._handle = None
-        with _registry_lock:
-            _running.discard(self)
-        self._stopped.set()
+        with self._stopping:
+            if self._ptr is None:
+                return
+            with self._using() as pointer:
+                check(lib.lq_subscription_stop(pointer), "stop")
+            # Only now may the handle (the C userdata) go.
+            self._handler = None
+            self._handle = None
+            with _registry_lock:
+                _running.discard(self)
+            self._stopped.set()
 
     def close(self) -> None:
         """Stop and free the subscription (idempotent). Pulled deliveries

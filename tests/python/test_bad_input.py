@@ -50,3 +50,32 @@ def test_an_empty_header_name_is_refused(db, broker) -> None:
     with pytest.raises(libqueue.Misuse, match="a header needs a name"):
         broker.publish(table, b"x", headers={"": "v"})
     assert db.count("jobs") == 0
+
+
+@pytest.mark.parametrize("field", ["delay_ms", "priority", "id", "expires_in_ms"])
+def test_a_bool_for_an_int_field_is_refused_naming_it(db, broker, field: str) -> None:
+    table = make_table("lease", priority="priority", expires_at="expires_at")
+    db.create_table(table)
+    for value in (True, False):
+        with pytest.raises(TypeError, match=r"^%s takes an int, not a bool \(%s\)$"
+                           % (field, value)):
+            broker.publish(table, b"x", **{field: value})
+        with pytest.raises(TypeError, match="^%s takes an int, not a bool" % field):
+            broker.publish_many(table, [{"payload": b"x", field: value}])
+    assert db.count("jobs") == 0
+
+
+def test_a_bool_for_an_int_option_is_refused_naming_it_and_a_switch_takes_one(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    broker.publish(table, b"x")
+    with pytest.raises(TypeError, match=r"option 'max_attempts' takes an int, not a bool \(True\)"):
+        broker.subscribe(table, max_attempts=True)
+    with pytest.raises(TypeError, match=r"option 'pool_size' takes an int, not a bool"):
+        libqueue.Broker(db.url, pool_size=True)
+    with broker.subscribe(table, poll_interval_ms=POLL_MS, coalesce=False) as sub:
+        with sub.next(timeout=5) as delivery:
+            with pytest.raises(TypeError, match=r"delay_ms takes an int, not a bool"):
+                delivery.retry_after(True)
+            delivery.ack()
+    assert db.count("jobs") == 0

@@ -131,3 +131,21 @@ def test_a_16_mib_payload_round_trips_or_is_refused_naming_the_limit(db, broker)
 def test_nul_characters_in_names_are_refused() -> None:
     with pytest.raises(ValueError, match="NUL character"):
         libqueue.Table("jo\x00bs", payload="payload")
+
+
+SWITCHES = {"listen_notify", "transactional", "coalesce"}  # ranges ending at 1: 1 on, 0 off
+
+
+@pytest.mark.parametrize("name", int_options())
+def test_a_bool_is_refused_by_an_int_option_unless_it_is_a_switch(name: str) -> None:
+    for value in (True, False):
+        if name in SWITCHES:
+            assert build_options({name: value}, scope(name)) != ffi.NULL
+        else:
+            with pytest.raises(TypeError, match=r"option '%s' takes an int, not a bool \(%s\)"
+                               % (name, value)):
+                build_options({name: value}, scope(name))
+
+
+def test_the_switches_are_the_int_options_whose_range_ends_at_1() -> None:
+    assert {name for name in int_options() if range_of(name)[1] == 1} == SWITCHES

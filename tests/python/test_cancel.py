@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -322,3 +323,28 @@ def test_two_cancels_of_one_row_in_work_share_its_request(db, broker, form) -> N
         assert d.cancelled
     assert [r[0] for r in db.query("SELECT id FROM jobs_dead")] == [row]
     assert db.count("lq_cancel_requests") == 0
+
+
+@pytest.mark.parametrize("row", ["x", "1", 1.0, None, True],
+                         ids=["word", "digits", "float", "none", "bool"])
+def test_an_id_that_is_no_int_is_a_type_error_naming_it(db, broker, row: Any) -> None:
+    table = make_table("lease")
+    broker.create_table(table)
+    kept = broker.publish(table, b"x")
+    with pytest.raises(TypeError, match=r"^cancel: id takes an int, (got|not a bool) \S+"):
+        broker.cancel(table, row)
+    assert [r[0] for r in db.query("SELECT id FROM jobs")] == [kept]  # nothing cancelled
+
+
+def test_the_dead_letter_calls_name_an_argument_that_is_no_int(db, broker) -> None:
+    table = make_table("lease", retry_after="retry_after", dead_letter="jobs_dead")
+    broker.create_table(table)
+    with pytest.raises(TypeError, match="^dead_letters: after takes an int, got str 'x'$"):
+        broker.dead_letters(table, after="x")
+    with pytest.raises(TypeError, match="^dead_letters: limit takes an int, got float 1.5$"):
+        broker.dead_letters(table, limit=1.5)
+    for move in (broker.replay_dead_letters, broker.purge_dead_letters):
+        with pytest.raises(TypeError, match="dead letters: ids takes an int, got str 'x'$"):
+            move(table, ["x"])
+    with pytest.raises(TypeError, match="^stats: cap takes an int, not a bool"):
+        broker.stats(table, cap=True)

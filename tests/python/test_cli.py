@@ -51,11 +51,11 @@ def folder(tmp_path: Path) -> Path:
 
 
 def cli(folder: Path, db: Any, *args: str, stdin: str = "", url: Optional[str] = None,
-        script: bool = False) -> Ran:
+        script: bool = False, timeout: float = TIMEOUT_S) -> Ran:
     argv: List[str] = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "libqueue"]
     env = dict(os.environ, LIBQUEUE_URL=url or db.url)
     proc = subprocess.run(argv + list(args), cwd=folder, env=env, input=stdin, text=True,
-                          capture_output=True, timeout=TIMEOUT_S)
+                          capture_output=True, timeout=timeout)
     return Ran(proc)
 
 
@@ -150,9 +150,38 @@ def test_enqueue_refuses_numbers_and_text_the_library_cannot_take(folder: Path, 
 
 def test_enqueue_refuses_an_unknown_table_and_creates_nothing(folder: Path, db: Any) -> None:
     refused(cli(folder, db, "--table", "jobs", "enqueue", "a"), 1, "does not exist",
-            "libqueue init")
+            "libqueue --table jobs init")
     with pytest.raises(Exception):
         db.scalar("SELECT count(*) FROM %s" % db.quote("jobs"))
+
+
+ON_A_TABLE = [["enqueue", "a"], ["stats"], ["cancel", "1"], ["pause"], ["resume"], ["doctor"],
+              ["dead-letters", "list"], ["dead-letters", "purge", "--all"],
+              ["prune", "--older-than", "1d"],
+              ["worker", "examples.handlers:resize", "--until-idle", "0"]]
+
+
+def test_a_missing_table_is_named_with_the_init_that_makes_it(folder: Path, db: Any) -> None:
+    """In the command line's words: the library's verify_only is no option
+    of the command line."""
+    for command in ON_A_TABLE:
+        ran = cli(folder, db, "--table", "jobs", *command)
+        refused(ran, 1, "table jobs does not exist: create it with `libqueue --table jobs init`")
+        assert "verify_only" not in ran.err and "create table" not in ran.err, ran
+    ran = cli(folder, db, "--table", "jobs", "--form", "advisory", "stats")
+    refused(ran, 1, "create it with `libqueue --table jobs --form advisory init`")
+    (folder / "t.json").write_text('{"name": "other", "payload": "body"}')
+    ran = cli(folder, db, "--table-file", "t.json", "stats")
+    refused(ran, 1, "table other does not exist: create it with "
+                    "`libqueue --table-file t.json init`")
+    assert not table_exists(db, "jobs") and not table_exists(db, "other")
+    # Its dead letters' table, which init makes too.
+    cli(folder, db, "--table", "jobs", "init")
+    db.execute("DROP TABLE %s" % db.quote("jobs_dead"))
+    refused(cli(folder, db, "--table", "jobs", "stats"), 1,
+            "table jobs_dead does not exist: create it with `libqueue --table jobs init`")
+    assert cli(folder, db, "--table", "jobs", "init").status == 0
+    assert cli(folder, db, "--table", "jobs", "stats").status == 0
 
 
 def test_enqueue_refuses_a_field_the_table_lacks(folder: Path, db: Any) -> None:
@@ -316,6 +345,74 @@ def test_worker_retries_what_fails_and_dead_letters_at_max_attempts(folder: Path
     assert ran.json() == {"table": "jobs", "done": 1, "failed": 2, "unsettled": 0}, ran
     stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
     assert (stats["due"], stats["dead_letters"]) == (0, 1)
+
+
+QUITTING = """
+import sys
+import time
+
+def ran(delivery):
+    sys.stdout.write("ran %d attempt %d\\n" % (delivery.id, delivery.attempt))
+    sys.stdout.flush()
+
+def bye(delivery):
+    ran(delivery)
+    sys.exit(3)
+
+def bye_why(delivery):
+    ran(delivery)
+    sys.exit("the disk is full")
+
+def interrupted(delivery):
+    ran(delivery)
+    raise KeyboardInterrupt
+
+def done_then_bye(delivery):
+    ran(delivery)
+    delivery.ack()
+    sys.exit()
+"""
+
+
+def test_a_handler_that_exits_fails_its_attempt_and_stops_the_worker(folder: Path,
+                                                                   db: Any) -> None:
+    """sys.exit or KeyboardInterrupt in a handler asks the process to end: the
+    row goes back as a failed attempt, under the retry policy, and the
+    worker stops as on SIGTERM with the status Python would exit with."""
+    (folder / "quitting.py").write_text(QUITTING)
+    cli(folder, db, "--table", "jobs", "init")
+    cli(folder, db, "--table", "jobs", "enqueue", "x")
+    worker = ["--table", "jobs", "worker", "--workers", "1"]  # the poll: 1 s, past the stop
+
+    def work(handler: str, *more: str) -> Ran:
+        return cli(folder, db, *worker, "quitting:" + handler, *more, timeout=20)
+
+    for attempt, (handler, status, said) in enumerate([
+            ("bye", 3, "handler bye called sys.exit(3) on row 1"),
+            ("interrupted", 130, "handler interrupted raised KeyboardInterrupt on row 1"),
+            ("bye_why", 1, "handler bye_why called sys.exit('the disk is full') on row 1")],
+            start=1):
+        ran = work(handler)
+        assert ran.status == status, ran
+        assert ran.out.splitlines() == ["ran 1 attempt %d" % attempt,  # once, not again and again
+                                        "jobs: 0 done, 1 failed"], ran
+        assert said + ": the row goes back to the queue (a failed attempt" in ran.err, ran
+        assert "Traceback" not in ran.err, ran
+        stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+        assert (stats["due"], stats["in_work"] or 0, stats["dead_letters"]) == (1, 0, 0), ran
+    assert "the disk is full\n" in ran.err
+    # Under the retry policy: at --max-attempts the failed attempt dead-letters it.
+    ran = work("bye", "--max-attempts", "4", "--json")
+    assert ran.status == 3 and ran.json()["failed"] == 1, ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (0, 1), ran
+    # A handler that settled its row first: the settlement stands.
+    cli(folder, db, "--table", "jobs", "enqueue", "y")
+    ran = work("done_then_bye")
+    assert ran.status == 0 and "called sys.exit() on row" in ran.err, ran
+    assert "goes back" not in ran.err, ran
+    stats = cli(folder, db, "--table", "jobs", "stats", "--json").json()
+    assert (stats["due"], stats["dead_letters"]) == (0, 1), ran
 
 
 def test_dead_letters_are_listed_replayed_and_purged(folder: Path, db: Any) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import array
+import ctypes
+
 import pytest
 
 import libqueue
@@ -40,6 +43,48 @@ def test_payload_types(db, broker) -> None:
     with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
         got = sorted(p for _, p, _ in drain(sub))
     assert got == sorted([b"b", b"ba", b"mv", "stré".encode()])
+
+
+def buffers() -> list:
+    """Objects of the buffer protocol, and the bytes each is published as."""
+    numbers = array.array("i", [1, -2, 3])
+    return [(numbers, numbers.tobytes()),
+            (memoryview(numbers), numbers.tobytes()),
+            (memoryview(b"abcdef")[::2], b"ace"),  # strided: its bytes in order
+            (ctypes.create_string_buffer(b"c\x00t", 3), b"c\x00t"),
+            (array.array("B"), b"")]
+
+
+def test_any_buffer_is_a_payload_of_its_bytes(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    cases = buffers()
+    ids = [broker.publish(table, obj) for obj, _ in cases]
+    ids += broker.publish_many(table, [obj for obj, _ in cases])
+    ids += broker.publish_many(table, [{"payload": obj} for obj, _ in cases])
+    expected = [raw for _, raw in cases] * 3
+    assert db.query("SELECT id, payload FROM jobs ORDER BY id") == list(zip(ids, expected))
+
+
+def test_one_buffer_is_not_taken_for_a_list_of_messages(db, broker) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(TypeError, match="not one payload \\(array\\)"):
+        broker.publish_many(table, array.array("B", b"ab"))
+    with pytest.raises(TypeError, match="not one payload \\(c_char_Array_2\\)"):
+        broker.publish_many(table, ctypes.create_string_buffer(b"ab", 2))
+    assert db.count("jobs") == 0
+
+
+@pytest.mark.parametrize("payload", [5, 1.5, ["a"], {"a": 1}, object()],
+                         ids=["int", "float", "list", "dict", "object"])
+def test_a_payload_of_no_buffer_is_a_type_error_naming_what_is_taken(db, broker, payload) -> None:
+    table = make_table("lease")
+    db.create_table(table)
+    with pytest.raises(TypeError, match="payload takes bytes, a str .* buffer protocol .*got %s"
+                       % type(payload).__name__):
+        broker.publish(table, payload)
+    assert db.count("jobs") == 0
 
 
 def test_publish_many(db, broker, form) -> None:

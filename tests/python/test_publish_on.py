@@ -11,6 +11,7 @@ identifiers with quotes, backticks, % and ? work.
 
 from __future__ import annotations
 
+import array
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
@@ -171,6 +172,17 @@ def test_commit_publishes_and_rollback_leaves_nothing(db, broker, caller) -> Non
         assert second.payload == b"later \x00\xfe"
         assert second.headers == {"trace": "t-1", "q": "it's \"so\""}
         second.ack()
+
+
+def test_a_buffer_is_one_message_of_its_bytes(db, broker, caller) -> None:
+    table = libqueue.Table("jobs", payload="payload", locked_until="locked_until")
+    broker.create_table(table)
+    numbers = array.array("i", [7, 8])
+    id_ = caller.publish(broker, table, numbers)  # not a list of two messages
+    caller.commit()
+    assert isinstance(id_, int)
+    assert [tuple(r) for r in db.query("SELECT id, payload FROM jobs")] == \
+        [(id_, numbers.tobytes())]
 
 
 def test_a_held_dedup_key_raises_the_drivers_integrity_error(db, broker, caller) -> None:

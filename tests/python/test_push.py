@@ -132,6 +132,31 @@ def test_stop_from_inside_a_handler(db, broker, form) -> None:
     assert db.count("jobs") == 0
 
 
+def test_a_stop_while_another_is_under_way_waits_for_the_handlers(db, broker) -> None:
+    """A handler's stop (on a thread of its own) and the owner's stop at once:
+    each returns once the handlers have, which use the subscription's handle
+    until then (freed early, the next call into Python aborted the process)."""
+    table = make_table("lease")
+    db.create_table(table)
+    broker.publish(table, b"x")
+    started, finished = threading.Event(), threading.Event()
+
+    def handler(delivery: libqueue.Delivery) -> None:
+        started.set()
+        sub.stop()  # from its own handler: stops on another thread, at once
+        time.sleep(0.5)
+        finished.set()
+
+    with broker.subscribe(table, poll_interval_ms=POLL_MS) as sub:
+        sub.run(handler)
+        assert started.wait(10)
+        time.sleep(0.1)  # the handler's stop is under way
+        sub.stop()
+        assert finished.is_set(), "stop returned before the handler did"
+        assert not sub.running
+    assert db.count("jobs") == 0
+
+
 def test_publish_wakes_an_idle_subscription(db, broker, form) -> None:
     table = make_table(form)
     db.create_table(table)
