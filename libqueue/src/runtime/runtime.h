@@ -203,6 +203,8 @@ struct lq_subscription {
     pthread_cond_t keeper_cv;
     lq__mode mode;
     bool started, stopping, stopped, closing, woken;
+    bool stop_ended;        /* the stop's last step done: a stop beside it waits for it (stop_cv) */
+    pthread_cond_t stop_cv;
     lq_delivery *queue_head, *queue_tail;
     /* Pull mode for event loops (lq_subscription_fd): raised while a
      * delivery is ready to be taken, and once stopping; closed at close. */

@@ -124,6 +124,7 @@ static void subscription_free(lq_subscription *s) {
     pthread_cond_destroy(&s->claim_cv);
     pthread_cond_destroy(&s->ready_cv);
     pthread_cond_destroy(&s->keeper_cv);
+    pthread_cond_destroy(&s->stop_cv);
     lq__coalescer_destroy(&s->coalescer);
     lq__acker_destroy(&s->acker);
     lq__delivery_spares_free(s);
@@ -523,6 +524,7 @@ int lq_subscription_open(lq_subscription **out, lq_broker *b, const lq_table *ta
     lq__cond_init(&s->claim_cv);
     lq__cond_init(&s->ready_cv);
     lq__cond_init(&s->keeper_cv);
+    pthread_cond_init(&s->stop_cv, NULL);
     lq__book_init(&s->book);
     lq__coalescer_init(&s->coalescer);
     lq__acker_init(&s->acker);
@@ -1869,7 +1871,10 @@ int lq_subscription_stop(lq_subscription *s) {
  * handed out; the thread's error, if any, stays as it was. */
 static void stop_threads(lq_subscription *s) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopped || s->stopping) {
+    if (s->stopping) {
+        /* Another thread's stop: this one ends with it, so that its caller
+         * may close the subscription once it returns. */
+        while (!s->stop_ended) pthread_cond_wait(&s->stop_cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
         return;
     }
@@ -1910,6 +1915,10 @@ static void stop_threads(lq_subscription *s) {
     pthread_mutex_unlock(&s->mu);
     if (was_starved) lq__broker_wake_room(s->broker, &s->member);
     lq__claimed_free(&left);
+    pthread_mutex_lock(&s->mu);
+    s->stop_ended = true;
+    pthread_cond_broadcast(&s->stop_cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 void lq_subscription_close(lq_subscription *s) {
