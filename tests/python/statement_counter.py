@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import urllib.parse
 from collections import Counter
 from typing import Any, Dict
 
@@ -74,6 +75,12 @@ class StatementCounter(Relay):
                 text = texts.get(fields[1], "") if message[:1] == b"B" else fields[0].decode()
                 with self.lock:
                     self.runs[text] += 1
+
+    @classmethod
+    def before(cls, url: str) -> "StatementCounter":
+        """A counter in front of the server of ``url``."""
+        parts = urllib.parse.urlsplit(url)
+        return cls(parts.hostname, parts.port)
 
     def counted(self, predicate: Any, of: str = "runs") -> int:
         """The statements run (or, with of="parses", parsed) whose text

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import urllib.parse
 from typing import Any, Dict
 
 import pytest
@@ -138,8 +137,7 @@ def test_a_claim_alone_carries_the_acks_behind_its_handlers(db, form) -> None:
     db.create_table(table)
     rows = 400
     seen = Recorder()
-    parts = urllib.parse.urlsplit(db.url)
-    relay = StatementCounter(parts.hostname, parts.port)
+    relay = StatementCounter.before(db.url)
     try:
         with libqueue.Broker(relay.url(db.url)) as broker:
             broker.publish_many(table, [b"%d" % i for i in range(rows)])
@@ -167,8 +165,7 @@ def test_acks_a_failed_claim_carried_go_on_their_own(db, form) -> None:
     rows = 8
     release = threading.Event()
     started = Recorder()
-    parts = urllib.parse.urlsplit(db.url)
-    relay = StatementCounter(parts.hostname, parts.port)
+    relay = StatementCounter.before(db.url)
     try:
         with libqueue.Broker(relay.url(db.url)) as broker:
             broker.publish_many(table, [b"%d" % i for i in range(rows)])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import urllib.parse
 from typing import Any, Dict
 
 import pytest
@@ -118,8 +117,7 @@ def test_an_idle_subscription_sweeps_within_its_claims(db, broker) -> None:
     """One statement a poll: a claim that a sweep is due carries it, so an
     idle subscription sends no sweep of its own."""
     table = made_by_the_library(db, broker, True)
-    parts = urllib.parse.urlsplit(db.url)
-    relay = StatementCounter(parts.hostname, parts.port)
+    relay = StatementCounter.before(db.url)
     try:
         with libqueue.Broker(relay.url(db.url)) as own:
             with own.subscribe(table, workers=2, poll_interval_ms=POLL_MS, lease_ms=1000) as sub:
@@ -154,8 +152,7 @@ def test_only_a_claim_alone_prepares_the_claim_that_sweeps(db, broker, limit) ->
     and does not prepare it either."""
     fifo = limit.pop("fifo", False)
     table = made_by_the_library(db, broker, True, group="grp", fifo=fifo)
-    parts = urllib.parse.urlsplit(db.url)
-    relay = StatementCounter(parts.hostname, parts.port)
+    relay = StatementCounter.before(db.url)
     try:
         with libqueue.Broker(relay.url(db.url)) as own:
             own.publish_many(table, [dict(payload=b"x", group="g") for _ in range(5)])
